@@ -1,0 +1,3 @@
+from tfgrpo.cli.app import main
+
+main()

@@ -1,0 +1,38 @@
+"""The `tfgrpo` command line: one typer app, one module per command group, each thin over a library call."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+app = typer.Typer(
+    name="tfgrpo",
+    help="Training-Free GRPO: learn an experience library in context, evaluate it, export it, compare it with fine-tuning.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+
+def _register() -> None:
+    # Each module imports only typer at the top, so `tfgrpo --help` stays fast.
+    from tfgrpo.cli import chat, compare, evaluate, export, finetune, learn, library, score
+
+    for module in (chat, learn, evaluate, compare, score, library, export, finetune):
+        module.register(app)
+
+
+_register()
+
+
+def main(argv: list[str] | None = None) -> None:
+    from tfgrpo.cli.errors import user_facing_errors
+
+    try:
+        app(args=argv, standalone_mode=True)
+    except user_facing_errors() as exc:  # a clear message, never a traceback, for the user's own mistakes
+        from rich.console import Console
+
+        Console(stderr=True).print(f"[bold red]error:[/] {exc}", highlight=False, markup=True)
+        sys.exit(2)
