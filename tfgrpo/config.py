@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from tfgrpo.llm.types import SamplingParams
 
-BackendName = Literal["transformers", "llamacpp", "openai", "litellm", "vllm", "scripted"]
+BackendName = Literal["transformers", "llamacpp", "openai", "litellm", "vllm"]
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
 

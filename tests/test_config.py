@@ -1,0 +1,46 @@
+"""Typed configuration from YAML and the command line."""
+
+from __future__ import annotations
+
+import pytest
+
+from tfgrpo.chat import ChatConfig
+from tfgrpo.config import ConfigError, LLMConfig, build_config, dump_config
+
+
+def test_yaml_is_overridden_by_command_line(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("llm:\n  backend: openai\n  model: gpt-4o-mini\n  base_url: http://x/v1\nsampling:\n  temperature: 0.3\n")
+    config = build_config(ChatConfig, path, {"llm": {"model": "deepseek-chat", "api_key": None}, "sampling": {"temperature": None}})
+    assert config.llm.backend == "openai"
+    assert config.llm.model == "deepseek-chat"
+    assert config.llm.base_url == ["http://x/v1"]
+    assert config.sampling.temperature == 0.3
+
+
+def test_unknown_key_is_named(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("llm:\n  backnd: openai\n")
+    with pytest.raises(ConfigError, match="unknown key 'llm.backnd'"):
+        build_config(ChatConfig, path, {})
+
+
+def test_bad_value_is_named():
+    with pytest.raises(ConfigError, match="llm.concurrency"):
+        build_config(ChatConfig, None, {"llm": {"concurrency": 0}})
+    with pytest.raises(ConfigError, match="llm.backend"):
+        build_config(ChatConfig, None, {"llm": {"backend": "nope"}})
+
+
+def test_missing_and_malformed_files_are_clear(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        build_config(ChatConfig, tmp_path / "nope.yaml", {})
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("llm: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        build_config(ChatConfig, bad, {})
+
+
+def test_dump_hides_api_keys():
+    text = dump_config(LLMConfig(backend="openai", model="m", api_key="sk-secret"))
+    assert "sk-secret" not in text and "***" in text

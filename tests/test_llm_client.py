@@ -1,0 +1,171 @@
+"""The shared client layer: cache, retries, concurrency, routing, accounting and budget."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from tfgrpo.llm.accounting import Pricing, resolve_pricing
+from tfgrpo.llm.backends.scripted import ScriptedBackend
+from tfgrpo.llm.cache import ResponseCache
+from tfgrpo.llm.client import LLMClient
+from tfgrpo.llm.errors import (
+    BudgetExceededError,
+    PermanentError,
+    RateLimitError,
+    RequestFailedError,
+    ServerError,
+)
+from tfgrpo.llm.types import SamplingParams
+
+MESSAGES = [{"role": "user", "content": "What is 2 + 2?"}]
+
+
+def echo(request, index):
+    return f"answer {index}"
+
+
+def client_for(backend, **kwargs) -> LLMClient:
+    kwargs.setdefault("backoff_initial_s", 0.001)
+    kwargs.setdefault("backoff_max_s", 0.01)
+    return LLMClient(backend, **kwargs)
+
+
+async def test_second_identical_run_makes_zero_backend_calls(tmp_path):
+    backend = ScriptedBackend(echo)
+    cache_path = tmp_path / "cache.sqlite"
+    first = client_for(backend, cache=ResponseCache(cache_path))
+    out1 = await first.chat(MESSAGES, n=4, tag="rollout")
+    assert [c.text for c in out1] == [f"answer {i}" for i in range(4)]
+    assert backend.num_samples_served == 4
+
+    # A new client over the same file (a resumed process) pays for nothing.
+    second = client_for(backend, cache=ResponseCache(cache_path))
+    out2 = await second.chat(MESSAGES, n=4, tag="rollout")
+    assert [c.text for c in out2] == [c.text for c in out1]
+    assert backend.num_samples_served == 4
+    assert all(c.cached and c.usage.total_tokens == 0 for c in out2)
+    assert second.accounting.total.cached_samples == 4
+    assert second.accounting.total.calls == 0
+
+
+async def test_partly_cached_group_asks_only_for_missing_samples(tmp_path):
+    backend = ScriptedBackend(echo)
+    client = client_for(backend, cache=ResponseCache(tmp_path / "c.sqlite"))
+    await client.chat(MESSAGES, n=2)  # samples 0, 1
+    out = await client.chat(MESSAGES, n=5)  # samples 0..4: only 2, 3, 4 are new
+    assert [c.text for c in out] == [f"answer {i}" for i in range(5)]
+    assert backend.calls[-1].sample_offset == 2 and backend.calls[-1].n == 3
+
+
+async def test_cache_key_separates_sampling_and_messages(tmp_path):
+    backend = ScriptedBackend(lambda r, i: f"{r.sampling.temperature}:{r.messages[-1].content}")
+    client = client_for(backend, cache=ResponseCache(tmp_path / "c.sqlite"))
+    a = await client.chat(MESSAGES, sampling=SamplingParams(temperature=0.0))
+    b = await client.chat(MESSAGES, sampling=SamplingParams(temperature=0.7))
+    c = await client.chat([{"role": "user", "content": "other"}], sampling=SamplingParams(temperature=0.0))
+    assert len({a[0].text, b[0].text, c[0].text}) == 3
+    assert backend.num_samples_served == 3
+
+
+async def test_rate_limit_is_retried_honouring_retry_after():
+    attempts = []
+
+    def flaky(request, index):
+        attempts.append(index)
+        if len(attempts) <= 2:
+            return RateLimitError("429 slow down", retry_after=0.05)
+        return "ok"
+
+    client = client_for(ScriptedBackend(flaky), max_retries=3)
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    out = await client.chat(MESSAGES)
+    assert out[0].text == "ok"
+    assert len(attempts) == 3
+    assert loop.time() - start >= 0.1  # two waits of Retry-After, not the 1 ms backoff
+
+
+async def test_request_fails_with_typed_error_after_retries():
+    backend = ScriptedBackend(lambda r, i: ServerError("502 bad gateway", status=502))
+    client = client_for(backend, max_retries=2)
+    with pytest.raises(RequestFailedError) as info:
+        await client.chat(MESSAGES, tag="rollout")
+    assert info.value.attempts == 3
+    assert isinstance(info.value.cause, ServerError)
+    assert len(backend.calls) == 3
+    assert client.accounting.by_tag["rollout"].failed_calls == 1
+
+
+async def test_permanent_error_is_not_retried():
+    backend = ScriptedBackend(lambda r, i: PermanentError("401 bad key"))
+    client = client_for(backend, max_retries=5)
+    with pytest.raises(PermanentError):
+        await client.chat(MESSAGES)
+    assert len(backend.calls) == 1
+
+
+async def test_timeout_is_a_retried_transient_error():
+    backend = ScriptedBackend(echo, latency_s=0.5)
+    client = client_for(backend, max_retries=1, timeout_s=0.05)
+    with pytest.raises(RequestFailedError, match="RequestTimeoutError"):
+        await client.chat(MESSAGES)
+    assert len(backend.calls) == 2
+
+
+async def test_concurrency_is_bounded_per_endpoint():
+    in_flight = 0
+    peak = 0
+
+    class Tracking(ScriptedBackend):
+        async def forward(self, request):
+            nonlocal in_flight, peak
+            in_flight += 1
+            peak = max(peak, in_flight)
+            try:
+                await asyncio.sleep(0.01)
+                return await super().forward(request)
+            finally:
+                in_flight -= 1
+
+    client = client_for(Tracking(echo), concurrency=3)
+    await asyncio.gather(*(client.chat([{"role": "user", "content": str(i)}]) for i in range(20)))
+    assert peak == 3
+
+
+async def test_least_busy_routing_spreads_over_replicas():
+    a = ScriptedBackend(echo, endpoint="http://a", latency_s=0.01)
+    b = ScriptedBackend(echo, endpoint="http://b", latency_s=0.01)
+    client = client_for([a, b], concurrency=4)
+    await asyncio.gather(*(client.chat([{"role": "user", "content": str(i)}]) for i in range(16)))
+    assert len(a.calls) == 8 and len(b.calls) == 8
+
+
+async def test_accounting_counts_tokens_and_cost_per_tag():
+    client = client_for(ScriptedBackend(lambda r, i: "one two three"), pricing=Pricing(1_000_000, 2_000_000))
+    await client.chat([{"role": "user", "content": "a b"}], n=2, tag="rollout")
+    await client.chat([{"role": "user", "content": "c"}], tag="summary")
+    rollout = client.accounting.by_tag["rollout"]
+    assert (rollout.prompt_tokens, rollout.completion_tokens, rollout.samples) == (2, 6, 2)
+    assert rollout.cost_usd == pytest.approx(2 * 1 + 6 * 2)
+    assert client.accounting.total.completion_tokens == 9
+    assert client.accounting.snapshot()["by_tag"]["summary"]["calls"] == 1
+
+
+async def test_budget_cap_stops_the_run():
+    backend = ScriptedBackend(lambda r, i: "word " * 10)
+    client = client_for(backend, pricing=Pricing(0.0, 100_000.0), budget_usd=2.5)  # $1 per call
+    for _ in range(3):
+        await client.chat([{"role": "user", "content": str(_)}])
+    with pytest.raises(BudgetExceededError):
+        await client.chat([{"role": "user", "content": "one more"}])
+    assert len(backend.calls) == 3
+
+
+def test_pricing_from_litellm_table_and_local_is_free():
+    assert resolve_pricing("gpt-4o-mini", None, None, local=False).input_per_1m > 0
+    assert resolve_pricing("openai/gpt-4o-mini", None, None, local=False).known
+    assert resolve_pricing("my-own-vllm-model", None, None, local=False).known is False
+    assert resolve_pricing("anything", None, None, local=True).cost(1000, 1000) == 0
+    assert resolve_pricing("x", 3.0, None, local=False).cost(1_000_000, 5) == pytest.approx(3.0)

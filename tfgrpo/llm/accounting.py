@@ -1,0 +1,118 @@
+"""Token, cost and latency accounting per call, per tag (rollout, summary, ...) and per run."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib.util import find_spec
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class Pricing:
+    """USD per 1M tokens. `known=False` means no price was given or found: cost is reported as 0."""
+
+    input_per_1m: float = 0.0
+    output_per_1m: float = 0.0
+    known: bool = True
+
+    def cost(self, prompt_tokens: int, completion_tokens: int) -> float:
+        return (prompt_tokens * self.input_per_1m + completion_tokens * self.output_per_1m) / 1_000_000
+
+
+@lru_cache(maxsize=1)
+def _litellm_price_table() -> dict[str, Any]:
+    # Read litellm's bundled price file directly: importing litellm costs ~3 s and may reach the network.
+    spec = find_spec("litellm")
+    if spec is None or not spec.submodule_search_locations:
+        return {}
+    path = Path(spec.submodule_search_locations[0]) / "model_prices_and_context_window_backup.json"
+    if not path.is_file():
+        return {}
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def resolve_pricing(
+    model: str | None, input_per_1m: float | None, output_per_1m: float | None, *, local: bool
+) -> Pricing:
+    """User prices win; local backends cost nothing; API models are looked up in litellm's table."""
+    if input_per_1m is not None or output_per_1m is not None:
+        return Pricing(input_per_1m or 0.0, output_per_1m or 0.0)
+    if local:
+        return Pricing()
+    table = _litellm_price_table()
+    for name in _candidate_names(model or ""):
+        entry = table.get(name)
+        if entry and "input_cost_per_token" in entry:
+            return Pricing(
+                float(entry.get("input_cost_per_token", 0.0)) * 1_000_000,
+                float(entry.get("output_cost_per_token", 0.0)) * 1_000_000,
+            )
+    return Pricing(known=False)
+
+
+def _candidate_names(model: str) -> list[str]:
+    names = [model]
+    if "/" in model:
+        names.append(model.split("/", 1)[1])
+    return names
+
+
+@dataclass
+class TagTotals:
+    calls: int = 0
+    samples: int = 0
+    cached_samples: int = 0
+    failed_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+    latency_s: float = 0.0
+
+    def add(self, other: TagTotals) -> None:
+        for name in self.__dataclass_fields__:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+
+@dataclass
+class Accounting:
+    """Running totals of one client; `snapshot()` is what run directories record in metrics.json."""
+
+    by_tag: dict[str, TagTotals] = field(default_factory=dict)
+
+    def _tag(self, tag: str) -> TagTotals:
+        return self.by_tag.setdefault(tag or "untagged", TagTotals())
+
+    def record_call(self, tag: str, *, samples: int, prompt_tokens: int, completion_tokens: int, cost_usd: float, latency_s: float) -> None:
+        totals = self._tag(tag)
+        totals.calls += 1
+        totals.samples += samples
+        totals.prompt_tokens += prompt_tokens
+        totals.completion_tokens += completion_tokens
+        totals.cost_usd += cost_usd
+        totals.latency_s += latency_s
+
+    def record_cached(self, tag: str, samples: int) -> None:
+        self._tag(tag).cached_samples += samples
+
+    def record_failure(self, tag: str) -> None:
+        self._tag(tag).failed_calls += 1
+
+    @property
+    def total(self) -> TagTotals:
+        out = TagTotals()
+        for totals in self.by_tag.values():
+            out.add(totals)
+        return out
+
+    @property
+    def cost_usd(self) -> float:
+        return sum(t.cost_usd for t in self.by_tag.values())
+
+    def snapshot(self) -> dict[str, Any]:
+        def as_dict(t: TagTotals) -> dict[str, Any]:
+            return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in t.__dict__.items()}
+
+        return {"total": as_dict(self.total), "by_tag": {k: as_dict(v) for k, v in sorted(self.by_tag.items())}}

@@ -1,0 +1,212 @@
+"""The one client every LLM call goes through.
+
+Backends implement only `forward`; this class wraps them once with the per-sample response cache,
+retries with exponential backoff + jitter (honouring Retry-After), per-endpoint bounded concurrency,
+least-busy routing across replicas, token/cost/latency accounting and the budget cap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
+
+from tfgrpo.llm.accounting import Accounting, Pricing
+from tfgrpo.llm.base import Backend
+from tfgrpo.llm.cache import ResponseCache
+from tfgrpo.llm.errors import BudgetExceededError, RequestFailedError, RequestTimeoutError, TransientError
+from tfgrpo.llm.types import ChatRequest, Completion, Message, SamplingParams, Usage
+
+
+class LLMClient:
+    def __init__(
+        self,
+        backends: Backend | Sequence[Backend],
+        *,
+        cache: ResponseCache | None = None,
+        concurrency: int = 64,
+        max_retries: int = 5,
+        timeout_s: float = 600.0,
+        pricing: Pricing | None = None,
+        budget_usd: float | None = None,
+        backoff_initial_s: float = 1.0,
+        backoff_max_s: float = 60.0,
+        retry_after_max_s: float = 300.0,
+    ):
+        self.backends = [backends] if isinstance(backends, Backend) else list(backends)
+        if not self.backends:
+            raise ValueError("LLMClient needs at least one backend")
+        self.model_name = self.backends[0].model_name
+        self.cache = cache
+        self.max_retries = max_retries
+        self.timeout_s = timeout_s
+        self.pricing = pricing or Pricing()
+        self.budget_usd = budget_usd
+        self.accounting = Accounting()
+        self._backoff = wait_exponential_jitter(initial=backoff_initial_s, max=backoff_max_s)
+        self._retry_after_max_s = retry_after_max_s
+        self._concurrency = concurrency
+        self._semaphores: dict[str, asyncio.Semaphore] = {}
+        self._in_flight: dict[str, int] = {b.endpoint: 0 for b in self.backends}
+
+    # ------------------------------------------------------------------ public API
+    async def chat(
+        self,
+        messages: Sequence[Message | dict[str, Any]],
+        *,
+        n: int = 1,
+        sampling: SamplingParams | None = None,
+        tools: list[dict[str, Any]] | None = None,
+        tag: str = "",
+        sample_offset: int = 0,
+    ) -> list[Completion]:
+        request = ChatRequest(
+            messages=[m if isinstance(m, Message) else Message.model_validate(m) for m in messages],
+            n=n,
+            sampling=sampling or SamplingParams(),
+            tools=tools,
+            tag=tag,
+            sample_offset=sample_offset,
+        )
+        return await self.generate(request)
+
+    async def generate(self, request: ChatRequest) -> list[Completion]:
+        """All `request.n` samples, each from the cache when present, else from a backend."""
+        indices = list(range(request.sample_offset, request.sample_offset + request.n))
+        keys = {i: request.sample_key(self.model_name, i) for i in indices}
+        results: dict[int, Completion] = {}
+        if self.cache is not None:
+            for i in indices:
+                hit = self.cache.get(keys[i])
+                if hit is not None:
+                    results[i] = hit.model_copy(update={"cached": True, "usage": Usage(), "cost_usd": 0.0, "latency_s": 0.0, "index": i})
+            if results:
+                self.accounting.record_cached(request.tag, len(results))
+        missing = [i for i in indices if i not in results]
+        # A partly cached group asks only for what is missing, one contiguous run at a time.
+        for run in _contiguous_runs(missing):
+            sub = request.model_copy(update={"n": len(run), "sample_offset": run[0]})
+            fresh = await self._call_with_retries(sub)
+            for i, completion in zip(run, fresh):
+                completion = completion.model_copy(update={"index": i, "cached": False})
+                results[i] = completion
+                if self.cache is not None:
+                    self.cache.put(keys[i], self.model_name, completion)
+        return [results[i] for i in indices]
+
+    def chat_sync(self, messages: Sequence[Message | dict[str, Any]], **kwargs: Any) -> list[Completion]:
+        """One call from synchronous code (the CLI's `chat`); not for use inside a running event loop."""
+
+        async def once() -> list[Completion]:
+            try:
+                return await self.chat(messages, **kwargs)
+            finally:
+                await self.aclose()
+
+        return asyncio.run(once())
+
+    def completer(self, loop: asyncio.AbstractEventLoop, *, sampling: SamplingParams | None = None, tag: str = "judge"):
+        """A sync `complete(messages) -> str` for code running in a worker thread (the judge reward)."""
+
+        def complete(messages: list[dict[str, Any]]) -> str:
+            future = asyncio.run_coroutine_threadsafe(self.chat(messages, sampling=sampling, tag=tag), loop)
+            return future.result()[0].text
+
+        return complete
+
+    async def aclose(self) -> None:
+        for backend in self.backends:
+            await backend.aclose()
+
+    def close_cache(self) -> None:
+        if self.cache is not None:
+            self.cache.close()
+
+    # ------------------------------------------------------------------ internals
+    def _check_budget(self) -> None:
+        if self.budget_usd is not None and self.accounting.cost_usd >= self.budget_usd:
+            raise BudgetExceededError(self.accounting.cost_usd, self.budget_usd)
+
+    def _pick_backend(self) -> Backend:
+        return min(self.backends, key=lambda b: self._in_flight[b.endpoint])
+
+    def _semaphore(self, endpoint: str) -> asyncio.Semaphore:
+        # Created lazily so the semaphore belongs to the running event loop.
+        if endpoint not in self._semaphores:
+            self._semaphores[endpoint] = asyncio.Semaphore(self._concurrency)
+        return self._semaphores[endpoint]
+
+    def _wait(self, state: RetryCallState) -> float:
+        error = state.outcome.exception() if state.outcome else None
+        retry_after = getattr(error, "retry_after", None)
+        if retry_after is not None:
+            return min(float(retry_after), self._retry_after_max_s)
+        return self._backoff(state)
+
+    async def _call_with_retries(self, request: ChatRequest) -> list[Completion]:
+        self._check_budget()
+        last_error: BaseException | None = None
+        attempts = 0
+        try:
+            async for attempt in AsyncRetrying(
+                stop=stop_after_attempt(self.max_retries + 1),
+                retry=retry_if_exception_type(TransientError),
+                wait=self._wait,
+                reraise=True,
+            ):
+                with attempt:
+                    attempts += 1
+                    return await self._call_once(request)
+        except TransientError as exc:
+            last_error = exc
+        self.accounting.record_failure(request.tag)
+        raise RequestFailedError(
+            f"{request.tag or 'LLM'} request failed after {attempts} attempt(s): {type(last_error).__name__}: {last_error}",
+            cause=last_error,
+            attempts=attempts,
+        )
+
+    async def _call_once(self, request: ChatRequest) -> list[Completion]:
+        self._check_budget()
+        backend = self._pick_backend()
+        self._in_flight[backend.endpoint] += 1
+        try:
+            async with self._semaphore(backend.endpoint):
+                started = time.perf_counter()
+                try:
+                    completions = await asyncio.wait_for(backend.forward(request), timeout=self.timeout_s)
+                except asyncio.TimeoutError as exc:
+                    raise RequestTimeoutError(f"no reply from {backend.endpoint} within {self.timeout_s:.0f}s") from exc
+                latency = time.perf_counter() - started
+        finally:
+            self._in_flight[backend.endpoint] -= 1
+        if len(completions) != request.n:
+            from tfgrpo.llm.errors import MalformedResponseError
+
+            raise MalformedResponseError(f"{backend.endpoint} returned {len(completions)} samples, {request.n} asked")
+        priced = []
+        for completion in completions:
+            cost = self.pricing.cost(completion.usage.prompt_tokens, completion.usage.completion_tokens)
+            priced.append(completion.model_copy(update={"cost_usd": cost, "latency_s": latency}))
+        self.accounting.record_call(
+            request.tag,
+            samples=len(priced),
+            prompt_tokens=sum(c.usage.prompt_tokens for c in priced),
+            completion_tokens=sum(c.usage.completion_tokens for c in priced),
+            cost_usd=sum(c.cost_usd for c in priced),
+            latency_s=latency,
+        )
+        return priced
+
+
+def _contiguous_runs(indices: list[int]) -> list[list[int]]:
+    runs: list[list[int]] = []
+    for i in indices:
+        if runs and runs[-1][-1] == i - 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return runs
