@@ -1,9 +1,70 @@
-"""`tfgrpo evaluate` command (being built)."""
+"""`tfgrpo eval`: Mean@K / pass@k / maj@k of a model, with or without a library, adapter or system prompt."""
 
 from __future__ import annotations
 
+from typing import Annotated, Optional
+
 import typer
+
+from tfgrpo.cli import options as opt
 
 
 def register(app: typer.Typer) -> None:
-    pass
+    @app.command("eval")
+    def eval_command(
+        data: Annotated[Optional[str], typer.Option("--data", help="Bundled name (aime24, aime25, amc23, easy, dapo100, math_l5_train200) or a JSONL/HF file.")] = None,
+        out: Annotated[Optional[str], typer.Option("--out", "-o", help="Run directory.")] = None,
+        library: Annotated[Optional[str], typer.Option("--library", help="Experience library JSON to inject.")] = None,
+        system_prompt: Annotated[Optional[str], typer.Option("--system-prompt", help="System prompt file (e.g. from `tfgrpo export --format system-prompt`).")] = None,
+        inject: Annotated[Optional[str], typer.Option("--inject", help="'all' or 'topk:K'.")] = None,
+        samples: Annotated[Optional[int], typer.Option("--samples", "-k", help="K samples per problem.")] = None,
+        limit: Annotated[Optional[int], typer.Option("--limit", help="Only the first N problems.")] = None,
+        reward: Annotated[Optional[str], typer.Option("--reward", help="Reward name (math, exact, choice, ...).")] = None,
+        tools: Annotated[Optional[list[str]], typer.Option("--tools", help="Tools for multi-turn rollouts (python).")] = None,
+        max_turns: Annotated[Optional[int], typer.Option("--max-turns", help="Turns per trajectory with tools.")] = None,
+        label: Annotated[Optional[str], typer.Option("--label", help="Name of this system in compare reports.")] = None,
+        config: opt.ConfigOpt = None,
+        backend: opt.BackendOpt = None,
+        model: opt.ModelOpt = None,
+        base_url: opt.BaseUrlOpt = None,
+        api_key: opt.ApiKeyOpt = None,
+        adapter: opt.AdapterOpt = None,
+        concurrency: opt.ConcurrencyOpt = None,
+        budget_usd: opt.BudgetOpt = None,
+        temperature: opt.TemperatureOpt = None,
+        top_p: opt.TopPOpt = None,
+        max_tokens: opt.MaxTokensOpt = None,
+        seed: opt.SeedOpt = None,
+    ) -> None:
+        """Evaluate K samples per problem; writes metrics.json and samples.jsonl (cached, resumable)."""
+        from rich.console import Console
+        from rich.table import Table
+
+        from eval.runner import EvalConfig, evaluate
+        from tfgrpo.config import build_config
+
+        overrides = {
+            "data": data, "out": out, "library": library, "system_prompt": system_prompt, "inject": inject,
+            "samples": samples, "limit": limit, "reward": reward, "tools": tools, "max_turns": max_turns,
+            "label": label, "seed": seed,
+            "llm": opt.llm_overrides(backend, model, base_url, api_key, adapter, concurrency, budget_usd=budget_usd),
+            "sampling": opt.sampling_overrides(temperature, top_p, max_tokens, seed),
+        }
+        settings = build_config(EvalConfig, config, overrides)
+        console = Console(stderr=True)
+        try:
+            result = evaluate(settings, console=console)
+        except KeyboardInterrupt:
+            console.print(f"[yellow]interrupted.[/] Rerun the same command to resume: answered calls are cached in {settings.out}/cache.sqlite.")
+            raise typer.Exit(130) from None
+        m = result.metrics
+        table = Table(title=f"{m['label']} on {settings.data}")
+        for column in ("problems", f"Mean@{m['k']}", "95% CI", "maj@k", "pass@k", "failed", "tokens out", "cost $"):
+            table.add_column(column)
+        passes = " ".join(f"@{k}:{v:.3f}" for k, v in m["pass_at_k"].items())
+        table.add_row(
+            str(m["num_problems"]), f"{m['mean_at_k']:.3f}", f"[{m['ci95'][0]:.3f}, {m['ci95'][1]:.3f}]",
+            f"{m['maj_at_k']:.3f}", passes, str(m["failed_samples"]), str(m["tokens"]["completion"]), f"{m['cost_usd']:.4f}",
+        )
+        Console().print(table)
+        console.print(f"wrote {result.out}/metrics.json and samples.jsonl")

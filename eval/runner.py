@@ -1,0 +1,211 @@
+"""`tfgrpo eval`: K samples per problem with the library injected, scored by `rewards`, summarised.
+
+The same rollout code, prompt templates and library renderer as `tfgrpo learn`; every call is cached
+in the run directory, so an interrupted eval resumes for free and a rerun is identical.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from eval.datasets import Problem, load_dataset_rows
+from eval.errors import EvalError
+from tfgrpo.config import LLMConfig, dump_config
+from tfgrpo.llm.client import LLMClient
+from tfgrpo.llm.types import SamplingParams
+
+
+class EvalConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    data: str = Field("aime24", description="A bundled dataset name (aime24, aime25, amc23, easy, ...) or a file.")
+    out: str = Field("runs/eval", description="Run directory: metrics.json, samples.jsonl, cache.sqlite.")
+    library: str | None = Field(None, description="An experience library JSON to inject.")
+    system_prompt: str | None = Field(None, description="A system-prompt file used instead of the library template.")
+    inject: str = Field("all", description="'all' or 'topk:K' (the K experiences nearest to each problem).")
+    samples: int = Field(4, ge=1, description="K samples per problem (Mean@K).")
+    limit: int | None = Field(None, ge=1, description="Evaluate only the first N problems.")
+    reward: str = Field("math", description="Reward name from rewards.get_reward.")
+    problem_key: str = "problem"
+    answer_key: str = "answer"
+    id_key: str = "id"
+    seed: int = 0
+    sampling: SamplingParams = Field(default_factory=lambda: SamplingParams(temperature=0.6, top_p=0.95, max_tokens=2048))
+    llm: LLMConfig = Field(default_factory=LLMConfig)
+    tools: list[str] = Field(default_factory=list, description="Tools for multi-turn rollouts, e.g. ['python'].")
+    max_turns: int = Field(6, ge=1, description="Turns per trajectory when tools are on.")
+    system_template: str = "rollout_system"
+    user_template: str = "rollout_user"
+    label: str | None = Field(None, description="Name of this system in compare reports.")
+
+
+class EvalResult(BaseModel):
+    out: str
+    metrics: dict[str, Any]
+
+
+def file_sha256(path: str | Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def evaluate(config: EvalConfig, *, client: LLMClient | None = None, console: Any | None = None) -> EvalResult:
+    """Run an eval end to end and write its run directory."""
+    return asyncio.run(evaluate_async(config, client=client, console=console))
+
+
+async def evaluate_async(config: EvalConfig, *, client: LLMClient | None = None, console: Any | None = None) -> EvalResult:
+    from rich.console import Console
+
+    from eval.metrics import summarize
+    from rewards import get_reward
+    from tfgrpo import __version__
+    from tfgrpo.injection import Injector
+    from tfgrpo.llm.factory import build_client
+    from tfgrpo.progress import stage_progress
+    from tfgrpo.rollout import PromptSpec, sample_group, score_group
+
+    console = console or Console(stderr=True)
+    out = Path(config.out)
+    out.mkdir(parents=True, exist_ok=True)
+    problems = load_dataset_rows(
+        config.data, problem_key=config.problem_key, answer_key=config.answer_key, id_key=config.id_key, limit=config.limit
+    )
+    (out / "config.yaml").write_text(dump_config(config), encoding="utf-8")
+    reward = get_reward(config.reward)
+    injector = Injector.from_paths(config.library, config.inject, store_dir=out / "store") if config.library else None
+    system_prompt = Path(config.system_prompt).read_text(encoding="utf-8") if config.system_prompt else None
+    prompt = PromptSpec(config.system_template, config.user_template, system_prompt)
+    agent = _agent(config)
+    owns_client = client is None
+    client = client or build_client(config.llm, cache_path=out / "cache.sqlite")
+    started = time.perf_counter()
+    rows_by_problem: dict[str, list[dict[str, Any]]] = {}
+    samples_path = out / "samples.jsonl"
+    tmp_path = samples_path.with_suffix(".jsonl.partial")
+
+    async def one(problem: Problem, handle) -> None:
+        experiences = injector.text_for(problem.problem) if injector else ""
+        messages = prompt.messages(problem.problem, experiences)
+        rollouts = await sample_group(
+            client, problem.id, messages, n=config.samples, sampling=config.sampling, tag="eval", agent=agent
+        )
+        await asyncio.to_thread(score_group, reward, rollouts, problem.answer)
+        rows = []
+        for rollout in rollouts:
+            row = rollout.to_row()
+            row.update(problem_id=problem.id, gold=problem.answer)
+            row.pop("query_id", None)
+            rows.append(row)
+        rows_by_problem[problem.id] = rows
+        handle.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+        handle.flush()
+
+    try:
+        with tmp_path.open("w", encoding="utf-8") as handle, stage_progress(console) as progress:
+            task = progress.add_task(f"eval {config.data} (K={config.samples})", total=len(problems))
+
+            async def tracked(problem: Problem) -> None:
+                await one(problem, handle)
+                progress.advance(task)
+
+            await asyncio.gather(*(tracked(p) for p in problems))
+    finally:
+        if owns_client:
+            await client.aclose()
+            client.close_cache()
+
+    # Problem order, not completion order, so reruns write identical files.
+    ordered = [row for p in problems for row in rows_by_problem[p.id]]
+    tmp_path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in ordered), encoding="utf-8")
+    tmp_path.replace(samples_path)
+    try:
+        metrics = summarize(ordered, seed=config.seed)
+    except ValueError as exc:
+        raise EvalError(f"eval produced no scored samples: {exc}") from None
+    tool_calls = [r.get("num_tool_calls", 0) for r in ordered if not r.get("error")]
+    metrics.update(
+        {
+            "label": config.label or _default_label(config),
+            "dataset": config.data,
+            "avg_tool_calls": sum(tool_calls) / len(tool_calls) if tool_calls else 0.0,
+            "wall_time_s": round(time.perf_counter() - started, 3),
+            "usage": client.accounting.snapshot(),
+            "settings": json.loads(config.model_dump_json(exclude={"llm": {"api_key"}})),
+            "provenance": {
+                "package_version": __version__,
+                "model": client.model_name,
+                "backend": config.llm.backend,
+                "adapter": config.llm.adapter,
+                "library": config.library,
+                "library_hash": file_sha256(config.library) if config.library else None,
+                "system_prompt_hash": file_sha256(config.system_prompt) if config.system_prompt else None,
+                "seed": config.seed,
+                **_learn_provenance(config.library),
+                **_finetune_provenance(config.llm.adapter),
+            },
+        }
+    )
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=2, ensure_ascii=False), encoding="utf-8")
+    return EvalResult(out=str(out), metrics=metrics)
+
+
+def _agent(config: EvalConfig):
+    if not config.tools:
+        return None
+    import functools
+
+    from tfgrpo.agent import run_agent
+    from tfgrpo.tools import get_tools
+
+    return functools.partial(run_agent, tools=get_tools(config.tools), max_turns=config.max_turns)
+
+
+def _default_label(config: EvalConfig) -> str:
+    if config.llm.adapter:
+        return f"adapter:{Path(config.llm.adapter).name}"
+    if config.library:
+        return f"library:{Path(config.library).parent.name or Path(config.library).stem}"
+    if config.system_prompt:
+        return f"prompt:{Path(config.system_prompt).stem}"
+    return "baseline"
+
+
+def _learn_provenance(library: str | None) -> dict[str, Any]:
+    """Cost and time of the learn run that produced the library (for the compare report's cost table)."""
+    if not library:
+        return {}
+    metrics_path = Path(library).parent / "metrics.json"
+    if not metrics_path.is_file():
+        return {}
+    try:
+        data = json.loads(metrics_path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError:
+        return {}
+    totals = data.get("totals", data)
+    return {
+        "learn_run": str(metrics_path.parent),
+        "learn_cost_usd": totals.get("cost_usd"),
+        "learn_wall_s": totals.get("wall_time_s"),
+        "train_samples": totals.get("rollouts") or totals.get("num_rollouts"),
+    }
+
+
+def _finetune_provenance(adapter: str | None) -> dict[str, Any]:
+    if not adapter:
+        return {}
+    for candidate in (Path(adapter) / "finetune_summary.json", Path(adapter).parent / "finetune_summary.json"):
+        if candidate.is_file():
+            data = json.loads(candidate.read_text(encoding="utf-8"))
+            return {
+                "finetune_method": data.get("method"),
+                "finetune_wall_s": data.get("wall_time_s"),
+                "train_samples": data.get("samples"),
+            }
+    return {}

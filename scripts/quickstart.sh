@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The main job on the embedded SmolLM2-135M-Instruct, offline, on 2 CPU cores:
+# learn a library on a tiny easy set, evaluate with and without it, export it, compare the two.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} TOKENIZERS_PARALLELISM=false
+TFGRPO=${TFGRPO:-.venv/bin/tfgrpo}
+OUT=${OUT:-runs/quickstart}
+SAMPLING="--max-tokens 192"
+
+$TFGRPO learn --data easy --out "$OUT/learn" --group-size 4 --epochs 1 --batch-size 4 --limit 8 $SAMPLING
+$TFGRPO eval --data easy --out "$OUT/eval-baseline" --samples 4 --label baseline $SAMPLING
+$TFGRPO eval --data easy --out "$OUT/eval-library" --samples 4 --library "$OUT/learn/library.json" --label library $SAMPLING
+$TFGRPO export "$OUT/learn/library.json" --format system-prompt --out "$OUT/system_prompt.txt"
+$TFGRPO compare "$OUT/eval-baseline" "$OUT/eval-library" --learn-run "$OUT/learn" --out "$OUT/report"
+echo "report: $OUT/report/report.md (and report.html); shipped prompt: $OUT/system_prompt.txt"

@@ -1,0 +1,136 @@
+"""Rollouts: the model answers a problem G times with the library injected, and each answer is scored.
+
+Learning (`tfgrpo learn`) and evaluation (`tfgrpo eval`) both call `run_group`, so the prompt a library
+was learned with is exactly the prompt it is evaluated (and shipped) with.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from tfgrpo.llm.client import LLMClient
+from tfgrpo.llm.errors import BudgetExceededError, LLMError
+from tfgrpo.llm.types import SamplingParams
+from tfgrpo.prompts import render_prompt
+
+
+@dataclass
+class PromptSpec:
+    """How a problem becomes messages. `experiences` is the rendered library (or "" for none)."""
+
+    system_template: str = "rollout_system"
+    user_template: str = "rollout_user"
+    system_prompt: str | None = None  # a fixed system prompt file's text, used instead of the template
+
+    def messages(self, problem: str, experiences: str) -> list[dict[str, str]]:
+        if self.system_prompt is not None:
+            system = self.system_prompt
+        else:
+            system = render_prompt(self.system_template, experiences=experiences)
+        user = render_prompt(self.user_template, problem=problem)
+        return ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": user}]
+
+
+@dataclass
+class Rollout:
+    query_id: str
+    sample: int
+    messages: list[dict[str, Any]]
+    completion: str = ""
+    reward: float | None = None
+    extracted: str | None = None
+    reason: str = ""
+    error: str | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+    cached: bool = False
+    trajectory: dict[str, Any] | None = None
+    num_tool_calls: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def to_row(self) -> dict[str, Any]:
+        row = {
+            "query_id": self.query_id,
+            "sample": self.sample,
+            "messages": self.messages,
+            "completion": self.completion,
+            "reward": self.reward,
+            "extracted": self.extracted,
+            "reason": self.reason,
+            "error": self.error,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "cost_usd": round(self.cost_usd, 8),
+            "cached": self.cached,
+            "num_tool_calls": self.num_tool_calls,
+        }
+        if self.trajectory is not None:
+            row["trajectory"] = self.trajectory
+        row.update(self.extra)
+        return row
+
+
+async def sample_group(
+    client: LLMClient,
+    query_id: str,
+    messages: list[dict[str, Any]],
+    *,
+    n: int,
+    sampling: SamplingParams,
+    tag: str = "rollout",
+    agent: Any | None = None,
+) -> list[Rollout]:
+    """G samples of one prompt, one call per sample, so one failed call loses one rollout, not the group.
+
+    A call that still fails after the client's retries becomes a rollout with `error` set (excluded
+    from scoring by callers); a budget stop propagates.
+    """
+
+    async def one(index: int) -> Rollout:
+        rollout = Rollout(query_id=query_id, sample=index, messages=messages)
+        try:
+            if agent is not None:
+                trajectory = await agent(client, messages, sampling=sampling, tag=tag, sample_index=index)
+                rollout.completion = trajectory.final_text
+                rollout.trajectory = trajectory.to_jsonable()
+                rollout.num_tool_calls = trajectory.num_tool_calls
+                rollout.prompt_tokens = trajectory.prompt_tokens
+                rollout.completion_tokens = trajectory.completion_tokens
+                rollout.cost_usd = trajectory.cost_usd
+                return rollout
+            (completion,) = await client.chat(messages, n=1, sampling=sampling, tag=tag, sample_offset=index)
+        except BudgetExceededError:
+            raise
+        except LLMError as exc:
+            rollout.error = f"{type(exc).__name__}: {exc}"
+            return rollout
+        rollout.completion = completion.text
+        rollout.prompt_tokens = completion.usage.prompt_tokens
+        rollout.completion_tokens = completion.usage.completion_tokens
+        rollout.cost_usd = completion.cost_usd
+        rollout.cached = completion.cached
+        return rollout
+
+    return list(await asyncio.gather(*(one(i) for i in range(n))))
+
+
+def score_group(reward: Any, rollouts: list[Rollout], gold: str | None, columns: dict[str, Any] | None = None) -> None:
+    """Fill reward/extracted/reason of the valid rollouts in place (failed calls stay unscored)."""
+    valid = [r for r in rollouts if r.ok]
+    if not valid:
+        return
+    extra = {k: [v] * len(valid) for k, v in (columns or {}).items()}
+    if gold is not None:
+        extra["answer"] = [gold] * len(valid)
+    scores = reward.score([r.completion for r in valid], **extra)
+    for rollout, score in zip(valid, scores):
+        rollout.reward = score.value
+        rollout.extracted = score.extracted
+        rollout.reason = score.reason
