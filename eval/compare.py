@@ -1,0 +1,271 @@
+"""Compare eval runs on the same problems: side-by-side metrics, paired tests against the first run, plots.
+
+An eval run directory holds `metrics.json` (written by `eval.metrics.summarize` plus the runner's
+settings and an optional `provenance` block) and `samples.jsonl`. The first run is the baseline. When
+the runs cover different problems, every number is computed on the problems common to all of them, and
+the report says so.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from eval.errors import RunDirError
+from eval.metrics import N_BOOTSTRAP, aggregate, summarize
+from eval.stats import PairedComparison, compare_paired
+
+
+class EvalRun(BaseModel):
+    """One eval run as read from its directory."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    path: str
+    metrics: dict[str, Any]
+    per_problem: list[dict[str, Any]]
+
+    @property
+    def provenance(self) -> dict[str, Any]:
+        return dict(self.metrics.get("provenance") or {})
+
+
+class SystemSummary(BaseModel):
+    """One system's metrics on the compared problems, and how it was obtained."""
+
+    name: str
+    path: str
+    mean_at_k: float
+    ci95: list[float]
+    k: int
+    pass_at_k: dict[str, float]
+    maj_at_k: float
+    num_problems: int
+    num_problems_in_run: int
+    num_samples: int
+    failed_samples: int
+    model: str | None = None
+    eval_tokens: dict[str, Any] = Field(default_factory=dict)
+    eval_cost_usd: float | None = None
+    eval_wall_s: float | None = None
+    provenance: dict[str, Any] = Field(default_factory=dict)
+
+
+class PairedRow(BaseModel):
+    system: str
+    baseline: str
+    result: PairedComparison
+
+
+class Comparison(BaseModel):
+    """Everything a report shows; also written as comparison.json."""
+
+    baseline: str
+    systems: list[SystemSummary]
+    problem_ids: list[str]
+    problems_note: str | None = Field(None, description="Set when the runs covered different problems.")
+    per_problem: dict[str, list[float]] = Field(description="problem id → accuracy per system, in system order.")
+    paired: list[PairedRow]
+    seed: int
+    learn_run: str | None = None
+    learn_steps: list[dict[str, Any]] = Field(default_factory=list)
+    learn_totals: dict[str, Any] = Field(default_factory=dict)
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    rows = []
+    with path.open(encoding="utf-8") as handle:
+        for line_number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise RunDirError(f"{path}:{line_number}: not valid JSON ({exc.msg})") from None
+            if not isinstance(row, dict):
+                raise RunDirError(f"{path}:{line_number}: expected a JSON object")
+            rows.append(row)
+    return rows
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise RunDirError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    if not isinstance(data, dict):
+        raise RunDirError(f"{path}: expected a JSON object at the top level")
+    return data
+
+
+def load_eval_run(run_dir: str | Path, *, name: str | None = None, seed: int = 0) -> EvalRun:
+    """Read metrics.json (and samples.jsonl when metrics.json lacks per-problem results)."""
+    path = Path(run_dir)
+    if not path.is_dir():
+        raise RunDirError(f"eval run directory not found: {path}")
+    metrics_path, samples_path = path / "metrics.json", path / "samples.jsonl"
+    metrics = read_json(metrics_path) if metrics_path.is_file() else {}
+    per_problem = metrics.get("per_problem")
+    if not per_problem:
+        if not samples_path.is_file():
+            raise RunDirError(f"{path}: not an eval run (needs metrics.json with per_problem, or samples.jsonl)")
+        rows = read_jsonl(samples_path)
+        for line_number, row in enumerate(rows, start=1):
+            if "problem_id" not in row:
+                raise RunDirError(f"{samples_path}: row {line_number} has no 'problem_id'")
+        try:
+            summary = summarize(rows, seed=seed)
+        except ValueError as exc:
+            raise RunDirError(f"{samples_path}: {exc}") from None
+        metrics = {**summary, **metrics}
+        per_problem = summary["per_problem"]
+    for index, item in enumerate(per_problem):
+        if not isinstance(item, dict) or not {"id", "n", "correct"} <= item.keys():
+            raise RunDirError(f"{metrics_path}: per_problem[{index}] needs keys id, n, correct")
+    return EvalRun(name=name or str(metrics.get("name") or path.name), path=str(path), metrics=metrics, per_problem=per_problem)
+
+
+def load_learn_run(run_dir: str | Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """(steps, other top-level numbers) from a learn run's metrics.json."""
+    path = Path(run_dir)
+    metrics_path = path / "metrics.json"
+    if not metrics_path.is_file():
+        raise RunDirError(f"learn run has no metrics.json: {metrics_path}")
+    metrics = read_json(metrics_path)
+    steps = metrics.get("steps")
+    if not isinstance(steps, list) or not steps:
+        raise RunDirError(f"{metrics_path}: not a learn run (needs a non-empty 'steps' list)")
+    for index, step in enumerate(steps):
+        if not isinstance(step, dict) or "rollout_accuracy" not in step:
+            raise RunDirError(f"{metrics_path}: steps[{index}] needs a 'rollout_accuracy'")
+    totals = {key: value for key, value in metrics.items() if key != "steps" and isinstance(value, (int, float, str))}
+    return steps, totals
+
+
+def _unique_names(runs: Sequence[EvalRun]) -> list[str]:
+    names = [run.name for run in runs]
+    seen: dict[str, int] = {}
+    unique = []
+    for run, name in zip(runs, names):
+        if names.count(name) > 1:  # e.g. two `.../eval` folders: prefix the parent folder
+            name = f"{Path(run.path).resolve().parent.name}/{name}"
+        seen[name] = seen.get(name, 0) + 1
+        unique.append(name if seen[name] == 1 else f"{name} ({seen[name]})")
+    return unique
+
+
+def _common_problems(runs: Sequence[EvalRun]) -> tuple[list[str], str | None]:
+    id_sets = [{str(p["id"]) for p in run.per_problem if p["n"] > 0} for run in runs]
+    common = set.intersection(*id_sets)
+    if not common:
+        listing = "; ".join(f"{run.name}: {len(ids)} problems" for run, ids in zip(runs, id_sets))
+        raise RunDirError(f"the runs share no problem, nothing to compare ({listing})")
+    ordered = [str(p["id"]) for p in runs[0].per_problem if str(p["id"]) in common]
+    if all(len(ids) == len(common) for ids in id_sets):
+        return ordered, None
+    sizes = ", ".join(f"{run.name} has {len(ids)}" for run, ids in zip(runs, id_sets))
+    return ordered, f"The runs cover different problems ({sizes}); every number is computed on the {len(common)} problems common to all runs."
+
+
+def build_comparison(
+    runs: Sequence[EvalRun],
+    *,
+    seed: int = 0,
+    n_bootstrap: int = N_BOOTSTRAP,
+    learn_run: str | Path | None = None,
+) -> Comparison:
+    """Metrics of every run on the common problems and paired tests of each run against the first."""
+    if len(runs) < 1:
+        raise RunDirError("compare needs at least one eval run")
+    names = _unique_names(runs)
+    runs = [run.model_copy(update={"name": name}) for run, name in zip(runs, names)]
+    problem_ids, note = _common_problems(runs)
+
+    systems, accuracy_columns = [], []
+    for run in runs:
+        by_id = {str(p["id"]): p for p in run.per_problem}
+        subset = [by_id[pid] for pid in problem_ids]
+        summary = aggregate(subset, seed=seed, n_bootstrap=n_bootstrap)
+        accuracy_columns.append([p["correct"] / p["n"] for p in subset])
+        metrics = run.metrics
+        settings = metrics.get("settings") or {}
+        systems.append(
+            SystemSummary(
+                name=run.name,
+                path=run.path,
+                mean_at_k=summary["mean_at_k"],
+                ci95=summary["ci95"],
+                k=summary["k"],
+                pass_at_k=summary["pass_at_k"],
+                maj_at_k=summary["maj_at_k"],
+                num_problems=summary["num_problems"],
+                num_problems_in_run=sum(1 for p in run.per_problem if p["n"] > 0),
+                num_samples=sum(p["n"] for p in subset),
+                failed_samples=sum(int(p.get("failed", 0)) for p in subset),
+                model=metrics.get("model") or (settings.get("llm") or {}).get("model") or settings.get("model"),
+                eval_tokens=dict(metrics.get("tokens") or {}),
+                eval_cost_usd=metrics.get("cost_usd"),
+                eval_wall_s=metrics.get("wall_s"),
+                provenance=run.provenance,
+            )
+        )
+
+    paired = [
+        PairedRow(
+            system=system.name,
+            baseline=systems[0].name,
+            result=compare_paired(accuracy_columns[0], column, seed=seed, n_bootstrap=n_bootstrap),
+        )
+        for system, column in zip(systems[1:], accuracy_columns[1:])
+    ]
+    learn_steps, learn_totals = load_learn_run(learn_run) if learn_run else ([], {})
+    return Comparison(
+        baseline=systems[0].name,
+        systems=systems,
+        problem_ids=problem_ids,
+        problems_note=note,
+        per_problem={pid: [column[i] for column in accuracy_columns] for i, pid in enumerate(problem_ids)},
+        paired=paired,
+        seed=seed,
+        learn_run=str(learn_run) if learn_run else None,
+        learn_steps=learn_steps,
+        learn_totals=learn_totals,
+    )
+
+
+def compare_runs(
+    run_dirs: Sequence[str | Path],
+    out_dir: str | Path,
+    *,
+    learn_run: str | Path | None = None,
+    seed: int = 0,
+    n_bootstrap: int = N_BOOTSTRAP,
+) -> tuple[Comparison, dict[str, Path]]:
+    """Load the runs, compare them, write report.md, report.html, comparison.json and PNGs into out_dir."""
+    from eval.report import write_report
+
+    if not run_dirs:
+        raise RunDirError("compare needs at least one eval run directory")
+    runs = [load_eval_run(path, seed=seed) for path in run_dirs]
+    comparison = build_comparison(runs, seed=seed, n_bootstrap=n_bootstrap, learn_run=learn_run)
+    files = write_report(comparison, Path(out_dir))
+    return comparison, files
+
+
+__all__ = [
+    "Comparison",
+    "EvalRun",
+    "PairedRow",
+    "SystemSummary",
+    "build_comparison",
+    "compare_runs",
+    "load_eval_run",
+    "load_learn_run",
+    "read_json",
+    "read_jsonl",
+]

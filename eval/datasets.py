@@ -1,0 +1,215 @@
+"""Problem sets: the bundled benchmarks by name, or any JSONL / JSON / CSV / parquet file.
+
+Every loader returns `Problem` rows with string `id`, `problem` and `answer`; all other columns go to
+`extra`. A malformed row fails at once with an error naming the file, the line (JSONL) or row (other
+formats) and the key, because a silently skipped row changes what a benchmark number means.
+
+Rows without an id get a stable one from their position in the file (`row-0007` is the eighth row, counted
+from 0 over all rows of the file, not only those kept by `limit`), so a rerun pairs samples with the same
+problems.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from eval.errors import DatasetError
+
+DATA_DIR = Path(__file__).resolve().parent / "data"
+
+
+class Problem(BaseModel):
+    """One evaluation or training problem."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str = Field(description="Unique within its dataset; samples and comparisons are keyed on it.")
+    problem: str = Field(description="The problem text shown to the model.")
+    answer: str = Field(description="The gold answer as a string (integers without leading zeros in bundled sets).")
+    extra: dict[str, Any] = Field(default_factory=dict, description="Every other column of the source row.")
+
+
+class BundledDataset(BaseModel):
+    """A problem set shipped inside the package, addressable by `name` (e.g. `--data aime24`)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    filename: str
+    size: int
+    limit: int | None = None
+    description: str
+
+    @property
+    def path(self) -> Path:
+        return DATA_DIR / self.filename
+
+
+_BUNDLED = (
+    BundledDataset(name="aime24", filename="aime24.jsonl", size=30, description="AIME 2024 I and II (30 problems)."),
+    BundledDataset(name="aime25", filename="aime25.jsonl", size=30, description="AIME 2025 I and II (30 problems)."),
+    BundledDataset(name="amc23", filename="amc23.jsonl", size=40, description="AMC 2023 (40 problems), held-out set."),
+    BundledDataset(
+        name="dapo100",
+        filename="dapo_math_17k_first110.jsonl",
+        size=100,
+        limit=100,
+        description="First 100 problems of DAPO-Math-17k in file order (a training set; not youtu-agent's DAPO-100).",
+    ),
+    BundledDataset(
+        name="math_l5_train200",
+        filename="math_l5_int_train200.jsonl",
+        size=200,
+        description="200 MATH Level-5 test problems outside MATH-500 with integer answers (a training set).",
+    ),
+    BundledDataset(
+        name="easy",
+        filename="easy_arith.jsonl",
+        size=16,
+        description="16 one-step arithmetic word problems for the embedded 135M model's quickstart.",
+    ),
+)
+
+BUNDLED: Mapping[str, BundledDataset] = MappingProxyType({d.name: d for d in _BUNDLED})
+
+
+def list_bundled() -> list[BundledDataset]:
+    """The bundled datasets, in a stable order (name, size, description, file)."""
+    return list(_BUNDLED)
+
+
+def resolve_dataset(spec: str | Path) -> tuple[Path, int | None]:
+    """A bundled name or a path → (file, the bundled row limit or None)."""
+    if isinstance(spec, str) and spec in BUNDLED:
+        bundled = BUNDLED[spec]
+        return bundled.path, bundled.limit
+    path = Path(spec).expanduser()
+    if path.is_file():
+        return path, None
+    names = ", ".join(BUNDLED)
+    raise DatasetError(f"unknown dataset {str(spec)!r}: not a bundled name ({names}) and no such file")
+
+
+def load_dataset_rows(
+    spec: str | Path,
+    *,
+    problem_key: str = "problem",
+    answer_key: str = "answer",
+    id_key: str = "id",
+    limit: int | None = None,
+) -> list[Problem]:
+    """Load problems from a bundled name or a file; `limit` keeps the first N rows."""
+    if limit is not None and limit < 1:
+        raise DatasetError(f"limit must be at least 1 (got {limit})")
+    path, bundled_limit = resolve_dataset(spec)
+    if bundled_limit is not None:
+        limit = bundled_limit if limit is None else min(limit, bundled_limit)
+
+    suffix = "".join(path.suffixes[-1:]).lower()
+    rows = _iter_jsonl(path) if suffix == ".jsonl" else _iter_with_hf_datasets(path, suffix)
+
+    problems: list[Problem] = []
+    first_seen: dict[str, str] = {}
+    for index, (where, row) in enumerate(rows):
+        if limit is not None and len(problems) >= limit:
+            break
+        problem = _row_to_problem(
+            row, index=index, where=where, problem_key=problem_key, answer_key=answer_key, id_key=id_key
+        )
+        if problem.id in first_seen:
+            raise DatasetError(f"{where}: duplicate id {problem.id!r} (first seen at {first_seen[problem.id]})")
+        first_seen[problem.id] = where
+        problems.append(problem)
+    if not problems:
+        raise DatasetError(f"{path}: no rows")
+    return problems
+
+
+def _iter_jsonl(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    with path.open(encoding="utf-8") as handle:
+        for line_number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            where = f"{path}:{line_number}"
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise DatasetError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+            if not isinstance(row, dict):
+                raise DatasetError(f"{where}: expected a JSON object, got {type(row).__name__}")
+            yield where, row
+
+
+_HF_FORMATS = {".json": "json", ".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
+
+
+def _iter_with_hf_datasets(path: Path, suffix: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    builder = _HF_FORMATS.get(suffix)
+    if builder is None:
+        formats = ", ".join([".jsonl", *_HF_FORMATS])
+        raise DatasetError(f"{path}: unsupported file type {suffix or '(none)'!r}; use one of {formats}")
+    try:
+        import datasets  # heavy; only for non-JSONL files
+    except ImportError as exc:
+        raise DatasetError(f"{path}: reading {suffix} files needs the `datasets` package ({exc})") from None
+
+    bars_were_on = datasets.is_progress_bar_enabled()
+    datasets.disable_progress_bars()  # a local file loads in milliseconds; its bars would only be noise
+    try:
+        table = datasets.load_dataset(builder, data_files=str(path), split="train")
+    except (ValueError, OSError, datasets.exceptions.DatasetGenerationError) as exc:
+        reason = exc.__cause__ or exc  # the generation error wraps the parser's own message
+        raise DatasetError(f"{path}: cannot read as {builder}: {reason}") from None
+    finally:
+        if bars_were_on:
+            datasets.enable_progress_bars()
+    for row_number, row in enumerate(table, start=1):
+        yield f"{path}: row {row_number}", row
+
+
+def _row_to_problem(
+    row: dict[str, Any], *, index: int, where: str, problem_key: str, answer_key: str, id_key: str
+) -> Problem:
+    if problem_key not in row:
+        raise DatasetError(f"{where}: missing key {problem_key!r} (keys: {', '.join(map(str, row)) or 'none'})")
+    problem = row[problem_key]
+    if not isinstance(problem, str) or not problem.strip():
+        raise DatasetError(f"{where}: key {problem_key!r} must be a non-empty string (got {problem!r:.60})")
+
+    if answer_key not in row:
+        raise DatasetError(f"{where}: missing key {answer_key!r} (keys: {', '.join(map(str, row))})")
+    if row[answer_key] is None:
+        raise DatasetError(f"{where}: key {answer_key!r} is empty")
+    answer = _scalar_to_text(row[answer_key], key=answer_key, where=where)
+
+    raw_id = row.get(id_key)
+    problem_id = f"row-{index:04d}" if raw_id is None else _scalar_to_text(raw_id, key=id_key, where=where)
+    extra = {key: value for key, value in row.items() if key not in {problem_key, answer_key, id_key}}
+    return Problem(id=problem_id, problem=problem, answer=answer, extra=extra)
+
+
+def _scalar_to_text(value: Any, *, key: str, where: str) -> str:
+    """Strings stay as they are; integers and integral floats (27.0, from CSV/parquet) become '27'."""
+    if isinstance(value, bool):
+        raise DatasetError(f"{where}: key {key!r} must be a string or a number (got {value!r})")
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise DatasetError(f"{where}: key {key!r} is {value!r}")
+        return str(int(value)) if value.is_integer() else repr(value)
+    if isinstance(value, str):
+        if not value.strip():
+            raise DatasetError(f"{where}: key {key!r} is empty")
+        return value.strip()
+    raise DatasetError(f"{where}: key {key!r} must be a string or a number (got {type(value).__name__})")
+
+
+__all__ = ["BUNDLED", "BundledDataset", "DATA_DIR", "Problem", "list_bundled", "load_dataset_rows", "resolve_dataset"]

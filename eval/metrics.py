@@ -1,0 +1,263 @@
+"""Accuracy metrics of K samples per problem: Mean@K, unbiased pass@k, maj@k, and a bootstrap CI.
+
+Conventions (they are part of the `metrics.json` contract):
+- A sample is *correct* when its reward is at least `correct_threshold` (0.5: math rewards are 0/1).
+  A reward of None (the scorer could not decide) counts as incorrect and is counted in `unscored_samples`.
+  A sample with an `error` (the model call failed) is left out of every metric and counted in
+  `failed_samples`, since an outage says nothing about the model's skill.
+- Mean@K is the mean over problems of (correct samples / samples): the average pass@1 over K samples.
+- pass@k uses the unbiased estimator of Chen et al. (2021), 1 − C(n−c, k) / C(n, k), as a product so it
+  never overflows; k runs over 1, 2, 4, … up to the smallest sample count of any problem, plus that count.
+- maj@k votes over *normalised* extracted answers. Unparsable answers (None) are each their own class of
+  one and never beat a real answer, so a problem only gets no majority answer when no sample gave one.
+  **Tie rule:** among answers with the same count, the one whose first sample has the lowest sample
+  index wins (deterministic, independent of the order rows were written). The majority answer is correct
+  when any sample that gave it was scored correct (the reward already compared it with the gold answer), or,
+  when an `answer_checker(gold, answer)` is passed, when that says so.
+- The 95 % CI of Mean@K is a percentile bootstrap over problems (resampled with replacement), seeded.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+CORRECT_THRESHOLD = 0.5
+N_BOOTSTRAP = 10_000
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Probability that at least one of k samples drawn without replacement from n (c correct) is correct."""
+    if not 0 <= c <= n:
+        raise ValueError(f"need 0 <= c <= n (got n={n}, c={c})")
+    if not 1 <= k <= n:
+        raise ValueError(f"need 1 <= k <= n (got n={n}, k={k})")
+    if n - c < k:  # every draw of k samples contains a correct one
+        return 1.0
+    # C(n-c, k) / C(n, k) = prod_{i=n-c+1}^{n} (1 - k / i)
+    return 1.0 - float(np.prod(1.0 - k / np.arange(n - c + 1, n + 1, dtype=np.float64)))
+
+
+def ks_for(max_k: int) -> list[int]:
+    """1, 2, 4, … ≤ max_k, plus max_k itself."""
+    if max_k < 1:
+        return []
+    ks = [1 << i for i in range(max_k.bit_length()) if (1 << i) <= max_k]
+    return ks if ks[-1] == max_k else [*ks, max_k]
+
+
+def mean_at_k(per_problem: Iterable[tuple[int, int]]) -> float:
+    """Mean over problems of c/n, from (n, c) pairs."""
+    fractions = [c / n for n, c in per_problem if n > 0]
+    if not fractions:
+        raise ValueError("no problem has any sample")
+    return float(np.mean(fractions))
+
+
+_BOXED = re.compile(r"^\\(?:boxed|fbox)\s*\{(.*)\}$", re.DOTALL)
+_TEXT = re.compile(r"\\(?:text|textbf|mathrm|mbox)\s*\{([^{}]*)\}")
+_NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)$")
+
+
+def normalize_answer(answer: str | None) -> str | None:
+    """A canonical form for voting: '$\\boxed{027}$.' and '27' become the same class. None stays None.
+
+    Deliberately light (no symbolic algebra): it merges spellings, not mathematically equal values.
+    """
+    if answer is None:
+        return None
+    text = answer.strip()
+    for _ in range(3):  # peel wrappers in any order: $...$, \boxed{...}, trailing period
+        before = text
+        text = text.strip().rstrip(".").strip()
+        if len(text) >= 2 and text.startswith("$") and text.endswith("$"):
+            text = text.strip("$").strip()
+        match = _BOXED.match(text)
+        if match:
+            text = match.group(1).strip()
+        if text.startswith("\\(") and text.endswith("\\)"):
+            text = text[2:-2].strip()
+        if text == before:
+            break
+    text = _TEXT.sub(r"\1", text)
+    text = text.replace("\\!", "").replace("\\,", "").replace("\\ ", "").replace("\\left", "").replace("\\right", "")
+    text = re.sub(r"^[a-zA-Z]\s*=\s*", "", text)  # "x = 5" → "5"
+    text = re.sub(r"\s+", "", text)
+    numeric = text.replace(",", "") if re.fullmatch(r"[+-]?\d{1,3}(,\d{3})+(\.\d*)?", text) else text
+    if _NUMBER.match(numeric):
+        value = float(numeric)
+        if value.is_integer() and abs(value) < 1e15:
+            return str(int(value))
+        return repr(value)
+    return text or None
+
+
+def majority_answer(answers: Sequence[str | None]) -> tuple[str | None, list[int]]:
+    """(winning normalised answer, indices into `answers` that gave it); see the module doc for ties."""
+    normalised = [normalize_answer(a) for a in answers]
+    counts = Counter(a for a in normalised if a is not None)
+    if not counts:
+        return None, []
+    first_index = {}
+    for index, value in enumerate(normalised):
+        if value is not None:
+            first_index.setdefault(value, index)
+    winner = min(counts, key=lambda value: (-counts[value], first_index[value]))
+    return winner, [i for i, value in enumerate(normalised) if value == winner]
+
+
+def bootstrap_ci(values: Sequence[float], *, seed: int = 0, n_bootstrap: int = N_BOOTSTRAP, level: float = 0.95) -> list[float]:
+    """Percentile bootstrap CI of the mean of `values` (one value per problem)."""
+    data = np.asarray(values, dtype=np.float64)
+    if data.size == 0:
+        raise ValueError("no values to bootstrap")
+    if data.size == 1 or np.all(data == data[0]):
+        return [float(data[0]), float(data[0])]
+    rng = np.random.default_rng(seed)
+    means = _bootstrap_means(data, rng, n_bootstrap)
+    alpha = (1.0 - level) / 2.0
+    low, high = np.quantile(means, [alpha, 1.0 - alpha])
+    return [float(low), float(high)]
+
+
+def _bootstrap_means(data: np.ndarray, rng: np.random.Generator, n_bootstrap: int, chunk: int = 2_000) -> np.ndarray:
+    # chunks bound memory at chunk × problems indices, whatever the problem count
+    parts = []
+    for start in range(0, n_bootstrap, chunk):
+        size = min(chunk, n_bootstrap - start)
+        parts.append(data[rng.integers(0, data.size, size=(size, data.size))].mean(axis=1))
+    return np.concatenate(parts)
+
+
+def is_correct(reward: float | None, threshold: float = CORRECT_THRESHOLD) -> bool:
+    return reward is not None and reward >= threshold
+
+
+def problem_results(
+    samples: Iterable[Mapping[str, Any]],
+    *,
+    correct_threshold: float = CORRECT_THRESHOLD,
+    answer_checker: Callable[[str, str], bool] | None = None,
+) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """Group sample rows by problem (first-seen order) → per-problem results and sample counters."""
+    groups: dict[str, list[Mapping[str, Any]]] = {}
+    counters = {"num_samples": 0, "failed_samples": 0, "unscored_samples": 0}
+    for row in samples:
+        groups.setdefault(str(row["problem_id"]), []).append(row)
+
+    results = []
+    for problem_id, rows in groups.items():
+        rows = sorted(rows, key=lambda r: r.get("sample", 0))
+        failed = [r for r in rows if r.get("error")]
+        scored = [r for r in rows if not r.get("error")]
+        unscored = sum(1 for r in scored if r.get("reward") is None)
+        counters["failed_samples"] += len(failed)
+        counters["unscored_samples"] += unscored
+        counters["num_samples"] += len(scored)
+        correct_flags = [is_correct(r.get("reward"), correct_threshold) for r in scored]
+        maj, maj_indices = majority_answer([r.get("extracted") for r in scored])
+        gold = str(rows[0].get("gold", ""))
+        if maj is None:
+            maj_correct = False
+        elif answer_checker is not None:
+            maj_correct = bool(answer_checker(gold, maj))
+        else:
+            maj_correct = any(correct_flags[i] for i in maj_indices)
+        n, c = len(scored), sum(correct_flags)
+        results.append(
+            {
+                "id": problem_id,
+                "gold": gold,
+                "correct": c,
+                "n": n,
+                "mean": c / n if n else None,
+                "maj_answer": maj,
+                "maj_correct": maj_correct,
+                "unscored": unscored,
+                "failed": len(failed),
+            }
+        )
+    return results, counters
+
+
+def aggregate(
+    per_problem: Sequence[Mapping[str, Any]], *, seed: int = 0, n_bootstrap: int = N_BOOTSTRAP
+) -> dict[str, Any]:
+    """Mean@K, pass@k, maj@k and the CI from per-problem results (used for a run and for any subset)."""
+    usable = [p for p in per_problem if p["n"] > 0]
+    if not usable:
+        raise ValueError("no problem has a scored sample")
+    min_n = min(p["n"] for p in usable)
+    means = [p["correct"] / p["n"] for p in usable]
+    return {
+        "mean_at_k": float(np.mean(means)),
+        "k": max(p["n"] for p in usable),
+        "min_samples_per_problem": min_n,
+        "pass_at_k": {
+            str(k): float(np.mean([pass_at_k(p["n"], p["correct"], k) for p in usable])) for k in ks_for(min_n)
+        },
+        "maj_at_k": float(np.mean([bool(p["maj_correct"]) for p in usable])),
+        "ci95": bootstrap_ci(means, seed=seed, n_bootstrap=n_bootstrap),
+        "num_problems": len(usable),
+    }
+
+
+def summarize(
+    samples: Iterable[Mapping[str, Any]],
+    *,
+    seed: int = 0,
+    n_bootstrap: int = N_BOOTSTRAP,
+    correct_threshold: float = CORRECT_THRESHOLD,
+    answer_checker: Callable[[str, str], bool] | None = None,
+) -> dict[str, Any]:
+    """The metrics.json body for one eval run's sample rows (see the module doc for the rules)."""
+    rows = list(samples)
+    per_problem, counters = problem_results(rows, correct_threshold=correct_threshold, answer_checker=answer_checker)
+    if not any(p["n"] for p in per_problem):
+        raise ValueError(f"no scored samples among {len(rows)} rows ({counters['failed_samples']} failed)")
+    scored = [r for r in rows if not r.get("error")]
+    rewards = [float(r["reward"]) if r.get("reward") is not None else 0.0 for r in scored]
+    summary = aggregate(per_problem, seed=seed, n_bootstrap=n_bootstrap)
+    summary.update(
+        {
+            "num_samples": counters["num_samples"],
+            "failed_samples": counters["failed_samples"],
+            "unscored_samples": counters["unscored_samples"],
+            "problems_without_samples": [p["id"] for p in per_problem if p["n"] == 0],
+            "mean_reward": float(np.mean(rewards)),
+            "correct_threshold": correct_threshold,
+            "ci_method": f"percentile bootstrap over problems, {n_bootstrap} resamples, seed {seed}",
+            "tokens": {
+                "prompt": _sum_int(rows, "prompt_tokens"),
+                "completion": _sum_int(rows, "completion_tokens"),
+                "mean_completion": _sum_int(scored, "completion_tokens") / len(scored) if scored else 0.0,
+            },
+            "cost_usd": math.fsum(float(r.get("cost_usd") or 0.0) for r in rows),
+            "per_problem": per_problem,
+        }
+    )
+    return summary
+
+
+def _sum_int(rows: Iterable[Mapping[str, Any]], key: str) -> int:
+    return int(sum(int(r.get(key) or 0) for r in rows))
+
+
+__all__ = [
+    "CORRECT_THRESHOLD",
+    "aggregate",
+    "bootstrap_ci",
+    "is_correct",
+    "ks_for",
+    "majority_answer",
+    "mean_at_k",
+    "normalize_answer",
+    "pass_at_k",
+    "problem_results",
+    "summarize",
+]

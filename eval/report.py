@@ -1,0 +1,285 @@
+"""Render a `Comparison` as tables, then as report.md and a self-contained report.html (PNGs inlined).
+
+The tables are built once (`build_tables`) and rendered three ways: markdown, HTML, and the rich table
+the CLI prints, so the three never disagree.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from eval.compare import Comparison, SystemSummary
+
+ALPHA = 0.05
+
+
+class Table(BaseModel):
+    key: str
+    title: str
+    headers: list[str]
+    rows: list[list[str]]
+    note: str | None = None
+
+
+def _pct(value: float | None) -> str:
+    return "–" if value is None else f"{100 * value:.1f}%"
+
+
+def _pp(value: float) -> str:
+    return f"{100 * value:+.1f} pp"
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "–"
+    seconds = float(seconds)
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _usd(value: float | None) -> str:
+    if value is None:
+        return "–"
+    value = float(value)
+    return "$0" if value == 0 else f"${value:.4f}" if value < 1 else f"${value:.2f}"
+
+
+def _method(system: SystemSummary) -> str:
+    provenance = system.provenance
+    if provenance.get("method"):
+        return str(provenance["method"])
+    if provenance.get("learn_run") or provenance.get("library"):
+        return "Training-Free GRPO (experience library)"
+    if provenance.get("finetune_wall_s") is not None or provenance.get("adapter"):
+        return "fine-tuned (LoRA adapter)"
+    return "base model"
+
+
+def _training_cost(system: SystemSummary) -> str:
+    provenance = system.provenance
+    return _usd(provenance.get("learn_cost_usd")) if provenance.get("learn_cost_usd") is not None else "–"
+
+
+def _training_time(system: SystemSummary) -> str:
+    provenance = system.provenance
+    parts = []
+    if provenance.get("learn_wall_s") is not None:
+        parts.append(f"learn {_duration(provenance['learn_wall_s'])}")
+    if provenance.get("finetune_wall_s") is not None:
+        parts.append(f"fine-tune {_duration(provenance['finetune_wall_s'])}")
+    return ", ".join(parts) or "–"
+
+
+def build_tables(comparison: Comparison) -> list[Table]:
+    systems = comparison.systems
+    ks = sorted({int(k) for system in systems for k in system.pass_at_k})
+    accuracy = Table(
+        key="accuracy",
+        title="Accuracy",
+        headers=["System", "Problems", "K", "Mean@K [95% CI]", *[f"pass@{k}" for k in ks], "maj@K"],
+        rows=[
+            [
+                system.name + (" (baseline)" if index == 0 else ""),
+                str(system.num_problems),
+                str(system.k),
+                f"{_pct(system.mean_at_k)} [{_pct(system.ci95[0])}, {_pct(system.ci95[1])}]",
+                *[_pct(system.pass_at_k.get(str(k))) for k in ks],
+                _pct(system.maj_at_k),
+            ]
+            for index, system in enumerate(systems)
+        ],
+        note=comparison.problems_note,
+    )
+    tables = [accuracy]
+    if comparison.paired:
+        tables.append(
+            Table(
+                key="paired",
+                title=f"Paired difference in Mean@K against {comparison.baseline}",
+                headers=["System", "Δ Mean@K", "95% CI of Δ", "p-value", "wins / losses / ties", "verdict"],
+                rows=[
+                    [
+                        row.system,
+                        _pp(row.result.diff),
+                        f"[{_pp(row.result.ci95[0])}, {_pp(row.result.ci95[1])}]",
+                        f"{row.result.p_value:.3g}",
+                        f"{row.result.wins} / {row.result.losses} / {row.result.ties}",
+                        _verdict(row.result.diff, row.result.p_value),
+                    ]
+                    for row in comparison.paired
+                ],
+                note=(
+                    "Δ = system − baseline, per problem, averaged over the common problems. CI: percentile bootstrap "
+                    f"over problems; p: two-sided paired sign-flip permutation test ({comparison.paired[0].result.p_method}). "
+                    f"Wins/losses count problems where the system's share of correct samples is higher/lower. Seed {comparison.seed}."
+                ),
+            )
+        )
+    tables.append(
+        Table(
+            key="cost",
+            title="How each system was obtained",
+            headers=["System", "Method", "Model", "Training cost", "Training time", "Training samples", "Eval tokens (prompt / completion)", "Eval cost", "Eval time"],
+            rows=[
+                [
+                    system.name,
+                    _method(system),
+                    system.model or "–",
+                    _training_cost(system),
+                    _training_time(system),
+                    str(system.provenance.get("train_samples", "–")),
+                    f"{system.eval_tokens.get('prompt', '–')} / {system.eval_tokens.get('completion', '–')}",
+                    _usd(system.eval_cost_usd),
+                    _duration(system.eval_wall_s),
+                ]
+                for system in systems
+            ],
+            note="Training columns come from each run's metrics.json `provenance` (learn run cost and time, fine-tuning time).",
+        )
+    )
+    tables.append(
+        Table(
+            key="per_problem",
+            title="Per-problem accuracy (share of samples correct)",
+            headers=["Problem", *[system.name for system in systems]],
+            rows=[[pid, *[_pct(v) for v in values]] for pid, values in comparison.per_problem.items()],
+        )
+    )
+    if comparison.learn_steps:
+        last = comparison.learn_steps[-1]
+        first = comparison.learn_steps[0]
+        tables.append(
+            Table(
+                key="learn",
+                title=f"Learn run {comparison.learn_run}",
+                headers=["Steps", "Rollout accuracy (first → last step)", "Library size (last step)", *comparison.learn_totals.keys()],
+                rows=[[
+                    str(len(comparison.learn_steps)),
+                    f"{_pct(first.get('rollout_accuracy'))} → {_pct(last.get('rollout_accuracy'))}",
+                    str(last.get("library_size", "–")),
+                    *[str(v) for v in comparison.learn_totals.values()],
+                ]],
+            )
+        )
+    return tables
+
+
+def _verdict(diff: float, p_value: float) -> str:
+    if p_value >= ALPHA:
+        return "no significant difference"
+    return "better" if diff > 0 else "worse"
+
+
+def draw_plots(comparison: Comparison, out_dir: Path) -> dict[str, Path]:
+    from eval.plots import plot_accuracy, plot_heatmap, plot_learning_curve
+
+    names = [system.name for system in comparison.systems]
+    k = max(system.k for system in comparison.systems)
+    plots = {
+        "accuracy": plot_accuracy(
+            names, [s.mean_at_k for s in comparison.systems], [s.ci95 for s in comparison.systems], out_dir / "accuracy.png", k=k
+        ),
+        "per_problem": plot_heatmap(names, comparison.problem_ids, list(comparison.per_problem.values()), out_dir / "per_problem.png"),
+    }
+    if comparison.learn_steps:
+        plots["learning_curve"] = plot_learning_curve(comparison.learn_steps, out_dir / "learning_curve.png")
+    return plots
+
+
+_PLOT_TITLES = {"accuracy": "Accuracy with 95% CI", "per_problem": "Per-problem heat map", "learning_curve": "Learning curve"}
+
+
+def render_markdown(comparison: Comparison, tables: list[Table], plots: dict[str, Path]) -> str:
+    lines = [f"# Comparison of {len(comparison.systems)} systems", ""]
+    lines.append(f"Baseline: **{comparison.baseline}**. {len(comparison.problem_ids)} problems.")
+    lines.append("")
+    for table in tables:
+        lines += [f"## {table.title}", ""]
+        if table.note:
+            lines += [table.note, ""]
+        lines.append("| " + " | ".join(_md_cell(h) for h in table.headers) + " |")
+        lines.append("|" + "|".join("---" for _ in table.headers) + "|")
+        lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in table.rows]
+        lines.append("")
+    if plots:
+        lines += ["## Plots", ""]
+        lines += [f"![{_PLOT_TITLES.get(key, key)}]({path.name})" for key, path in plots.items()]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _md_cell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+_HTML_TEMPLATE = """<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>Comparison of {{ comparison.systems | length }} systems</title>
+<style>
+body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 72rem; color: #222; }
+table { border-collapse: collapse; margin: 0.5rem 0 1.5rem; font-size: 0.9rem; }
+th, td { border: 1px solid #ccc; padding: 0.3rem 0.6rem; text-align: left; }
+th { background: #f2f2f2; }
+p.note { color: #555; font-size: 0.85rem; max-width: 60rem; }
+img { max-width: 100%; border: 1px solid #eee; margin: 0.5rem 0; }
+</style>
+</head>
+<body>
+<h1>Comparison of {{ comparison.systems | length }} systems</h1>
+<p>Baseline: <strong>{{ comparison.baseline }}</strong>. {{ comparison.problem_ids | length }} problems.</p>
+{% for table in tables %}
+{% if table.key == "per_problem" %}<details><summary><strong>{{ table.title }}</strong></summary>{% else %}<h2>{{ table.title }}</h2>{% endif %}
+{% if table.note %}<p class="note">{{ table.note }}</p>{% endif %}
+<table>
+<thead><tr>{% for header in table.headers %}<th>{{ header }}</th>{% endfor %}</tr></thead>
+<tbody>
+{% for row in table.rows %}<tr>{% for cell in row %}<td>{{ cell }}</td>{% endfor %}</tr>
+{% endfor %}</tbody>
+</table>
+{% if table.key == "per_problem" %}</details>{% endif %}
+{% endfor %}
+{% if images %}<h2>Plots</h2>{% endif %}
+{% for title, data in images %}<figure><img alt="{{ title }}" src="data:image/png;base64,{{ data }}"><figcaption>{{ title }}</figcaption></figure>
+{% endfor %}
+</body>
+</html>
+"""
+
+
+def render_html(comparison: Comparison, tables: list[Table], plots: dict[str, Path]) -> str:
+    import jinja2
+
+    environment = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
+    images = [(_PLOT_TITLES.get(key, key), base64.b64encode(path.read_bytes()).decode("ascii")) for key, path in plots.items()]
+    return environment.from_string(_HTML_TEMPLATE).render(comparison=comparison, tables=tables, images=images)
+
+
+def write_report(comparison: Comparison, out_dir: Path) -> dict[str, Path]:
+    """Write plots, report.md, report.html and comparison.json; returns their paths by name."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tables = build_tables(comparison)
+    plots = draw_plots(comparison, out_dir)
+    files = dict(plots)
+    files["markdown"] = _write_text(out_dir / "report.md", render_markdown(comparison, tables, plots))
+    files["html"] = _write_text(out_dir / "report.html", render_html(comparison, tables, plots))
+    files["json"] = _write_text(out_dir / "comparison.json", json.dumps(comparison.model_dump(mode="json"), indent=2))
+    return files
+
+
+def _write_text(path: Path, text: str) -> Path:
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(text, encoding="utf-8")
+    temporary.replace(path)  # atomic: a reader never sees half a report
+    return path
+
+
+__all__ = ["Table", "build_tables", "draw_plots", "render_html", "render_markdown", "write_report"]
