@@ -1,0 +1,194 @@
+"""Any OpenAI-compatible server (OpenAI, vLLM `vllm serve`, DeepSeek, llama.cpp server, Ollama, ...).
+
+One backend instance per base URL: its `endpoint` is the URL, so the client layer can route across
+replicas and bound concurrency per server. The SDK's own retries are off (`max_retries=0`): the client
+layer retries once, for every backend, from the typed errors raised here.
+
+Servers that ignore `n` (llama.cpp's server, some proxies) answer with fewer choices than asked. The
+first time that happens the backend remembers it for this endpoint and from then on sends `n` parallel
+single-sample requests instead; when a `seed` is set, sample `j` of such a fan-out uses `seed + j`, so
+the samples differ from each other but stay reproducible.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import time
+from typing import Any
+
+from tfgrpo.llm.backends.errors_map import map_openai_error
+from tfgrpo.llm.backends.usage import share_usage
+from tfgrpo.llm.base import Backend
+from tfgrpo.llm.errors import BackendUnavailableError, MalformedResponseError
+from tfgrpo.llm.types import ChatRequest, Completion
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+# Local servers accept any key; the SDK insists on one.
+PLACEHOLDER_API_KEY = "EMPTY"
+
+
+class ChatCompletionsBackend(Backend):
+    """Shared by the openai and litellm backends: OpenAI-style arguments in, `choices` out, with the
+    fallback for servers that ignore `n`. Subclasses implement `_create(arguments)` only."""
+
+    supports_n = True  # natively, or by fanning out itself when the server ignores `n`
+    supports_tools = True
+
+    def __init__(self, model: str, *, endpoint: str, extra_body: dict[str, Any] | None = None) -> None:
+        self.model_name = model
+        self.endpoint = endpoint
+        self.extra_body = dict(extra_body or {})
+        #: learned on first contact: the server returned fewer choices than `n` asked for
+        self.ignores_n = False
+
+    @abc.abstractmethod
+    async def _create(self, arguments: dict[str, Any]) -> Any:
+        """Send one chat-completions call; raise typed errors."""
+
+    async def forward(self, request: ChatRequest) -> list[Completion]:
+        if request.n == 1 or self.ignores_n:
+            completions = await self._fan_out(request, first_sample=0, count=request.n)
+        else:
+            completions = await self._call(request, n=request.n, sample=0)
+            if len(completions) < request.n:
+                self.ignores_n = True
+                missing = request.n - len(completions)
+                completions += await self._fan_out(request, first_sample=len(completions), count=missing)
+        return self._numbered(request, completions[: request.n])
+
+    # -- internals ---------------------------------------------------------------------------------
+
+    async def _fan_out(self, request: ChatRequest, *, first_sample: int, count: int) -> list[Completion]:
+        """`count` single-sample requests in parallel; sample j (within the request) seeds with seed + j."""
+        calls = [self._call(request, n=1, sample=first_sample + k) for k in range(count)]
+        results = await asyncio.gather(*calls)
+        return [result[0] for result in results]
+
+    @staticmethod
+    def _numbered(request: ChatRequest, completions: list[Completion]) -> list[Completion]:
+        for position, completion in enumerate(completions):
+            completion.index = request.sample_offset + position
+        return completions
+
+    def _arguments(self, request: ChatRequest, *, n: int, sample: int) -> dict[str, Any]:
+        sampling = request.sampling
+        arguments: dict[str, Any] = {
+            "model": self.model_name,
+            "messages": [message.to_wire() for message in request.messages],
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "max_tokens": sampling.max_tokens,
+        }
+        if n > 1:
+            arguments["n"] = n
+        if sampling.stop:
+            arguments["stop"] = list(sampling.stop)
+        if sampling.seed is not None:
+            arguments["seed"] = sampling.seed + sample
+        if request.tools:
+            arguments["tools"] = request.tools
+        if self.extra_body:
+            arguments["extra_body"] = self.extra_body
+        return arguments
+
+    async def _call(self, request: ChatRequest, *, n: int, sample: int) -> list[Completion]:
+        started = time.perf_counter()
+        response = await self._create(self._arguments(request, n=n, sample=sample))
+        latency = time.perf_counter() - started
+        return self._parse(response, latency)
+
+    def _parse(self, response: Any, latency: float) -> list[Completion]:
+        choices = getattr(response, "choices", None)
+        if not isinstance(choices, list) or not choices:
+            raise MalformedResponseError(
+                f"{self.endpoint} answered without choices (got {type(response).__name__}: {str(response)[:200]!r})"
+            )
+        usage = getattr(response, "usage", None)
+        prompt_tokens = _int_or_zero(getattr(usage, "prompt_tokens", 0))
+        completion_tokens = _int_or_zero(getattr(usage, "completion_tokens", 0))
+        shares = share_usage(prompt_tokens, completion_tokens, len(choices))
+        completions = []
+        for choice, share in zip(choices, shares, strict=True):
+            message = getattr(choice, "message", None)
+            if message is None:
+                raise MalformedResponseError(f"{self.endpoint} answered with a choice without a message: {choice!r}")
+            content = getattr(message, "content", None)
+            if content is not None and not isinstance(content, str):
+                raise MalformedResponseError(f"{self.endpoint} answered with non-text content: {content!r}")
+            completions.append(
+                Completion(
+                    text=content or "",
+                    finish_reason=getattr(choice, "finish_reason", None),
+                    tool_calls=_tool_calls(getattr(message, "tool_calls", None)),
+                    usage=share,
+                    latency_s=latency,
+                )
+            )
+        return completions
+
+
+class OpenAIBackend(ChatCompletionsBackend):
+    """Chat completions through the `openai` SDK (`AsyncOpenAI`) against one base URL."""
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        timeout_s: float = 600.0,
+        extra_body: dict[str, Any] | None = None,
+    ) -> None:
+        if not model:
+            raise BackendUnavailableError("the openai backend needs a model name (--model)")
+        super().__init__(model, endpoint=(base_url or DEFAULT_BASE_URL).rstrip("/"), extra_body=extra_body)
+        self.timeout_s = timeout_s
+        self._client = _make_client(base_url, api_key, timeout_s)
+
+    async def _create(self, arguments: dict[str, Any]) -> Any:
+        import openai
+
+        try:
+            return await self._client.chat.completions.create(**arguments)
+        except (openai.OpenAIError, ValueError) as exc:  # ValueError: a body that is not JSON
+            raise map_openai_error(exc) from exc
+
+    async def aclose(self) -> None:
+        await self._client.close()
+
+
+def _make_client(base_url: str | None, api_key: str | None, timeout_s: float) -> Any:
+    import openai
+
+    try:
+        # api_key=None lets the SDK read OPENAI_API_KEY, the usual place users keep it.
+        return openai.AsyncOpenAI(base_url=base_url, api_key=api_key, timeout=timeout_s, max_retries=0)
+    except openai.OpenAIError as exc:
+        if base_url is None:
+            raise BackendUnavailableError(
+                "no API key for api.openai.com: pass --api-key or set OPENAI_API_KEY "
+                "(or point --base-url at a local OpenAI-compatible server)"
+            ) from exc
+        return openai.AsyncOpenAI(base_url=base_url, api_key=PLACEHOLDER_API_KEY, timeout=timeout_s, max_retries=0)
+
+
+def _int_or_zero(value: Any) -> int:
+    return value if isinstance(value, int) else 0
+
+
+def _tool_calls(raw: Any) -> list[dict[str, Any]] | None:
+    if not raw:
+        return None
+    calls = []
+    for call in raw:
+        if hasattr(call, "model_dump"):
+            calls.append(call.model_dump(exclude_none=True))
+        elif isinstance(call, dict):
+            calls.append(call)
+        else:
+            raise MalformedResponseError(f"unreadable tool call in reply: {call!r}")
+    return calls
+
+
+__all__ = ["DEFAULT_BASE_URL", "ChatCompletionsBackend", "OpenAIBackend"]
