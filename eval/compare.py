@@ -127,7 +127,8 @@ def load_eval_run(run_dir: str | Path, *, name: str | None = None, seed: int = 0
     for index, item in enumerate(per_problem):
         if not isinstance(item, dict) or not {"id", "n", "correct"} <= item.keys():
             raise RunDirError(f"{metrics_path}: per_problem[{index}] needs keys id, n, correct")
-    return EvalRun(name=name or str(metrics.get("name") or path.name), path=str(path), metrics=metrics, per_problem=per_problem)
+    label = name or metrics.get("label") or metrics.get("name") or path.name
+    return EvalRun(name=str(label), path=str(path), metrics=metrics, per_problem=per_problem)
 
 
 def load_learn_run(run_dir: str | Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -143,7 +144,9 @@ def load_learn_run(run_dir: str | Path) -> tuple[list[dict[str, Any]], dict[str,
     for index, step in enumerate(steps):
         if not isinstance(step, dict) or "rollout_accuracy" not in step:
             raise RunDirError(f"{metrics_path}: steps[{index}] needs a 'rollout_accuracy'")
-    totals = {key: value for key, value in metrics.items() if key != "steps" and isinstance(value, (int, float, str))}
+    # totals may sit at the top level or under "totals"; keep the scalars for the report's learn table
+    source = {**metrics, **metrics["totals"]} if isinstance(metrics.get("totals"), dict) else metrics
+    totals = {key: value for key, value in source.items() if key != "steps" and isinstance(value, (int, float, str))}
     return steps, totals
 
 
@@ -207,10 +210,10 @@ def build_comparison(
                 num_problems_in_run=sum(1 for p in run.per_problem if p["n"] > 0),
                 num_samples=sum(p["n"] for p in subset),
                 failed_samples=sum(int(p.get("failed", 0)) for p in subset),
-                model=metrics.get("model") or (settings.get("llm") or {}).get("model") or settings.get("model"),
+                model=run.provenance.get("model") or metrics.get("model") or (settings.get("llm") or {}).get("model"),
                 eval_tokens=dict(metrics.get("tokens") or {}),
                 eval_cost_usd=metrics.get("cost_usd"),
-                eval_wall_s=metrics.get("wall_s"),
+                eval_wall_s=metrics.get("wall_s", metrics.get("wall_time_s")),
                 provenance=run.provenance,
             )
         )

@@ -57,6 +57,8 @@ def _method(system: SystemSummary) -> str:
         return str(provenance["method"])
     if provenance.get("learn_run") or provenance.get("library"):
         return "Training-Free GRPO (experience library)"
+    if provenance.get("finetune_method"):
+        return f"fine-tuned ({provenance['finetune_method']})"
     if provenance.get("finetune_wall_s") is not None or provenance.get("adapter"):
         return "fine-tuned (LoRA adapter)"
     return "base model"
