@@ -1,0 +1,119 @@
+"""The math reward: extract the final answer, then decide equivalence with the reference.
+
+Plain numbers are decided in-process by exact rational arithmetic (`rewards.normalize`); everything
+else goes to math-verify in a killable worker process (`rewards.verifier`) under a hard deadline, so a
+hostile answer costs at most about `timeout_s` and never blocks a thread or an event loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from rewards.base import Reward, Score, column, completion_text
+from rewards.extraction import extract_answer, extract_with_source, last_boxed
+from rewards.normalize import fast_equivalent, normalize_answer
+from rewards.verifier import Verdict, Verifier, shared_verifier
+
+_SHOWN = 60  # characters of an answer quoted in a reason
+
+
+def _short(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= _SHOWN else text[: _SHOWN - 3] + "..."
+
+
+def gold_answer(gold: Any) -> str | None:
+    """The reference as a string; a worked solution with a `\\boxed{}` is reduced to its boxed answer."""
+    if gold is None:
+        return None
+    text = str(gold).strip()
+    if "\\boxed" in text or "\\fbox" in text:
+        text = last_boxed(text) or text
+    return text or None
+
+
+def is_equivalent(gold: Any, pred: str | None, *, verifier: Verifier | None = None, timeout_s: float = 1.0) -> bool:
+    """True when `pred` is mathematically the same answer as `gold` (gold first: the check is asymmetric).
+
+    An unparsable answer, an unusable gold, or a comparison that exceeds the deadline counts as not equal.
+    """
+    gold_text = gold_answer(gold)
+    if gold_text is None or pred is None:
+        return False
+    return _compare([(gold_text, pred)], verifier or shared_verifier(timeout_s=timeout_s))[0].equal is True
+
+
+def _compare(pairs: Sequence[tuple[str, str]], verifier: Verifier) -> list[Verdict]:
+    verdicts: list[Verdict | None] = []
+    slow: list[tuple[int, tuple[str, str]]] = []
+    for index, (gold, pred) in enumerate(pairs):
+        gold_n, pred_n = normalize_answer(gold), normalize_answer(pred)
+        decided = fast_equivalent(gold_n, pred_n)
+        if decided is None:
+            verdicts.append(None)
+            slow.append((index, (gold_n, pred_n)))
+        else:
+            verdicts.append(Verdict(decided, "equivalent" if decided else "not equivalent"))
+    if slow:
+        for (index, _), verdict in zip(slow, verifier.check_many([pair for _, pair in slow]), strict=True):
+            verdicts[index] = verdict
+    return verdicts  # type: ignore[return-value]
+
+
+class MathReward(Reward):
+    """1.0 when the completion's final answer equals the reference, 0.0 otherwise, None when unscorable.
+
+    Args:
+        answer_key: dataset column holding the reference answer.
+        timeout_s: deadline per math-verify comparison (a timeout scores 0.0: hostile answers earn nothing).
+        workers: verifier processes (default: one per core).
+        verifier: an explicit `Verifier` to use instead of the process-wide shared one.
+    """
+
+    name = "math"
+
+    def __init__(self, answer_key: str = "answer", *, timeout_s: float = 1.0, workers: int | None = None,
+                 verifier: Verifier | None = None) -> None:
+        super().__init__()
+        self.answer_key = answer_key
+        self.timeout_s = timeout_s
+        self.workers = workers
+        self._verifier = verifier
+
+    @property
+    def verifier(self) -> Verifier:
+        return self._verifier or shared_verifier(self.workers, self.timeout_s)
+
+    def score(self, completions: Sequence[Any], prompts: Sequence[Any] | None = None, **columns: Any) -> list[Score]:
+        golds = column(columns, self.answer_key, len(completions), reward_name=self.name)
+        scores: list[Score | None] = [None] * len(completions)
+        to_compare: list[tuple[int, str, str, str]] = []
+        for index, (completion, gold) in enumerate(zip(completions, golds, strict=True)):
+            extracted, source = extract_with_source(completion_text(completion))
+            gold_text = gold_answer(gold)
+            if extracted is None:
+                scores[index] = Score(0.0, None, "no final answer found (no \\boxed{}, answer line or number)")
+            elif gold_text is None:
+                scores[index] = Score(None, extracted, f"no reference answer in column '{self.answer_key}'")
+            else:
+                to_compare.append((index, gold_text, extracted, source))
+        verdicts = _compare([(gold, pred) for _, gold, pred, _ in to_compare], self.verifier)
+        for (index, gold, pred, source), verdict in zip(to_compare, verdicts, strict=True):
+            scores[index] = _score(verdict, gold, pred, source)
+        return scores  # type: ignore[return-value]
+
+
+def _score(verdict: Verdict, gold: str, pred: str, source: str) -> Score:
+    where = {"boxed": "boxed", "answer_line": "stated", "last_expression": "last"}.get(source, source)
+    if verdict.timed_out:
+        return Score(0.0, pred, f"wrong: checking the {where} answer {_short(pred)} {verdict.reason}")
+    if verdict.equal is None:
+        return Score(None, pred, f"unscorable: {verdict.reason} ({_short(gold)})")
+    if verdict.equal:
+        return Score(1.0, pred, f"correct: {where} answer {_short(pred)} equals the reference")
+    detail = "" if verdict.reason == "not equivalent" else f" ({verdict.reason})"
+    return Score(0.0, pred, f"wrong: {where} answer {_short(pred)} is not the reference {_short(gold)}{detail}")
+
+
+__all__ = ["MathReward", "extract_answer", "gold_answer", "is_equivalent"]
