@@ -152,7 +152,7 @@ def problem_results(
 
     results = []
     for problem_id, rows in groups.items():
-        rows = sorted(rows, key=lambda r: r.get("sample", 0))
+        rows = sorted(rows, key=lambda r: r.get("sample") or 0)
         failed = [r for r in rows if r.get("error")]
         scored = [r for r in rows if not r.get("error")]
         unscored = sum(1 for r in scored if r.get("reward") is None)
