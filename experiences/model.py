@@ -1,0 +1,241 @@
+"""The experience library as data: `Experience` items with stable ids, and the versioned `Library` file.
+
+Ids are stable: an experience keeps its id for life, a new lesson gets a new id from `next_id`, and ids
+of deleted or merged experiences are never handed out again (lineage stays unambiguous). A hand-written
+file with only `{"version": 0, "experiences": [{"id": "G0", "text": "..."}]}` loads; the other fields
+get defaults.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from experiences.atomic import atomic_write_text
+from experiences.errors import LibraryFileError
+
+FORMAT = "tfgrpo.library/1"
+DEFAULT_ID_PREFIX = "G"
+
+
+class Provenance(BaseModel):
+    """Where an experience (or its latest change) came from."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    run: str | None = Field(None, description="Run name or directory of the learn run.")
+    epoch: int | None = Field(None, description="Epoch of the engine step.")
+    step: int | None = Field(None, description="Engine step (global).")
+    batch: int | None = Field(None, description="Batch index within the epoch.")
+    query_ids: list[str] = Field(default_factory=list, description="Dataset ids of the queries whose rollouts produced it.")
+    operation: str | None = Field(None, description="add | modify | merge | import | manual: what last produced or changed it.")
+
+
+class Usage(BaseModel):
+    """How often the experience was in context, and for how many correct vs wrong rollouts (engine-reported)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    in_context: int = Field(0, ge=0, description="Rollouts whose prompt contained this experience.")
+    correct: int = Field(0, ge=0, description="... of which were rewarded as correct.")
+    wrong: int = Field(0, ge=0, description="... of which were rewarded as wrong.")
+
+    def success_rate(self) -> float:
+        """Laplace-smoothed rate: 0.5 with no evidence, so an unused lesson is not judged as bad as a harmful one."""
+        return (self.correct + 1) / (self.correct + self.wrong + 2)
+
+
+class Experience(BaseModel):
+    """One natural-language lesson."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(description="Stable id, e.g. 'G7'; never renumbered.")
+    text: str = Field(description="The lesson itself, as injected into prompts.")
+    created_step: int | None = Field(None, description="Engine step that created it.")
+    updated_step: int | None = Field(None, description="Engine step that last changed it.")
+    provenance: Provenance = Field(default_factory=Provenance)
+    parents: list[str] = Field(default_factory=list, description="Ids it was merged from (lineage).")
+    usage: Usage = Field(default_factory=Usage)
+
+    @field_validator("id")
+    @classmethod
+    def _id_is_a_token(cls, value: str) -> str:
+        value = value.strip()
+        if not value or any(ch.isspace() for ch in value):
+            raise ValueError("an id must be a non-empty string without spaces, like 'G3'")
+        return value
+
+    @field_validator("text")
+    @classmethod
+    def _text_not_empty(cls, value: str) -> str:
+        value = value.strip()
+        if not value:
+            raise ValueError("text must not be empty")
+        return value
+
+    @property
+    def words(self) -> int:
+        return count_words(self.text)
+
+
+def count_words(text: str) -> int:
+    return len(text.split())
+
+
+class Library(BaseModel):
+    """A versioned list of experiences plus metadata. `version` increases by one per applied change set."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    format: str = Field(FORMAT, description="File format tag, for future migrations.")
+    version: int = Field(0, ge=0, description="Library version; +1 per applied change set.")
+    task: str | None = Field(None, description="What the library was learned for (dataset / domain).")
+    model: str | None = Field(None, description="The model it was learned with.")
+    step: int | None = Field(None, description="Engine step that produced this version.")
+    id_prefix: str = Field(DEFAULT_ID_PREFIX, description="Prefix of generated ids.")
+    next_id: int = Field(0, ge=0, description="Number of the next generated id; only ever grows.")
+    metadata: dict[str, Any] = Field(default_factory=dict, description="Free-form metadata (run, dataset, notes).")
+    experiences: list[Experience] = Field(default_factory=list)
+
+    @field_validator("format")
+    @classmethod
+    def _known_format(cls, value: str) -> str:
+        if value != FORMAT:
+            raise ValueError(f"unsupported library format {value!r}; this version reads {FORMAT!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _ids_unique_and_counter_ahead(self) -> Library:
+        seen: set[str] = set()
+        for index, experience in enumerate(self.experiences):
+            if experience.id in seen:
+                raise ValueError(f"experiences[{index}]: duplicate id {experience.id!r}")
+            seen.add(experience.id)
+        # A hand-written file has no next_id: start after the largest generated-looking id.
+        pattern = re.compile(rf"^{re.escape(self.id_prefix)}(\d+)$")
+        numbers = [int(m.group(1)) for e in self.experiences if (m := pattern.match(e.id))]
+        self.next_id = max([self.next_id, *(n + 1 for n in numbers)])
+        return self
+
+    # -- reading -----------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.experiences)
+
+    def __iter__(self) -> Iterator[Experience]:  # type: ignore[override]  # iterate experiences, not fields
+        return iter(self.experiences)
+
+    def __contains__(self, experience_id: object) -> bool:
+        return any(e.id == experience_id for e in self.experiences)
+
+    @property
+    def ids(self) -> list[str]:
+        return [e.id for e in self.experiences]
+
+    def get(self, experience_id: str) -> Experience | None:
+        for experience in self.experiences:
+            if experience.id == experience_id:
+                return experience
+        return None
+
+    def find_text(self, text: str) -> Experience | None:
+        """The experience with this exact text (whitespace- and case-insensitive), if any."""
+        key = normalize_text(text)
+        for experience in self.experiences:
+            if normalize_text(experience.text) == key:
+                return experience
+        return None
+
+    # -- building ----------------------------------------------------------------------------------
+    @classmethod
+    def from_texts(cls, texts: Iterable[str], **fields: Any) -> Library:
+        """A library with fresh ids G0, G1, ... for these lessons (empty lines skipped)."""
+        library = cls(**fields)
+        for text in texts:
+            if text.strip():
+                library.experiences.append(Experience(id=library.allocate_id(), text=text, provenance=Provenance(operation="import")))
+        return library
+
+    def allocate_id(self) -> str:
+        """Reserve and return a new id; ids are never reused, even after deletes."""
+        taken = set(self.ids)
+        while True:
+            candidate = f"{self.id_prefix}{self.next_id}"
+            self.next_id += 1
+            if candidate not in taken:
+                return candidate
+
+    def record_usage(self, ids: Iterable[str], *, correct: bool | None) -> None:
+        """Count one rollout that had `ids` in context (`correct=None`: reward unknown)."""
+        wanted = set(ids)
+        for experience in self.experiences:
+            if experience.id in wanted:
+                experience.usage.in_context += 1
+                if correct is True:
+                    experience.usage.correct += 1
+                elif correct is False:
+                    experience.usage.wrong += 1
+
+    # -- files -------------------------------------------------------------------------------------
+    def to_json(self) -> str:
+        return json.dumps(self.model_dump(mode="json"), ensure_ascii=False, indent=2) + "\n"
+
+    def save(self, path: str | Path) -> Path:
+        """Write atomically (temp file + rename): a crash leaves the old file intact."""
+        path = Path(path)
+        atomic_write_text(path, self.to_json())
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> Library:
+        path = Path(path)
+        if not path.is_file():
+            raise LibraryFileError(f"library file not found: {path}")
+        text = path.read_text(encoding="utf-8")
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise LibraryFileError(f"{path}: not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+        return cls.from_data(data, source=str(path))
+
+    @classmethod
+    def from_data(cls, data: Any, *, source: str = "library") -> Library:
+        if not isinstance(data, dict):
+            raise LibraryFileError(
+                f"{source}: expected a JSON object with 'version' and 'experiences' (got {type(data).__name__})"
+            )
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise LibraryFileError(_describe(exc, source)) from None
+
+
+def normalize_text(text: str) -> str:
+    return " ".join(text.split()).casefold()
+
+
+def _describe(error: ValidationError, source: str) -> str:
+    lines = [f"{source}: not a valid experience library:"]
+    for item in error.errors():
+        parts: list[str] = []
+        for part in item["loc"]:
+            if isinstance(part, int):
+                parts[-1:] = [f"{parts[-1]}[{part}]"] if parts else [f"[{part}]"]
+            else:
+                parts.append(str(part))
+        key = ".".join(parts) or "(top level)"
+        if item["type"] == "extra_forbidden":
+            lines.append(f"  - unknown key '{key}'")
+        elif item["type"] == "missing":
+            lines.append(f"  - {key}: required key is missing")
+        else:
+            lines.append(f"  - {key}: {item['msg'].removeprefix('Value error, ')}")
+    return "\n".join(lines)
+
+
+__all__ = ["FORMAT", "Experience", "Library", "Provenance", "Usage", "count_words", "normalize_text"]

@@ -1,0 +1,108 @@
+"""The one renderer: how a library (or a subset of it) looks inside a prompt, for learning, eval and export.
+
+Default: one `[id]. text` line per experience, from `templates/library.jinja`. Pass `template=` (Jinja
+source text or a path to a file) to change it; the template sees `experiences` (the list to show) and
+`library`. `Injection` says which experiences a prompt gets: all of them, none, or the K nearest to
+the query in the vector store (`topk:8`), for libraries that have outgrown the prompt.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from experiences.errors import ExperienceError
+from experiences.model import Experience, Library
+
+if TYPE_CHECKING:
+    from experiences.store import ExperienceStore
+
+
+def render(library: Library, *, template: str | Path | None = None, experiences: list[Experience] | None = None) -> str:
+    """The library (or `experiences`, a subset in the order given) as prompt text; '' when there is none."""
+    shown = list(library.experiences) if experiences is None else list(experiences)
+    if not shown:
+        return ""
+    text = _compile(_template_source(template)).render(experiences=shown, library=library)
+    return text.strip("\n")
+
+
+def render_system_prompt(library: Library, *, template: str | Path | None = None, system_template: str | Path | None = None) -> str:
+    """A ready chat system message with the rendered library (templates/system_prompt.jinja; sees `rendered`, `library`)."""
+    source = _template_source(system_template) if system_template is not None else bundled_template("system_prompt.jinja")
+    return _compile(source).render(rendered=render(library, template=template), library=library).strip()
+
+
+def bundled_template(name: str) -> str:
+    """Source of a template shipped in experiences/templates/ (library.jinja, system_prompt.jinja)."""
+    return resources.files("experiences").joinpath("templates", name).read_text(encoding="utf-8")
+
+
+def _template_source(template: str | Path | None) -> str:
+    if template is None:
+        return bundled_template("library.jinja")
+    if isinstance(template, Path):
+        if not template.is_file():
+            raise ExperienceError(f"template file not found: {template}")
+        return template.read_text(encoding="utf-8")
+    return template
+
+
+@lru_cache(maxsize=32)
+def _compile(source: str):  # -> jinja2.Template; cached because engines render once per prompt
+    import jinja2
+
+    environment = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
+    try:
+        return environment.from_string(source)
+    except jinja2.TemplateSyntaxError as exc:
+        raise ExperienceError(f"bad experience template (line {exc.lineno}): {exc.message}") from None
+
+
+class Injection(BaseModel):
+    """Which experiences a prompt gets: `all`, `none`, or `topk:K` (the K nearest to the query)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    mode: Literal["all", "none", "topk"] = "all"
+    k: int | None = Field(None, ge=1, description="How many experiences `topk` injects.")
+
+    @classmethod
+    def parse(cls, spec: str | Injection | None) -> Injection:
+        """'all' | 'none' | 'topk:8' (as given to `--inject`)."""
+        if isinstance(spec, Injection):
+            return spec
+        text = (spec or "all").strip().lower()
+        if text in ("all", "none"):
+            return cls(mode=text)
+        name, _, number = text.partition(":")
+        if name == "topk" and number.strip().isdigit() and int(number) >= 1:
+            return cls(mode="topk", k=int(number))
+        raise ExperienceError(f"bad injection {spec!r}: use 'all', 'none' or 'topk:K' with K >= 1 (e.g. topk:8)")
+
+    def __str__(self) -> str:
+        return f"topk:{self.k}" if self.mode == "topk" else self.mode
+
+    def select(self, library: Library, *, query: str | None = None, store: ExperienceStore | None = None) -> list[Experience]:
+        """The experiences to inject, in library order (stable prompts, whatever the similarity ranking)."""
+        if self.mode == "none":
+            return []
+        if self.mode == "all" or len(library) <= (self.k or 0):
+            return list(library.experiences)
+        if store is None or query is None:
+            raise ExperienceError("topk injection needs a vector store and the query text")
+        store.sync(library)
+        wanted = {match.id for match in store.query(query, k=self.k)}
+        return [e for e in library.experiences if e.id in wanted]
+
+    def render(
+        self, library: Library, *, query: str | None = None, store: ExperienceStore | None = None, template: str | Path | None = None
+    ) -> str:
+        return render(library, template=template, experiences=self.select(library, query=query, store=store))
+
+
+__all__ = ["Injection", "bundled_template", "render", "render_system_prompt"]

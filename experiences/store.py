@@ -1,0 +1,184 @@
+"""The vector store of a library: chromadb `PersistentClient` on disk, with an offline embedder.
+
+Used for dedup (nearest neighbour of a new lesson, near-duplicate groups of a whole library) and for
+retrieval injection (`topk:K`: the K experiences nearest to the query). Cosine similarity throughout
+(vectors are unit length; similarity = 1 - chromadb's cosine distance). The store mirrors one library:
+`sync(library)` adds, re-embeds and deletes so the collection matches it, embedding only what changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from experiences.embedders import Embedder, LocalEmbedder
+from experiences.errors import ExperienceError
+from experiences.model import Library
+
+DEFAULT_COLLECTION = "experiences"
+
+
+class Match(BaseModel):
+    id: str
+    text: str
+    similarity: float
+
+
+def _chroma_embedding_function(embedder: Embedder) -> Any:
+    """Wrap an embedder as a chromadb EmbeddingFunction (chromadb's default one needs the network)."""
+    from chromadb.api.types import EmbeddingFunction
+
+    class _Adapter(EmbeddingFunction):
+        def __init__(self, inner: Embedder) -> None:
+            self.inner = inner
+
+        def __call__(self, input: Sequence[str]) -> list[Any]:  # noqa: A002  (chromadb's parameter name)
+            import numpy as np
+
+            return [np.asarray(v, dtype=np.float32) for v in self.inner.embed(list(input))]
+
+        @staticmethod
+        def name() -> str:
+            return "tfgrpo-experiences"
+
+        def get_config(self) -> dict[str, Any]:
+            return {"embedder": self.inner.name}
+
+        @staticmethod
+        def build_from_config(config: dict[str, Any]) -> Any:
+            raise ExperienceError("reopen the store through experiences.store.ExperienceStore with an embedder")
+
+    return _Adapter(embedder)
+
+
+class ExperienceStore:
+    """A chromadb collection mirroring a library. `path`: a folder (created), e.g. `run/library.chroma/`."""
+
+    def __init__(self, path: str | Path, *, embedder: Embedder | None = None, collection: str = DEFAULT_COLLECTION) -> None:
+        import chromadb
+        from chromadb.config import Settings
+
+        self.path = Path(path)
+        self.embedder = embedder or LocalEmbedder()
+        self._client = chromadb.PersistentClient(path=str(self.path), settings=Settings(anonymized_telemetry=False, allow_reset=False))
+        self._embedding_function = _chroma_embedding_function(self.embedder)
+        self._collection = self._client.get_or_create_collection(
+            name=collection,
+            configuration={"hnsw": {"space": "cosine"}},
+            embedding_function=self._embedding_function,
+            metadata={"embedder": self.embedder.name},
+        )
+        stored = (self._collection.metadata or {}).get("embedder")
+        if stored and stored != self.embedder.name:
+            raise ExperienceError(
+                f"store {self.path} was built with embedder {stored!r}, not {self.embedder.name!r}; use a new folder or the same embedder"
+            )
+        self._synced: str | None = None
+
+    @classmethod
+    def for_library(cls, library_path: str | Path, **kwargs: Any) -> ExperienceStore:
+        """The conventional store folder beside a library file: `run/library.json` -> `run/library.chroma/`."""
+        path = Path(library_path)
+        return cls(path.with_name(f"{path.stem}.chroma"), **kwargs)
+
+    def __len__(self) -> int:
+        return self._collection.count()
+
+    # -- keeping it in step with a library --------------------------------------------------------
+    def sync(self, library: Library) -> None:
+        """Make the collection hold exactly the library's experiences (re-embedding changed texts only)."""
+        fingerprint = _fingerprint(library)
+        if fingerprint == self._synced:
+            return
+        stored = self._collection.get(include=["documents"])
+        have = dict(zip(stored["ids"], stored["documents"] or []))
+        want = {e.id: e.text for e in library.experiences}
+        stale = [i for i in have if i not in want]
+        changed = [i for i, text in want.items() if have.get(i) != text]
+        if stale:
+            self._collection.delete(ids=stale)
+        if changed:
+            self.upsert({i: want[i] for i in changed})
+        self._synced = fingerprint
+
+    def upsert(self, texts: dict[str, str], batch_size: int = 2048) -> None:
+        """Add or replace experiences by id (embedding them once)."""
+        ids = list(texts)
+        for start in range(0, len(ids), batch_size):
+            chunk = ids[start : start + batch_size]
+            documents = [texts[i] for i in chunk]
+            self._collection.upsert(ids=chunk, documents=documents, embeddings=self.embedder.embed(documents))
+        self._synced = None
+
+    def delete(self, ids: Sequence[str]) -> None:
+        if ids:
+            self._collection.delete(ids=list(ids))
+            self._synced = None
+
+    # -- queries -------------------------------------------------------------------------------------
+    def query(self, text: str, *, k: int = 8, exclude: Sequence[str] = ()) -> list[Match]:
+        """The k nearest experiences to `text`, most similar first."""
+        return self.query_many([text], k=k, exclude=exclude)[0]
+
+    def query_many(self, texts: Sequence[str], *, k: int = 8, exclude: Sequence[str] = ()) -> list[list[Match]]:
+        count = len(self)
+        if not texts:
+            return []
+        if count == 0:
+            return [[] for _ in texts]
+        n_results = min(count, k + len(exclude))
+        result = self._collection.query(
+            query_embeddings=self.embedder.embed(list(texts)), n_results=n_results, include=["documents", "distances"]
+        )
+        skip = set(exclude)
+        out: list[list[Match]] = []
+        for ids, documents, distances in zip(result["ids"], result["documents"], result["distances"]):
+            matches = [Match(id=i, text=d, similarity=1.0 - float(dist)) for i, d, dist in zip(ids, documents, distances) if i not in skip]
+            out.append(matches[:k])
+        return out
+
+    def query_vectors(self, vectors: Sequence[Sequence[float]], *, k: int = 8) -> list[list[Match]]:
+        """Like `query_many`, for texts the caller has already embedded with `self.embedder`."""
+        count = len(self)
+        if not vectors or count == 0:
+            return [[] for _ in vectors]
+        result = self._collection.query(query_embeddings=[list(v) for v in vectors], n_results=min(count, k), include=["documents", "distances"])
+        return [
+            [Match(id=i, text=d, similarity=1.0 - float(dist)) for i, d, dist in zip(ids, documents, distances)]
+            for ids, documents, distances in zip(result["ids"], result["documents"], result["distances"])
+        ]
+
+    def nearest(self, text: str, *, exclude: Sequence[str] = ()) -> Match | None:
+        matches = self.query(text, k=1, exclude=exclude)
+        return matches[0] if matches else None
+
+    def neighbours_of_all(self, *, k: int = 5) -> dict[str, list[Match]]:
+        """For every stored experience, its k nearest others (from stored vectors; nothing re-embedded)."""
+        stored = self._collection.get(include=["embeddings"])
+        if not stored["ids"]:
+            return {}
+        n_results = min(len(stored["ids"]), k + 1)
+        result = self._collection.query(query_embeddings=stored["embeddings"], n_results=n_results, include=["documents", "distances"])
+        neighbours: dict[str, list[Match]] = {}
+        for own, ids, documents, distances in zip(stored["ids"], result["ids"], result["documents"], result["distances"]):
+            neighbours[own] = [
+                Match(id=i, text=d, similarity=1.0 - float(dist)) for i, d, dist in zip(ids, documents, distances) if i != own
+            ][:k]
+        return neighbours
+
+
+def _fingerprint(library: Library) -> str:
+    digest = hashlib.sha1()
+    for experience in library.experiences:
+        digest.update(experience.id.encode())
+        digest.update(b"\0")
+        digest.update(experience.text.encode())
+        digest.update(b"\1")
+    return digest.hexdigest()
+
+
+__all__ = ["DEFAULT_COLLECTION", "ExperienceStore", "Match"]
