@@ -1,0 +1,129 @@
+"""Majority-vote pseudo-labels, for learning without ground truth (the method's self-discrimination mode).
+
+Rules, all explicit:
+- answers are compared by a canonical key: normalised text, with plain numbers in canonical form
+  (`073`, `73` and `73.0` vote together; `1/2`, `\\frac{1}{2}` and `0.5` vote together);
+- an unparsable answer (None or empty) never votes and can never be the pseudo-gold;
+- a tie for the most votes gives no pseudo-gold (`ties="none"`, the default) or the tied answer that
+  appears first (`ties="first"`);
+- with `min_share`, the winner needs that share of ALL G completions (unparsable ones included).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from rewards.base import Reward, Score, completion_text
+from rewards.errors import RewardError
+from rewards.extraction import extract_answer
+from rewards.math import _compare
+from rewards.normalize import as_fraction, canonical_integer, normalize_answer
+from rewards.verifier import shared_verifier
+
+TieRule = Literal["none", "first"]
+
+
+def vote_key(answer: str) -> str:
+    """The canonical form two answers must share to vote together."""
+    normal = normalize_answer(answer)
+    integer = canonical_integer(normal)
+    if integer is not None:
+        return integer
+    exact = as_fraction(normal)
+    if exact is not None:
+        value = exact[0]
+        return str(value.numerator) if value.denominator == 1 else f"{value.numerator}/{value.denominator}"
+    return "".join(normal.split())
+
+
+def majority_vote(answers: Sequence[str | None], *, ties: TieRule = "none", min_share: float = 0.0) -> str | None:
+    """The most common answer of a group (its first spelling), or None: no parsable answer, a tie, too few votes."""
+    if ties not in ("none", "first"):
+        raise RewardError(f"ties must be 'none' or 'first', got {ties!r}")
+    keyed = [(vote_key(a), a) for a in answers if a is not None and a.strip()]
+    if not keyed:
+        return None
+    counts = Counter(key for key, _ in keyed)
+    top = max(counts.values())
+    tied = [key for key in counts if counts[key] == top]  # Counter keeps first-appearance order
+    if len(tied) > 1 and ties == "none":
+        return None
+    if top < min_share * len(answers):
+        return None
+    winner = tied[0]
+    return next(answer for key, answer in keyed if key == winner)
+
+
+def group_indices(n: int, *, prompts: Sequence[Any] | None, columns: dict[str, Any], group_key: str,
+                  group_size: int | None) -> list[list[int]]:
+    """Which completions belong together: fixed-size chunks, a group column, equal prompts, or all."""
+    if group_size:
+        if n % group_size:
+            raise RewardError(f"majority reward: {n} completions do not split into groups of {group_size}")
+        return [list(range(start, start + group_size)) for start in range(0, n, group_size)]
+    labels: Sequence[Any] | None = columns.get(group_key)
+    if labels is None and prompts is not None:
+        labels = [p if isinstance(p, str) else json.dumps(p, sort_keys=True, default=str) for p in prompts]
+    if labels is None:
+        return [list(range(n))]
+    if len(labels) != n:
+        raise RewardError(f"majority reward: {len(labels)} group labels for {n} completions")
+    groups: dict[Any, list[int]] = {}
+    for index, label in enumerate(labels):
+        groups.setdefault(label if isinstance(label, (str, int, float, tuple)) else str(label), []).append(index)
+    return list(groups.values())
+
+
+class MajorityReward(Reward):
+    """Scores each completion against its group's majority answer (1.0 agree, 0.0 disagree or unparsable).
+
+    When a group has no pseudo-gold (tie, nothing parsable, below `min_share`) its completions score None.
+    Groups: `group_size` consecutive completions; else the `group_key` column (default `query_id`); else
+    equal prompts (TRL repeats each prompt for its G generations); else the whole batch.
+    """
+
+    name = "majority"
+
+    def __init__(self, *, group_key: str = "query_id", group_size: int | None = None, ties: TieRule = "none",
+                 min_share: float = 0.0, timeout_s: float = 1.0) -> None:
+        super().__init__()
+        if ties not in ("none", "first"):
+            raise RewardError(f"ties must be 'none' or 'first', got {ties!r}")
+        self.group_key = group_key
+        self.group_size = group_size
+        self.ties = ties
+        self.min_share = min_share
+        self.timeout_s = timeout_s
+
+    def score(self, completions: Sequence[Any], prompts: Sequence[Any] | None = None, **columns: Any) -> list[Score]:
+        extracted = [extract_answer(completion_text(c)) for c in completions]
+        groups = group_indices(len(completions), prompts=prompts, columns=columns, group_key=self.group_key,
+                               group_size=self.group_size)
+        scores: list[Score | None] = [None] * len(completions)
+        pairs: list[tuple[int, str, str, int]] = []
+        for group in groups:
+            answers = [extracted[i] for i in group]
+            pseudo = majority_vote(answers, ties=self.ties, min_share=self.min_share)
+            if pseudo is None:
+                for i in group:
+                    scores[i] = Score(None, extracted[i], "no majority answer in the group (tie or nothing parsable)")
+                continue
+            votes = sum(1 for a in answers if a is not None and a.strip() and vote_key(a) == vote_key(pseudo))
+            for i in group:
+                if extracted[i] is None:
+                    scores[i] = Score(0.0, None, f"no answer found; majority answer {pseudo} ({votes}/{len(group)})")
+                else:
+                    pairs.append((i, pseudo, extracted[i], votes))
+        verdicts = _compare([(pseudo, pred) for _, pseudo, pred, _ in pairs], shared_verifier(timeout_s=self.timeout_s))
+        for (i, pseudo, pred, votes), verdict in zip(pairs, verdicts, strict=True):
+            size = next(len(g) for g in groups if i in g)
+            agrees = verdict.equal is True
+            scores[i] = Score(1.0 if agrees else 0.0, pred,
+                              f"{'agrees' if agrees else 'disagrees'} with the majority answer {pseudo} ({votes}/{size} votes)")
+        return scores  # type: ignore[return-value]
+
+
+__all__ = ["MajorityReward", "group_indices", "majority_vote", "vote_key"]
