@@ -1,0 +1,6 @@
+"""Tools a model may call during multi-turn rollouts (see docs/tools.md)."""
+
+from tfgrpo.tools.base import Tool, ToolError, ToolResult
+from tfgrpo.tools.registry import BUILTIN_TOOLS, ToolRegistry, get_tools, parse_tool_names
+
+__all__ = ["BUILTIN_TOOLS", "Tool", "ToolError", "ToolRegistry", "ToolResult", "get_tools", "parse_tool_names"]

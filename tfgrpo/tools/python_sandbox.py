@@ -1,0 +1,391 @@
+"""A sandboxed Python interpreter tool: each trajectory gets its own locked-down worker process.
+
+Layers, strongest first (which ones apply is probed once per tool and reported by `describe()`):
+
+- **network namespace** (`unshare --net`, as root or via an unprivileged user namespace): the worker
+  has no network interface but a downed loopback, so even 127.0.0.1 is unreachable;
+- **PID namespace** (`unshare --pid --fork --kill-child`): killing the worker kills every process it
+  spawned, including ones that left the process group;
+- **private uid** (only when started as root): the worker runs as a random unused uid, so the kernel
+  refuses writes to anything it does not own and RLIMIT_NPROC caps its processes;
+- **rlimits**: address space (memory), CPU seconds, file size, open files;
+- **wall-clock kill**: the parent kills the whole process group when a cell overruns;
+- **audit hook** inside the worker (always): refuses sockets, process creation, ctypes symbol lookup and
+  writes outside the working directory. This is the only network/write guard where namespaces and
+  root are unavailable; it stops careless code, not a determined attacker.
+
+A timeout or memory error inside a cell is raised in the user's code (state survives); a hard kill
+(wall clock + grace, CPU hard limit, crash) restarts the worker on the next call and says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from tfgrpo.config import format_validation_error
+from tfgrpo.tools.base import Tool, ToolError, ToolResult
+
+WORKER_SCRIPT = Path(__file__).with_name("_sandbox_worker.py")
+#: extra wall time the worker gets to report its own timeout before the parent kills it
+KILL_GRACE_S = 1.5
+STARTUP_TIMEOUT_S = 20.0
+
+
+class PythonSandboxConfig(BaseModel):
+    """Limits and isolation of the `python` tool."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    timeout_s: float = Field(10.0, gt=0, description="Wall-clock seconds per call.")
+    cpu_s: float = Field(10.0, gt=0, description="CPU seconds per call (RLIMIT_CPU soft limit).")
+    session_cpu_s: float = Field(600.0, gt=0, description="CPU seconds for a whole trajectory (hard limit).")
+    memory_mb: int = Field(2048, ge=64, description="Address-space limit of the worker (RLIMIT_AS), MiB.")
+    max_output_chars: int = Field(4000, ge=100, description="Output kept per call (head and tail).")
+    max_file_mb: int = Field(64, ge=1, description="Largest file the code may write (RLIMIT_FSIZE), MiB.")
+    max_open_files: int = Field(256, ge=16, description="RLIMIT_NOFILE of the worker.")
+    max_processes: int = Field(32, ge=1, description="RLIMIT_NPROC of the private uid (root only).")
+    persistent: bool = Field(True, description="Keep variables between the calls of one trajectory.")
+    isolation: Literal["auto", "namespace", "process"] = Field(
+        "auto", description="namespace: require unshare --net/--pid; process: plain process + audit hook; "
+        "auto: namespaces when available."
+    )
+    block_processes: bool = Field(True, description="Refuse fork/exec/subprocess in the audit hook.")
+    python: str | None = Field(None, description="Interpreter for the worker; None = the current one.")
+
+
+class Isolation(BaseModel):
+    """What the kernel can do for us here (probed once)."""
+
+    unshare_prefix: list[str] = Field(default_factory=list)
+    private_uid: bool = False
+
+    @property
+    def namespaces(self) -> bool:
+        return bool(self.unshare_prefix)
+
+    def describe(self) -> str:
+        network = "network namespace" if self.namespaces else "audit hook (no network namespace available)"
+        writes = "private uid + audit hook" if self.private_uid else "audit hook only"
+        processes = "PID namespace + process-group kill" if self.namespaces else "process-group kill"
+        if self.private_uid:
+            processes += " + RLIMIT_NPROC"
+        return f"network: {network}; writes: {writes}; processes: {processes}"
+
+
+def probe_isolation(mode: str) -> Isolation:
+    """Find the strongest isolation this machine allows (`mode` "process" skips namespaces)."""
+    is_root = os.geteuid() == 0
+    unshare = shutil.which("unshare")
+    if mode != "process" and unshare:
+        candidates = [[unshare, "--net", "--pid", "--fork", "--kill-child"]]
+        if not is_root:
+            candidates.append([unshare, "--user", "--map-root-user", "--net", "--pid", "--fork", "--kill-child"])
+        for prefix in candidates:
+            try:
+                probe = subprocess.run([*prefix, "true"], capture_output=True, timeout=10, check=False)
+            except (OSError, subprocess.TimeoutExpired):
+                continue
+            if probe.returncode == 0:
+                return Isolation(unshare_prefix=prefix, private_uid=is_root)
+    if mode == "namespace":
+        raise ToolError("python sandbox: isolation 'namespace' needs a working `unshare --net --pid` "
+                        "(root or unprivileged user namespaces); use isolation: auto or process")
+    return Isolation(private_uid=is_root)
+
+
+class _OutputCapture:
+    """Collects one call's output from the worker's output pipe, up to a size limit (head + tail),
+    and notices the end-of-cell sentinel even when the output around it is being dropped."""
+
+    def __init__(self, max_chars: int):
+        self.head_cap = max_chars * 3 // 4
+        self.tail_cap = max_chars - self.head_cap
+        self.done = asyncio.Event()
+        self.begin("")
+
+    def begin(self, sentinel: str) -> None:
+        self.sentinel = sentinel.encode("ascii")
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.dropped = 0
+        self.carry = b""
+        self.done.clear()
+
+    def feed(self, chunk: bytes) -> None:
+        data = self.carry + chunk
+        index = data.find(self.sentinel) if self.sentinel else -1
+        if index >= 0:
+            self._keep(data[:index])
+            self.carry = b""
+            self.done.set()
+            return
+        hold = max(len(self.sentinel) - 1, 0)
+        if len(data) <= hold:
+            self.carry = data
+            return
+        self._keep(data[: len(data) - hold])
+        self.carry = data[len(data) - hold :] if hold else b""
+
+    def flush(self) -> None:
+        """End of stream: whatever was held back for sentinel matching is output too."""
+        self._keep(self.carry)
+        self.carry = b""
+
+    def _keep(self, data: bytes) -> None:
+        room = self.head_cap - len(self.head)
+        if room > 0:
+            self.head += data[:room]
+            data = data[room:]
+        self.tail += data
+        if len(self.tail) > self.tail_cap:
+            excess = len(self.tail) - self.tail_cap
+            self.dropped += excess
+            del self.tail[:excess]
+
+    def text(self) -> tuple[str, bool]:
+        head = self.head.decode("utf-8", errors="replace")
+        tail = self.tail.decode("utf-8", errors="replace")
+        if not self.dropped:
+            return head + tail, False
+        return f"{head}\n...[{self.dropped} bytes of output omitted]...\n{tail}", True
+
+
+class PythonSession:
+    """One worker process and its working directory; calls run one at a time, sharing variables."""
+
+    def __init__(self, config: PythonSandboxConfig, isolation: Isolation):
+        self.config = config
+        self.isolation = isolation
+        self.session_id = secrets.token_hex(8)
+        self._proc: asyncio.subprocess.Process | None = None
+        self._workdir: str | None = None
+        self._pump: asyncio.Task | None = None
+        self._capture = _OutputCapture(config.max_output_chars)
+        self._lock = asyncio.Lock()
+        self._lost_state = False
+
+    @property
+    def workdir(self) -> str | None:
+        return self._workdir
+
+    async def execute(self, code: str) -> ToolResult:
+        async with self._lock:
+            started = time.monotonic()
+            notice = ""
+            if self._proc is None or self._proc.returncode is not None:
+                if self._lost_state:
+                    notice = "[note: the interpreter was restarted after the previous failure; earlier variables are gone]\n"
+                    self._lost_state = False
+                startup_error = await self._start()
+                if startup_error:
+                    return ToolResult(error=startup_error, elapsed_s=time.monotonic() - started)
+            output, truncated, error = await self._run_cell(code)
+            return ToolResult(output=notice + output, error=error, truncated=truncated,
+                              elapsed_s=time.monotonic() - started)
+
+    async def _start(self) -> str | None:
+        self._workdir = self._workdir or tempfile.mkdtemp(prefix="tfgrpo-sandbox-")
+        uid = None
+        if self.isolation.private_uid:
+            uid = 1_000_000 + secrets.randbelow(1_000_000_000)  # unused and private: no shared NPROC count
+            os.chown(self._workdir, uid, uid)
+        os.chmod(self._workdir, 0o700)
+        worker_config = {
+            "session": self.session_id,
+            "workdir": self._workdir,
+            "uid": uid,
+            "keep_read_access": uid is not None,
+            "block_network": True,
+            "block_processes": self.config.block_processes,
+            **self.config.model_dump(include={"memory_mb", "cpu_s", "session_cpu_s", "max_file_mb",
+                                              "max_open_files", "max_processes"}),
+        }
+        env = {
+            "PATH": os.defpath, "HOME": self._workdir, "TMPDIR": self._workdir, "LANG": "C.UTF-8",
+            "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "MPLBACKEND": "Agg",
+        }
+        command = [*self.isolation.unshare_prefix, self.config.python or sys.executable, "-I", "-B",
+                   str(WORKER_SCRIPT), json.dumps(worker_config)]
+        self._proc = await asyncio.create_subprocess_exec(
+            *command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, env=env, cwd=self._workdir, start_new_session=True,
+        )
+        self._capture.begin("")
+        self._pump = asyncio.create_task(self._pump_output(self._proc))
+        try:
+            line = await asyncio.wait_for(self._proc.stdout.readline(), STARTUP_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            line = b""
+        if line.strip() == b'{"ready": true}':
+            return None
+        await self._kill()
+        output, _ = self._capture.text()
+        return f"the Python sandbox failed to start: {output.strip()[-1000:] or 'no output'}"
+
+    async def _pump_output(self, proc: asyncio.subprocess.Process) -> None:
+        while chunk := await proc.stderr.read(65536):
+            self._capture.feed(chunk)
+        self._capture.flush()
+
+    async def _run_cell(self, code: str) -> tuple[str, bool, str | None]:
+        proc = self._proc
+        sentinel = f"\x00tfgrpo-end-{secrets.token_hex(8)}\x00"
+        self._capture.begin(sentinel)
+        request = {"code": code, "nonce": sentinel, "timeout_s": self.config.timeout_s, "cpu_s": self.config.cpu_s}
+        error: str | None = None
+        try:
+            proc.stdin.write((json.dumps(request) + "\n").encode("utf-8"))
+            await proc.stdin.drain()
+            line = await asyncio.wait_for(proc.stdout.readline(), self.config.timeout_s + KILL_GRACE_S)
+        except asyncio.TimeoutError:
+            await self._kill()
+            error = (f"execution timed out after {self.config.timeout_s:g} s and did not stop; "
+                     "the interpreter was killed")
+        except (BrokenPipeError, ConnectionResetError):
+            line = b""
+        else:
+            if line:
+                reply = json.loads(line)
+                error = reply["error"]
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._capture.done.wait(), KILL_GRACE_S)
+        if error is None and not line:
+            error = await self._describe_death()
+        output, truncated = self._capture.text()
+        return output, truncated, error
+
+    async def _describe_death(self) -> str:
+        """The worker exited mid-cell: say why in words the model can act on."""
+        try:
+            returncode = await asyncio.wait_for(self._proc.wait(), KILL_GRACE_S)
+        except asyncio.TimeoutError:
+            returncode = None
+        await self._kill()
+        if returncode is not None and returncode < 0:
+            name = signal.Signals(-returncode).name
+            reason = {"SIGKILL": "killed (CPU time or memory limit)", "SIGXCPU": "CPU time limit exceeded",
+                      "SIGSEGV": "crashed (segmentation fault)"}.get(name, f"killed by {name}")
+        elif returncode is not None and returncode > 128:  # unshare reports a child's signal as 128+N
+            reason = f"killed by {signal.Signals(returncode - 128).name}"
+        else:
+            reason = f"exited with status {returncode}"
+        return f"the interpreter {reason}; its variables are lost"
+
+    async def _kill(self) -> None:
+        proc = self._proc
+        if proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        await proc.wait()
+        if self._pump is not None:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._pump, KILL_GRACE_S)
+        self._lost_state = True
+
+    async def aclose(self) -> None:
+        proc = self._proc
+        if proc is not None and proc.returncode is None:
+            proc.stdin.close()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(proc.wait(), 1.0)
+        if proc is not None:
+            await self._kill()
+        self._proc = None
+        if self._workdir:
+            await asyncio.to_thread(shutil.rmtree, self._workdir, True)
+            self._workdir = None
+
+
+class PythonTool(Tool):
+    """Run Python code in a sandbox and return what it printed."""
+
+    name: ClassVar[str] = "python"
+    description: ClassVar[str] = (
+        "Execute Python 3 code in a sandboxed interpreter and return what it prints (and the value of a final "
+        "expression). Variables persist between calls of this conversation. No network access; files may only "
+        "be written in the current directory. Use print() to see results."
+    )
+    parameters: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {"code": {"type": "string", "description": "The Python code to run."}},
+        "required": ["code"],
+    }
+
+    def __init__(self, config: PythonSandboxConfig | None = None, **overrides: Any):
+        base = config or PythonSandboxConfig()
+        try:
+            self.config = PythonSandboxConfig.model_validate({**base.model_dump(), **overrides})
+        except ValidationError as exc:
+            raise ToolError(f"python tool: {format_validation_error(exc, source='options')}") from None
+        self._isolation: Isolation | None = None
+
+    def isolation(self) -> Isolation:
+        if self._isolation is None:
+            self._isolation = probe_isolation(self.config.isolation)
+        return self._isolation
+
+    def describe(self) -> str:
+        return self.isolation().describe()
+
+    async def run(self, arguments: dict[str, Any]) -> ToolResult:
+        """One call in a fresh interpreter (no state kept); `session()` keeps state instead."""
+        async with self._open() as session:
+            return await _execute(session, arguments)
+
+    @contextlib.asynccontextmanager
+    async def session(self) -> AsyncIterator[Tool]:
+        if not self.config.persistent:
+            yield self
+            return
+        async with self._open() as session:
+            yield _PythonSessionTool(session)
+
+    @contextlib.asynccontextmanager
+    async def _open(self) -> AsyncIterator[PythonSession]:
+        isolation = await asyncio.to_thread(self.isolation)
+        session = PythonSession(self.config, isolation)
+        try:
+            yield session
+        finally:
+            await session.aclose()
+
+
+class _PythonSessionTool(PythonTool):
+    """The `python` tool bound to one trajectory's interpreter."""
+
+    def __init__(self, session: PythonSession):
+        self.config = session.config
+        self._isolation = session.isolation
+        self._session = session
+
+    async def run(self, arguments: dict[str, Any]) -> ToolResult:
+        return await _execute(self._session, arguments)
+
+    @contextlib.asynccontextmanager
+    async def session(self) -> AsyncIterator[Tool]:
+        yield self
+
+
+async def _execute(session: PythonSession, arguments: dict[str, Any]) -> ToolResult:
+    code = arguments.get("code")
+    if not isinstance(code, str):
+        return ToolResult(error="the python tool needs a string argument 'code' with the program to run")
+    return await session.execute(code)
