@@ -64,7 +64,7 @@ async def evaluate_async(config: EvalConfig, *, client: LLMClient | None = None,
     from rich.console import Console
 
     from eval.metrics import summarize
-    from rewards import get_reward
+    from rewards import get_reward, is_equivalent
     from tfgrpo import __version__
     from tfgrpo.injection import Injector
     from tfgrpo.llm.factory import build_client
@@ -126,7 +126,7 @@ async def evaluate_async(config: EvalConfig, *, client: LLMClient | None = None,
     tmp_path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in ordered), encoding="utf-8")
     tmp_path.replace(samples_path)
     try:
-        metrics = summarize(ordered, seed=config.seed)
+        metrics = summarize(ordered, seed=config.seed, answer_checker=is_equivalent if config.reward == "math" else None)
     except ValueError as exc:
         raise EvalError(f"eval produced no scored samples: {exc}") from None
     tool_calls = [r.get("num_tool_calls", 0) for r in ordered if not r.get("error")]

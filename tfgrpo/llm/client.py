@@ -18,7 +18,7 @@ from tfgrpo.llm.accounting import Accounting, Pricing
 from tfgrpo.llm.base import Backend
 from tfgrpo.llm.cache import ResponseCache
 from tfgrpo.llm.errors import BudgetExceededError, RequestFailedError, RequestTimeoutError, TransientError
-from tfgrpo.llm.types import ChatRequest, Completion, Message, SamplingParams, Usage
+from tfgrpo.llm.types import ChatRequest, Completion, Message, SamplingParams
 
 
 class LLMClient:
@@ -82,7 +82,8 @@ class LLMClient:
             for i in indices:
                 hit = self.cache.get(keys[i])
                 if hit is not None:
-                    results[i] = hit.model_copy(update={"cached": True, "usage": Usage(), "cost_usd": 0.0, "latency_s": 0.0, "index": i})
+                    # The sample keeps its token counts (they describe the text); it costs nothing now.
+                    results[i] = hit.model_copy(update={"cached": True, "cost_usd": 0.0, "latency_s": 0.0, "index": i})
             if results:
                 self.accounting.record_cached(request.tag, len(results))
         missing = [i for i in indices if i not in results]

@@ -29,8 +29,8 @@ _COMPLETE_MARKER = ".complete"
 
 
 def default_cache_root() -> Path:
-    """Where dequantised models are kept unless the caller says otherwise."""
-    return Path.home() / ".cache" / "tfgrpo" / "models"
+    """tfgrpo's user cache folder unless the caller says otherwise (the CLI honours TFGRPO_CACHE_DIR)."""
+    return Path.home() / ".cache" / "tfgrpo"
 
 
 def embedded_gguf_path() -> Path:
@@ -58,12 +58,12 @@ def embedded_gguf_path() -> Path:
 def embedded_model_dir(cache_dir: str | os.PathLike[str] | None = None) -> Path:
     """A Hugging Face model directory (fp32 safetensors + tokenizer) of the embedded model.
 
-    `cache_dir` is the folder that holds model folders (default `~/.cache/tfgrpo/models`); the model
-    lives in `<cache_dir>/smollm2-135m-instruct`. The first call dequantises the GGUF (~13 s) into a
+    `cache_dir` is tfgrpo's cache folder (default `~/.cache/tfgrpo`); the model lives in
+    `<cache_dir>/models/smollm2-135m-instruct`. The first call dequantises the GGUF (~13 s) into a
     temporary folder next to the target and renames it into place, so two processes racing both
     succeed and neither ever sees a half-written model.
     """
-    root = Path(cache_dir) if cache_dir is not None else default_cache_root()
+    root = (Path(cache_dir) if cache_dir is not None else default_cache_root()) / "models"
     target = root / EMBEDDED_MODEL_NAME
     if (target / _COMPLETE_MARKER).is_file():
         return target

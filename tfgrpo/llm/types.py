@@ -73,7 +73,7 @@ class Usage(BaseModel):
 
 
 class Completion(BaseModel):
-    """One sample. `usage` is this sample's share; a cache hit carries zero usage and `cached=True`."""
+    """One sample. `usage` is this sample's share of tokens; a cache hit keeps it, with `cached=True` and zero cost."""
 
     model_config = ConfigDict(extra="allow")
 

@@ -1,8 +1,9 @@
 """In-process llama.cpp (llama-cpp-python) on a GGUF file; default: the embedded SmolLM2 GGUF.
 
 A `Llama` object is not thread-safe, so calls run one at a time under a lock, in a worker thread so the
-event loop stays free. llama.cpp has no `n`: samples are drawn one after another (sample k uses
-`seed + k` when a seed is set; a greedy request is decoded once and copied).
+event loop stays free. llama.cpp has no `n`: samples are drawn one after another (the sample with
+absolute index i = sample_offset + k uses `seed + i` when a seed is set; a greedy request is decoded
+once and copied).
 
 Install with `CMAKE_ARGS="-DGGML_NATIVE=OFF" pip install "tfgrpo[llamacpp]"`: the default native build
 crashes on some CPUs (AMX) for prompts longer than one token.
@@ -108,7 +109,7 @@ class LlamaCppBackend(Backend):
                         min_p=0.0,
                         max_tokens=sampling.max_tokens,
                         stop=list(sampling.stop) if sampling.stop else None,
-                        seed=None if sampling.seed is None else sampling.seed + k,
+                        seed=None if sampling.seed is None else sampling.seed + request.sample_offset + k,
                     )
                 except ValueError as exc:
                     if is_context_window_message(str(exc)):

@@ -6,8 +6,9 @@ layer retries once, for every backend, from the typed errors raised here.
 
 Servers that ignore `n` (llama.cpp's server, some proxies) answer with fewer choices than asked. The
 first time that happens the backend remembers it for this endpoint and from then on sends `n` parallel
-single-sample requests instead; when a `seed` is set, sample `j` of such a fan-out uses `seed + j`, so
-the samples differ from each other but stay reproducible.
+single-sample requests instead. When a `seed` is set, a call whose first sample has absolute index `i`
+(`sample_offset` + position) is sent with `seed + i`, so samples fetched one by one differ from each
+other but stay reproducible.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ class ChatCompletionsBackend(Backend):
     # -- internals ---------------------------------------------------------------------------------
 
     async def _fan_out(self, request: ChatRequest, *, first_sample: int, count: int) -> list[Completion]:
-        """`count` single-sample requests in parallel; sample j (within the request) seeds with seed + j."""
+        """`count` single-sample requests in parallel, starting at position `first_sample` of the request."""
         calls = [self._call(request, n=1, sample=first_sample + k) for k in range(count)]
         results = await asyncio.gather(*calls)
         return [result[0] for result in results]
@@ -85,7 +86,9 @@ class ChatCompletionsBackend(Backend):
         if sampling.stop:
             arguments["stop"] = list(sampling.stop)
         if sampling.seed is not None:
-            arguments["seed"] = sampling.seed + sample
+            # seed + absolute sample index: a group fetched as n single calls (by us, or by the client
+            # for a partly cached group) gets distinct samples, and the same ones on every rerun.
+            arguments["seed"] = sampling.seed + request.sample_offset + sample
         if request.tools:
             arguments["tools"] = request.tools
         if self.extra_body:

@@ -6,8 +6,8 @@ identical sampling parameters and `n` share one `generate` call, padded on the l
 sequences (prompts x n) per call. Generation runs in one worker thread, so the event loop stays free.
 
 Seeds: a batch holds only requests with the same sampling parameters, seed included; when the seed is
-set, torch's RNG is seeded with it right before that batch's `generate`. The same request in the same
-batch composition therefore reproduces exactly; in a different batch (other prompts, other padding) a
+set, torch's RNG is seeded right before that batch's `generate` with `seed + sample_offset` of the
+batch's first request. The same requests in the same batch composition therefore reproduce exactly; in a different batch (other prompts, other padding) a
 sampled answer can differ. The client's response cache is what makes reruns reproducible.
 
 Threads: torch reads OMP_NUM_THREADS itself at start-up; `num_threads=` overrides it for the process.
@@ -193,7 +193,9 @@ class TransformersBackend(Backend):
         if sampling.stop:
             options.update(stop_strings=list(sampling.stop), tokenizer=tokenizer)
         if sampling.seed is not None:
-            torch.manual_seed(sampling.seed)
+            # + the first request's sample index: single-sample calls of one group, run in separate
+            # batches, must not all replay the same random stream.
+            torch.manual_seed(sampling.seed + requests[0].sample_offset)
         started = time.perf_counter()
         with torch.inference_mode():
             output = loaded.model.generate(**inputs, **options)

@@ -50,7 +50,9 @@ def to_vllm_sampling(vllm: Any, request: ChatRequest) -> Any:
     if sampling.stop:
         options["stop"] = list(sampling.stop)
     if sampling.seed is not None:
-        options["seed"] = sampling.seed
+        # vLLM seeds each request on its own: offset by the first sample's index so that a group fetched
+        # as single-sample requests (same prompt, same seed) does not repeat one answer.
+        options["seed"] = sampling.seed + request.sample_offset
     return vllm.SamplingParams(**options)
 
 
