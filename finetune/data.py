@@ -109,7 +109,10 @@ def sft_examples(
     rows: Iterable[dict[str, Any]], *, threshold: float = 1.0, prompt_source: PromptSource = "problem",
     template: str | None = None,
 ) -> list[dict[str, Any]]:
-    """Rejection-sampled SFT: one conversation per distinct correct (problem, completion)."""
+    """Rejection-sampled SFT: one prompt/completion row per distinct correct (problem, completion).
+
+    TRL's prompt/completion format makes SFTTrainer train on the completion only (completion_only_loss).
+    """
     seen: set[tuple[str, str]] = set()
     examples = []
     for row in _scored(rows):
@@ -117,8 +120,10 @@ def sft_examples(
         if not is_correct(row, threshold) or key in seen:
             continue
         seen.add(key)
-        messages = _prompt_messages(row, prompt_source, template)
-        examples.append({"messages": [*messages, {"role": "assistant", "content": row["completion"]}]})
+        examples.append({
+            "prompt": _prompt_messages(row, prompt_source, template),
+            "completion": [{"role": "assistant", "content": row["completion"]}],
+        })
     return examples
 
 

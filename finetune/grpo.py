@@ -1,0 +1,151 @@
+"""GRPO and GSPO over `trl.GRPOTrainer`, fed by our reward functions (`rewards.get_reward`).
+
+What we add to TRL's trainer, each a few lines in `GroupFilteredGRPOTrainer`:
+- **group size 1-16**: TRL requires >= 2 generations per prompt. With 1, the group baseline is
+  meaningless (every advantage would be 0), so the baseline is the batch mean instead
+  (REINFORCE with a batch baseline); 2-16 are ordinary GRPO groups.
+- **advantage normalisation toggle**: `normalize_advantages` (divide by the group std, or not, as
+  Dr. GRPO recommends) sets TRL's `scale_rewards`.
+- **homogeneous-group filtering** (DAPO's dynamic sampling): a group whose ground-truth rewards are all
+  equal (all right or all wrong) carries no signal; its completions are masked out of the loss, the
+  KL term and the token count, instead of diluting the batch with zero-advantage tokens.
+- **multi-turn rollouts**: TRL's own tool loop (`tools=` / `environment_factory=` and
+  `max_tool_calling_iterations`) is passed through by the builder.
+
+GSPO (Zheng et al., 2025) is GRPO with sequence-level importance ratios
+(`importance_sampling_level="sequence"`), tight clipping, a KL term to the reference model (beta > 0)
+and, for Mixture-of-Experts models, the router load-balancing auxiliary loss added to the objective
+(TRL's `router_aux_loss_coef`; None = the model config's own coefficient).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import trl
+from trl.trainer.utils import nanstd
+
+from finetune.adapters import AdapterArguments, build_peft_config
+
+MAX_GROUP_SIZE = 16
+
+
+@dataclass
+class GRPOFinetuneConfig(trl.GRPOConfig, AdapterArguments):
+    """`trl.GRPOConfig` plus adapter settings, group size 1-16, normalisation toggle and group filtering."""
+
+    reward: str = field(default="math", metadata={"help": "Reward name for rewards.get_reward (math, exact, "
+                                                   "choice, numeric, format, ...) or a path to a reward model."})
+    normalize_advantages: bool | None = field(
+        default=None,
+        metadata={"help": "Divide advantages by the group's reward std (True = TRL scale_rewards 'group'; False = "
+                  "'none', as Dr. GRPO recommends). None keeps scale_rewards as given."},
+    )
+    filter_homogeneous_groups: bool = field(
+        default=True,
+        metadata={"help": "Drop groups whose rewards are all equal (all correct or all wrong) from the loss."},
+    )
+
+    def __post_init__(self) -> None:
+        group_size = self.num_generations
+        if group_size is None or not 1 <= group_size <= MAX_GROUP_SIZE:
+            raise ValueError(f"num_generations (group size) must be in 1..{MAX_GROUP_SIZE} (got {group_size})")
+        if self.normalize_advantages is not None:
+            self.scale_rewards = "group" if self.normalize_advantages else "none"
+        # TRL refuses a group of 1; we replace its zero advantages with a batch baseline, so let it validate
+        # the batch arithmetic with 2 and restore 1 afterwards.
+        if group_size == 1:
+            self.num_generations = 2
+            try:
+                super().__post_init__()
+            finally:
+                self.num_generations = 1
+        else:
+            super().__post_init__()
+        self.check_adapter_arguments()
+
+
+@dataclass
+class GSPOFinetuneConfig(GRPOFinetuneConfig):
+    """GSPO: sequence-level importance ratios, GSPO's clip range, KL to the reference, MoE router aux loss."""
+
+    importance_sampling_level: str = field(default="sequence", metadata={"help": "GSPO: one ratio per sequence."})
+    loss_type: str = field(default="grpo", metadata={"help": "Per-sequence mean, as in the GSPO paper."})
+    beta: float = field(default=0.04, metadata={"help": "Weight of the KL term to the frozen reference model."})
+    epsilon: float = field(default=3e-4, metadata={"help": "Lower clip of the sequence ratio (paper: 3e-4)."})
+    epsilon_high: float | None = field(default=4e-4, metadata={"help": "Upper clip (paper: 4e-4)."})
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.importance_sampling_level != "sequence":
+            raise ValueError("GSPO uses importance_sampling_level='sequence'; use method grpo for token-level ratios")
+        if self.beta <= 0:
+            raise ValueError(f"GSPO keeps a KL term to the reference model: beta must be > 0 (got {self.beta})")
+
+
+class GroupFilteredGRPOTrainer(trl.GRPOTrainer):
+    """`trl.GRPOTrainer` with group size 1 (batch baseline) and homogeneous-group filtering."""
+
+    def _calculate_rewards(self, inputs: Any, prompts: Any, completions: Any, completion_ids_list: Any) -> Any:
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        weights = self.reward_weights.to(rewards_per_func.device).unsqueeze(0)
+        rewards = (rewards_per_func * weights).nansum(dim=1)
+        rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan  # unscorable: no reward at all
+        self._last_rewards = rewards  # all processes' rewards, in generation order
+        return rewards_per_func
+
+    def _generate_and_score_completions(self, inputs: Any) -> dict[str, Any]:
+        output = super()._generate_and_score_completions(inputs)
+        mode = "train" if self.model.training else "eval"
+        group_size = self.num_generations if mode == "train" else self.num_generations_eval
+        rewards = self._last_rewards
+        local = output["advantages"].shape[0]
+        local_slice = slice(self.accelerator.process_index * local, (self.accelerator.process_index + 1) * local)
+
+        if group_size == 1:
+            advantages = rewards - torch.nanmean(rewards)
+            if self.scale_rewards != "none" and rewards.numel() > 1:
+                advantages = advantages / (nanstd(rewards) + 1e-4)
+            output["advantages"] = torch.nan_to_num(advantages, nan=0.0)[local_slice]
+        elif self.args.filter_homogeneous_groups:
+            grouped = rewards.view(-1, group_size)
+            spread = torch.nan_to_num(grouped.nan_to_num(nan=0.0).amax(1) - grouped.nan_to_num(nan=0.0).amin(1))
+            keep = (spread > 0).repeat_interleave(group_size)[local_slice]
+            output["completion_mask"] = output["completion_mask"] * keep.unsqueeze(1).to(output["completion_mask"].dtype)
+            loss_mask = output["completion_mask"] * output.get("tool_mask", 1)
+            output["num_items_in_batch"] = self.accelerator.gather(loss_mask.sum()).sum()
+            self._metrics[mode]["frac_groups_filtered"].append((spread == 0).float().mean().item())
+        return output
+
+
+def resolve_reward_funcs(reward: str | Any) -> list[Any]:
+    """Our reward by name (`rewards.get_reward`), a reward model path, or callables passed as they are."""
+    if not isinstance(reward, str):
+        return list(reward) if isinstance(reward, (list, tuple)) else [reward]
+    from pathlib import Path
+
+    if Path(reward).is_dir():  # a sequence-classification reward model: TRL loads and scores with it
+        return [reward]
+    from rewards import get_reward
+
+    return [get_reward(reward)]
+
+
+def build_grpo_trainer(
+    config: GRPOFinetuneConfig, model: Any, tokenizer: Any, train_dataset: Any, callbacks: list[Any] | None = None,
+    *, reward_funcs: Any = None, tools: list[Any] | None = None, environment_factory: Any = None,
+) -> GroupFilteredGRPOTrainer:
+    """GRPO or GSPO (by config class). `tools` / `environment_factory` enable TRL's multi-turn rollouts."""
+    return GroupFilteredGRPOTrainer(
+        model=model,
+        reward_funcs=resolve_reward_funcs(reward_funcs if reward_funcs is not None else config.reward),
+        args=config,
+        train_dataset=train_dataset,
+        processing_class=tokenizer,
+        peft_config=build_peft_config(config),
+        callbacks=callbacks,
+        tools=tools,
+        environment_factory=environment_factory,
+    )

@@ -1,0 +1,193 @@
+"""One fine-tuning run, top to bottom: config -> data -> model -> trainer -> train -> save -> summary.
+
+`run_finetune("grpo", model=..., data=..., out=...)` is what `tfgrpo finetune` calls. The output folder
+holds the adapter (`adapter_config.json` + `adapter_model.safetensors`, a standard peft adapter) or the
+full model, the tokenizer, `metrics.jsonl` (one line per logging step) and `finetune_summary.json`
+(method, base model, wall time, samples, steps) for `tfgrpo compare`'s cost table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from finetune import data as data_builders
+from finetune.errors import FinetuneDataError, FinetuneError
+
+logger = logging.getLogger(__name__)
+
+SUMMARY_FILE = "finetune_summary.json"
+METRICS_FILE = "metrics.jsonl"
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    module: str  # finetune.<module>
+    config_class: str
+    builder: str
+    data: str  # "sft" | "pairs" | "kto" | "prompts"
+
+
+METHOD_SPECS: dict[str, MethodSpec] = {
+    "sft": MethodSpec("sft", "SFTFinetuneConfig", "build_sft_trainer", "sft"),
+    "dpo": MethodSpec("dpo", "DPOFinetuneConfig", "build_dpo_trainer", "pairs"),
+    "ipo": MethodSpec("dpo", "IPOFinetuneConfig", "build_dpo_trainer", "pairs"),
+    "cdpo": MethodSpec("dpo", "CDPOFinetuneConfig", "build_dpo_trainer", "pairs"),
+    "kto": MethodSpec("kto", "KTOFinetuneConfig", "build_kto_trainer", "kto"),
+    "orpo": MethodSpec("orpo", "ORPOFinetuneConfig", "build_orpo_trainer", "pairs"),
+    "ppo": MethodSpec("ppo", "PPOFinetuneConfig", "build_ppo_trainer", "prompts"),
+    "grpo": MethodSpec("grpo", "GRPOFinetuneConfig", "build_grpo_trainer", "prompts"),
+    "gspo": MethodSpec("grpo", "GSPOFinetuneConfig", "build_grpo_trainer", "prompts"),
+}
+
+# Keys of the YAML file that are not config fields but choose the data.
+DATA_OPTIONS = ("success_threshold", "prompt_source", "max_pairs_per_group")
+
+
+def method_spec(method: str) -> MethodSpec:
+    if method not in METHOD_SPECS:
+        raise FinetuneError(f"unknown method {method!r}; choose one of {', '.join(METHOD_SPECS)}")
+    return METHOD_SPECS[method]
+
+
+def load_method(method: str) -> tuple[type, Any]:
+    spec = method_spec(method)
+    module = importlib.import_module(f"finetune.{spec.module}")
+    return getattr(module, spec.config_class), getattr(module, spec.builder)
+
+
+def build_method_config(method: str, options: dict[str, Any]) -> Any:
+    """The method's config from `options` (YAML + command line); unknown keys and bad values name the key."""
+    config_class, _ = load_method(method)
+    known = {f.name for f in dataclasses.fields(config_class)}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise FinetuneError(f"{method}: unknown option(s) {', '.join(unknown)} (not fields of {config_class.__name__})")
+    try:
+        return config_class(**options)
+    except (ValueError, TypeError) as exc:
+        raise FinetuneError(f"{method} config: {exc}") from None
+
+
+def build_dataset_rows(kind: str, data: str | Path, data_options: dict[str, Any]) -> list[dict[str, Any]]:
+    """Rows in TRL's format for a method's data kind, from rollouts, problems or prepared TRL rows."""
+    path = data_builders.resolve_data_file(data)
+    found = data_builders.detect_kind(path)
+    threshold = float(data_options.get("success_threshold", 1.0))
+    source = data_options.get("prompt_source", "problem")
+    if found == "rollouts":
+        rollouts = data_builders.load_rollouts(path)
+        if kind == "sft":
+            rows = data_builders.sft_examples(rollouts, threshold=threshold, prompt_source=source)
+        elif kind == "pairs":
+            rows = data_builders.preference_pairs(rollouts, threshold=threshold, prompt_source=source,
+                                                  max_pairs_per_group=int(data_options.get("max_pairs_per_group", 4)))
+        elif kind == "kto":
+            rows = data_builders.kto_examples(rollouts, threshold=threshold, prompt_source=source)
+        else:
+            rows = data_builders.prompt_examples(rollouts, prompt_source=source)
+    elif found == "problems":
+        if kind != "prompts":
+            raise FinetuneDataError(f"{path}: problem/answer rows have no completions; methods sft, dpo, ipo, cdpo, "
+                                    "kto, orpo need a learn run's rollouts.jsonl (or TRL-format rows)")
+        rows = data_builders.prompt_examples(data_builders.load_problems(path))
+    else:
+        required = {"sft": {"prompt", "completion"}, "pairs": {"prompt", "chosen", "rejected"},
+                    "kto": {"prompt", "completion", "label"}, "prompts": {"prompt"}}[kind]
+        if kind == "sft" and "messages" in next(iter(data_builders.read_jsonl(path)))[1]:
+            required = {"messages"}
+        rows = data_builders.load_prepared(path, required)
+    if not rows:
+        raise FinetuneDataError(f"{path}: no usable {kind} examples (e.g. no correct rollouts at reward >= "
+                                f"{threshold}, or no group with both a correct and a wrong completion)")
+    return rows
+
+
+class MetricsLogCallback:
+    """Appends every logged metrics dict (with the step) to `metrics.jsonl`: the run's learning curve."""
+
+    def __new__(cls, path: Path) -> Any:
+        from transformers import TrainerCallback
+
+        class _Callback(TrainerCallback):
+            def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **_: Any) -> None:
+                if logs and state.is_world_process_zero:
+                    with path.open("a", encoding="utf-8") as handle:
+                        handle.write(json.dumps({"step": state.global_step, **logs}, default=float) + "\n")
+
+        return _Callback()
+
+
+def run_finetune(
+    method: str,
+    *,
+    data: str | Path,
+    out: str | Path,
+    model: str | None = None,
+    options: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Train `method` on `data`, save into `out`, return the summary written to finetune_summary.json."""
+    from datasets import Dataset
+
+    from finetune import adapters
+    from finetune.models import (count_parameters, device_training_defaults, load_model, load_tokenizer,
+                                 resolve_model_source)
+
+    started = time.perf_counter()
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    options = dict(options or {})
+    data_options = {key: options.pop(key) for key in DATA_OPTIONS if key in options}
+    spec = method_spec(method)
+    _, builder = load_method(method)
+
+    rows = build_dataset_rows(spec.data, data, data_options)  # bad data fails before any model loads
+    source = resolve_model_source(model)
+    settings = {**device_training_defaults(), "output_dir": str(out)}
+    quantization = None
+    if options.get("peft") == "qlora":
+        settings.update(adapters.qlora_training_overrides())
+        requested = options.get("quantization", "auto")
+        quantization = adapters.choose_quantization(count_parameters(source), adapters.available_memory_bytes(),
+                                                    requested)
+        logger.info("QLoRA base precision: %s (%s)", quantization,
+                    "as requested" if requested != "auto" else "auto: 8-bit if its weights fit in 25% of free memory")
+    config = build_method_config(method, {**settings, **options})
+
+    tokenizer = load_tokenizer(source)
+    quantization_config = adapters.bnb_quantization_config(quantization) if quantization else None
+    policy = load_model(source, quantization_config=quantization_config)
+    metrics_path = out / METRICS_FILE
+    metrics_path.unlink(missing_ok=True)
+    trainer = builder(config, policy, tokenizer, Dataset.from_list(rows), callbacks=[MetricsLogCallback(metrics_path)])
+    train_result = trainer.train()
+
+    if getattr(config, "peft", "none") == "longlora":
+        from finetune.longlora import disable_s2_attention
+
+        disable_s2_attention(trainer.accelerator.unwrap_model(trainer.model))  # saved model: plain attention
+    trainer.save_model(str(out))
+    tokenizer.save_pretrained(str(out))
+    summary = {
+        "method": method,
+        "model": source.display,
+        "base_model": source.display,
+        "peft": getattr(config, "peft", "none"),
+        "adapter": (out / "adapter_config.json").is_file(),
+        "quantization": quantization,
+        "out": str(out),
+        "samples": len(rows),
+        "steps": trainer.state.global_step,
+        "train_loss": train_result.training_loss,
+        "wall_time_s": round(time.perf_counter() - started, 3),
+        "train_time_s": round(float(train_result.metrics.get("train_runtime", 0.0)), 3),
+        "final_metrics": next((h for h in reversed(trainer.state.log_history) if "loss" in h), {}),
+    }
+    (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, default=float) + "\n", encoding="utf-8")
+    return summary

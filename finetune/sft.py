@@ -1,0 +1,37 @@
+"""SFT: full fine-tuning, LoRA, rsLoRA, DoRA, PiSSA, LongLoRA and QLoRA over `trl.SFTTrainer`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import trl
+
+from finetune.adapters import AdapterArguments, build_peft_config
+from finetune.longlora import enable_s2_attention
+
+
+@dataclass
+class SFTFinetuneConfig(trl.SFTConfig, AdapterArguments):
+    """`trl.SFTConfig` plus the shared adapter settings. Rows: TRL prompt/completion (loss on the completion)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.check_adapter_arguments()
+        if self.peft == "longlora" and self.padding_free:
+            raise ValueError("LongLoRA's shifted sparse attention needs padded batches; set padding_free: false")
+
+
+def build_sft_trainer(
+    config: SFTFinetuneConfig, model: Any, tokenizer: Any, train_dataset: Any, callbacks: list[Any] | None = None
+) -> trl.SFTTrainer:
+    if config.peft == "longlora":
+        enable_s2_attention(model, config.s2_group_size_ratio)
+    return trl.SFTTrainer(
+        model=model,
+        args=config,
+        train_dataset=train_dataset,
+        processing_class=tokenizer,
+        peft_config=build_peft_config(config),
+        callbacks=callbacks,
+    )
