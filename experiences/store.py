@@ -9,6 +9,7 @@ retrieval injection (`topk:K`: the K experiences nearest to the query). Cosine s
 from __future__ import annotations
 
 import hashlib
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -56,15 +57,24 @@ def _chroma_embedding_function(embedder: Embedder) -> Any:
 
 
 class ExperienceStore:
-    """A chromadb collection mirroring a library. `path`: a folder (created), e.g. `run/library.chroma/`."""
+    """A chromadb collection mirroring a library.
 
-    def __init__(self, path: str | Path, *, embedder: Embedder | None = None, collection: str = DEFAULT_COLLECTION) -> None:
+    `path`: a folder (created), e.g. `run/library.chroma/`; None keeps the store in memory for this
+    process only (each such store gets its own collection, so two never see each other's data).
+    """
+
+    def __init__(self, path: str | Path | None, *, embedder: Embedder | None = None, collection: str = DEFAULT_COLLECTION) -> None:
         import chromadb
         from chromadb.config import Settings
 
-        self.path = Path(path)
+        self.path = Path(path) if path is not None else None
         self.embedder = embedder or LocalEmbedder()
-        self._client = chromadb.PersistentClient(path=str(self.path), settings=Settings(anonymized_telemetry=False, allow_reset=False))
+        settings = Settings(anonymized_telemetry=False, allow_reset=False)
+        if self.path is None:
+            self._client = chromadb.EphemeralClient(settings=settings)
+            collection = f"{collection}-{uuid.uuid4().hex}"  # in-memory clients of one process share collections
+        else:
+            self._client = chromadb.PersistentClient(path=str(self.path), settings=settings)
         self._embedding_function = _chroma_embedding_function(self.embedder)
         self._collection = self._client.get_or_create_collection(
             name=collection,

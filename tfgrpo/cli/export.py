@@ -1,9 +1,44 @@
-"""`tfgrpo export` command (being built)."""
+"""`tfgrpo export` / `tfgrpo import`: a library to prompt-ready files and back (same renderer as learning)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated, Optional
+
 import typer
+
+FORMAT_HELP = "md | txt | json | yaml | system-prompt (default: from the --out suffix)."
 
 
 def register(app: typer.Typer) -> None:
-    pass
+    @app.command("export")
+    def export(
+        library_path: Annotated[Path, typer.Argument(help="Library JSON file.", show_default=False)],
+        out: Annotated[Path, typer.Option("--out", "-o", help="File to write.")],
+        fmt: Annotated[Optional[str], typer.Option("--format", "-f", help=FORMAT_HELP)] = None,
+        template: Annotated[Optional[Path], typer.Option("--template", help="Jinja template for the experience lines (sees `experiences`, `library`).")] = None,
+        system_template: Annotated[Optional[Path], typer.Option("--system-template", help="Jinja template of the system prompt (sees `rendered`, `library`).")] = None,
+    ) -> None:
+        """Write LIB as md, txt, json, yaml or a ready system prompt (exactly the text injected while learning)."""
+        from experiences import Library, export_library
+
+        library = Library.load(library_path)
+        path = export_library(library, out, fmt, template=template, system_template=system_template)
+        typer.echo(f"wrote {path} ({len(library)} experiences, version {library.version})")
+
+    @app.command("import")
+    def import_command(
+        source: Annotated[Path, typer.Argument(help="An exported file, or a plain text file with one lesson per line.", show_default=False)],
+        out: Annotated[Path, typer.Option("--out", "-o", help="Library JSON file to write.")],
+        fmt: Annotated[Optional[str], typer.Option("--format", "-f", help=FORMAT_HELP)] = None,
+        force: Annotated[Optional[bool], typer.Option("--force", help="Overwrite --out if it exists.")] = None,
+    ) -> None:
+        """Read experiences from md / txt / json / yaml / system-prompt files or a plain list of lines into a library."""
+        from experiences import import_library
+        from experiences.errors import ExperienceError
+
+        if out.exists() and not force:
+            raise ExperienceError(f"{out} exists; pass --force to overwrite it")
+        library = import_library(source, fmt)
+        library.save(out)
+        typer.echo(f"wrote {out} ({len(library)} experiences)")

@@ -1,9 +1,221 @@
-"""`tfgrpo library` command (being built)."""
+"""`tfgrpo library`: inspect and edit an experience library file (show, history, diff, rollback, dedup, apply).
+
+Every edit saves LIB in place as the next version and keeps the history beside it (`LIB.history/`:
+append-only op log + one snapshot per version), so any change can be diffed and rolled back.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated, Optional
+
 import typer
+
+LibArg = Annotated[Path, typer.Argument(help="Library JSON file.", show_default=False)]
+HistoryOpt = Annotated[Optional[Path], typer.Option("--history", help="History folder (default: LIB's stem + '.history' beside it).")]
+StoreOpt = Annotated[Optional[Path], typer.Option("--store", help="Vector store folder (default: LIB's stem + '.chroma' beside it).")]
+EmbedderOpt = Annotated[Optional[str], typer.Option("--embedder", help="local (offline MiniLM, default) | openai.")]
+EmbedModelOpt = Annotated[Optional[str], typer.Option("--embed-model", help="Embedding model: a sentence-transformers folder (local) or a model name (openai).")]
+EmbedUrlOpt = Annotated[Optional[str], typer.Option("--embed-base-url", help="OpenAI-compatible base URL of the embeddings endpoint.")]
 
 
 def register(app: typer.Typer) -> None:
-    pass
+    library_app = typer.Typer(help="Inspect and edit an experience library: show, history, diff, rollback, dedup, apply.", no_args_is_help=True)
+    app.add_typer(library_app, name="library")
+
+    @library_app.command("show")
+    def show(
+        library_path: LibArg,
+        as_json: Annotated[Optional[bool], typer.Option("--json", help="Print the library file as JSON.")] = None,
+        rendered: Annotated[Optional[bool], typer.Option("--rendered", help="Print exactly the text injected into prompts.")] = None,
+    ) -> None:
+        """The experiences with ids, steps and usage counters."""
+        from rich.console import Console
+        from rich.table import Table
+
+        from experiences import Library, approximate_tokens, render
+
+        library = Library.load(library_path)
+        console = Console()
+        if as_json:
+            console.print_json(library.to_json())
+            return
+        if rendered:
+            print(render(library))
+            return
+        facts = [f"version {library.version}", f"{len(library)} experiences", f"~{approximate_tokens(render(library))} prompt tokens"]
+        facts += [f"{name} {value}" for name, value in (("task", library.task), ("model", library.model), ("step", library.step)) if value is not None]
+        table = Table(title=f"{library_path} ({', '.join(facts)})", title_justify="left")
+        for column in ("id", "text", "created", "updated", "op", "in ctx", "correct", "wrong"):
+            table.add_column(column, overflow="fold")
+        for e in library:
+            table.add_row(
+                e.id, e.text, _opt(e.created_step), _opt(e.updated_step), e.provenance.operation or "",
+                str(e.usage.in_context), str(e.usage.correct), str(e.usage.wrong),
+            )
+        console.print(table)
+
+    @library_app.command("history")
+    def history(
+        library_path: LibArg,
+        ops: Annotated[Optional[bool], typer.Option("--ops", help="Also list every logged operation.")] = None,
+        history_dir: HistoryOpt = None,
+    ) -> None:
+        """Versions kept in the history, with what each changed."""
+        import json
+
+        from rich.console import Console
+        from rich.table import Table
+
+        history = _history(library_path, history_dir)
+        console = Console()
+        versions = history.versions()
+        if not versions:
+            console.print(f"no history for {library_path} (expected {history.directory}); `tfgrpo library apply` creates one.")
+            return
+        records = history.records()
+        table = Table(title=f"history of {library_path}", title_justify="left")
+        for column in ("version", "step", "experiences", "applied", "rejected", "evicted", "other", "time"):
+            table.add_column(column)
+        for version in versions:
+            rows = [r for r in records if r.get("version") == version]
+            counts = {kind: sum(1 for r in rows if r.get("kind") == kind) for kind in ("applied", "rejected", "evicted")}
+            other = ", ".join(sorted({str(r.get("kind")) for r in rows} - set(counts)))
+            snapshot = history.load(version)
+            stamp = rows[-1].get("time", "") if rows else ""
+            table.add_row(str(version), _opt(snapshot.step), str(len(snapshot)), *(str(counts[k]) for k in counts), other, stamp)
+        console.print(table)
+        if ops:
+            for record in records:
+                detail = {k: v for k, v in record.items() if k not in ("version", "step", "time", "kind", "reason")}
+                reason = f"  ({record['reason']})" if record.get("reason") else ""
+                console.print(f"v{record.get('version')} {record.get('kind')}: {json.dumps(detail, ensure_ascii=False)}{reason}", highlight=False, markup=False, soft_wrap=True)
+
+    @library_app.command("diff")
+    def diff(
+        library_path: LibArg,
+        from_version: Annotated[int, typer.Option("--from", help="Older version.")],
+        to_version: Annotated[Optional[int], typer.Option("--to", help="Newer version (default: LIB as it is now).")] = None,
+        history_dir: HistoryOpt = None,
+    ) -> None:
+        """What changed between two versions, by stable id (added +, removed -, modified ~)."""
+        from experiences import Library, diff_libraries
+
+        history = _history(library_path, history_dir)
+        after = history.load(to_version) if to_version is not None else Library.load(library_path)
+        print(diff_libraries(history.load(from_version), after).format())
+
+    @library_app.command("rollback")
+    def rollback(
+        library_path: LibArg,
+        to_version: Annotated[int, typer.Option("--to", help="Version whose experiences to restore.")],
+        history_dir: HistoryOpt = None,
+    ) -> None:
+        """Restore an old version's experiences as a NEW version (history is never rewritten; ids are not reused)."""
+        from experiences import Library
+
+        history = _history(library_path, history_dir)
+        current = Library.load(library_path)
+        restored = history.rollback(to_version, current=current)
+        restored.save(library_path)
+        typer.echo(f"{library_path}: version {restored.version} = experiences of version {to_version} ({len(restored)} experiences)")
+
+    @library_app.command("dedup")
+    def dedup(
+        library_path: LibArg,
+        threshold: Annotated[Optional[float], typer.Option("--threshold", help="Cosine similarity that makes a near-duplicate group (default 0.90).")] = None,
+        merge_threshold: Annotated[Optional[float], typer.Option("--merge-threshold", help="Groups at or above this are merged directly with --merge (default 0.98).")] = None,
+        merge: Annotated[Optional[bool], typer.Option("--merge", help="Merge near-exact groups and save LIB as the next version.")] = None,
+        store_dir: StoreOpt = None,
+        history_dir: HistoryOpt = None,
+        embedder: EmbedderOpt = None,
+        embed_model: EmbedModelOpt = None,
+        embed_base_url: EmbedUrlOpt = None,
+    ) -> None:
+        """Groups of near-duplicate experiences (vector store, offline embedder); optionally merge near-exact ones."""
+        from experiences import Library, apply_operations
+        from experiences.dedup import DEFAULT_MERGE_THRESHOLD, DEFAULT_THRESHOLD, dedup_library
+        from experiences.embedders import build_embedder
+        from experiences.store import ExperienceStore
+
+        library = Library.load(library_path)
+        store = ExperienceStore(
+            store_dir or library_path.with_name(f"{library_path.stem}.chroma"),
+            embedder=build_embedder(embedder or "local", model=embed_model, base_url=embed_base_url),
+        )
+        report = dedup_library(
+            library, store, threshold=DEFAULT_THRESHOLD if threshold is None else threshold,
+            merge_threshold=DEFAULT_MERGE_THRESHOLD if merge_threshold is None else merge_threshold,
+        )
+        if not report.groups:
+            typer.echo("no near-duplicates found")
+        for group in report.groups:
+            typer.echo(f"group (cosine >= {group.similarity:.3f}):")
+            for experience_id in group.ids:
+                typer.echo(f"  [{experience_id}]. {library.get(experience_id).text}")
+        if merge and report.merges:
+            result = apply_operations(library, report.merges, step=library.step, provenance={"operation": "merge"}, max_words=None)
+            _commit(library_path, library, result, history_dir)
+            typer.echo(f"merged {len(result.applied)} near-exact group(s); {library_path} is now version {result.library.version}")
+        elif report.merges:
+            typer.echo(f"{len(report.merges)} group(s) are near-exact (>= merge threshold); --merge merges them")
+
+    @library_app.command("apply")
+    def apply(
+        library_path: LibArg,
+        reply_path: Annotated[Path, typer.Argument(help="A raw LLM reply (text file) with operations.", show_default=False)],
+        max_words: Annotated[Optional[int], typer.Option("--max-words", help="Word limit per experience (default 32).")] = None,
+        max_items: Annotated[Optional[int], typer.Option("--max-items", help="Library budget: most experiences kept (lowest value evicted).")] = None,
+        max_tokens: Annotated[Optional[int], typer.Option("--max-prompt-tokens", help="Library budget: most tokens of the rendered library.")] = None,
+        step: Annotated[Optional[int], typer.Option("--step", help="Engine step to record (provenance).")] = None,
+        dry_run: Annotated[Optional[bool], typer.Option("--dry-run", help="Show what would happen; save nothing.")] = None,
+        history_dir: HistoryOpt = None,
+    ) -> None:
+        """Parse a raw reply, apply the valid operations, save LIB as the next version; print applied and rejected."""
+        from experiences import Budget, Library, apply_operations, parse_operations
+        from experiences.errors import ExperienceError
+
+        if not reply_path.is_file():
+            raise ExperienceError(f"reply file not found: {reply_path}")
+        library = Library.load(library_path)
+        words = 32 if max_words is None else max_words
+        parsed = parse_operations(reply_path.read_text(encoding="utf-8"), library, max_words=words)
+        budget = Budget(max_items=max_items, max_prompt_tokens=max_tokens) if (max_items or max_tokens) else None
+        result = apply_operations(
+            library, parsed.operations, step=step, max_words=words, budget=budget,
+            provenance={"step": step},
+        )
+        result.rejected[:0] = parsed.rejected  # parser rejections first, then apply-time ones
+        if not parsed.found:
+            typer.echo(f"no operations found: {parsed.feedback()}")
+        for item in result.applied:
+            typer.echo(f"applied  {item.operation.describe()} -> {', '.join(item.ids)}")
+        for rejection in result.rejected:
+            typer.echo(f"rejected {rejection.describe()}")
+        for eviction in result.evicted:
+            typer.echo(f"evicted  [{eviction.experience.id}] {eviction.experience.text} ({eviction.reason})")
+        if parsed.skipped:
+            typer.echo(f"skipped  {parsed.skipped} no-op item(s)")
+        if dry_run or not result.changed:
+            typer.echo(f"{library_path} unchanged (version {library.version})" + (" [dry run]" if dry_run and result.changed else ""))
+            return
+        _commit(library_path, library, result, history_dir, step=step)
+        typer.echo(f"{library_path}: version {library.version} -> {result.library.version} ({len(result.library)} experiences)")
+
+
+def _history(library_path: Path, history_dir: Path | None):
+    from experiences import History
+
+    return History(history_dir) if history_dir else History.for_library(library_path)
+
+
+def _commit(library_path: Path, before, result, history_dir: Path | None, *, step: int | None = None) -> None:
+    """Baseline snapshot of the old version (first edit of a hand-written file), new snapshot + log, then save LIB."""
+    history = _history(library_path, history_dir)
+    history.ensure_baseline(before)
+    history.commit_result(result, step=step)
+    result.library.save(library_path)
+
+
+def _opt(value: object) -> str:
+    return "" if value is None else str(value)
