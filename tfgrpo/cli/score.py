@@ -1,9 +1,89 @@
-"""`tfgrpo score` command (being built)."""
+"""`tfgrpo score --reward math INPUT.jsonl [--out OUT.jsonl]`: add `reward`, `extracted`, `reason` to each row."""
 
 from __future__ import annotations
 
+from typing import Annotated, Optional
+
 import typer
+
+from tfgrpo.cli import options as opt
+
+
+def _parse_params(pairs: list[str] | None) -> dict[str, object]:
+    """`--param rel_tol=0.01` -> {"rel_tol": 0.01} (values read as YAML scalars)."""
+    import yaml
+
+    from rewards.errors import RewardError
+
+    params: dict[str, object] = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise RewardError(f"--param expects KEY=VALUE, got {pair!r}")
+        params[key.strip()] = yaml.safe_load(value)
+    return params
 
 
 def register(app: typer.Typer) -> None:
-    pass
+    @app.command("score")
+    def score(
+        input_path: Annotated[str, typer.Argument(metavar="INPUT.jsonl", help="Rows with a completion and a reference answer.")],
+        reward_name: Annotated[str, typer.Option("--reward", "-r", help="math | exact | choice | numeric | format | code | judge | majority.")] = "math",
+        out: Annotated[Optional[str], typer.Option("--out", "-o", help="Output JSONL (default: stdout).")] = None,
+        completion_key: Annotated[str, typer.Option("--completion-key", help="Key of the completion in each row.")] = "completion",
+        answer_key: Annotated[str, typer.Option("--answer-key", help="Key of the reference answer in each row.")] = "answer",
+        param: Annotated[Optional[list[str]], typer.Option("--param", "-p", help="Reward parameter KEY=VALUE (repeatable), e.g. rel_tol=0.01.")] = None,
+        backend: opt.BackendOpt = None,
+        model: opt.ModelOpt = None,
+        base_url: opt.BaseUrlOpt = None,
+        api_key: opt.ApiKeyOpt = None,
+    ) -> None:
+        """Score each row of a JSONL file. Malformed rows are reported by line number; the rest are scored.
+        Exit code 1 when any row was malformed."""
+        import json
+        import sys
+        from pathlib import Path
+
+        from rich.console import Console
+
+        from rewards import get_reward
+        from rewards.errors import RewardError
+        from rewards.jsonl import ScoreSummary, score_lines
+
+        params = _parse_params(param)
+        if reward_name == "judge" and "complete" not in params:
+            params["complete"] = _judge_callable(backend, model, base_url, api_key)
+        reward = get_reward(reward_name, **params)
+        source = Path(input_path)
+        if not source.is_file():
+            raise RewardError(f"input file not found: {input_path}")
+        console = Console(stderr=True)
+        summary = ScoreSummary()
+        with source.open(encoding="utf-8") as lines:
+            sink = open(out, "w", encoding="utf-8") if out else sys.stdout  # noqa: SIM115
+            try:
+                for row in score_lines(lines, reward, source=input_path, completion_key=completion_key,
+                                       answer_key=answer_key, summary=summary):
+                    sink.write(json.dumps(row, ensure_ascii=False) + "\n")
+            finally:
+                if out:
+                    sink.close()
+        for problem in summary.malformed:
+            console.print(f"[bold red]error:[/] {problem}", highlight=False, markup=True)
+        console.print(f"{reward.name}: {summary.line()}" + (f" -> {out}" if out else ""), highlight=False)
+        if summary.malformed:
+            raise typer.Exit(1)
+
+
+def _judge_callable(backend, model, base_url, api_key):  # type: ignore[no-untyped-def]
+    """The judge's sync `complete(messages) -> str`, over the project's LLM client."""
+    from tfgrpo.cli import options as opt
+    from tfgrpo.config import LLMConfig, build_config
+    from tfgrpo.llm.factory import build_client
+
+    client = build_client(build_config(LLMConfig, None, opt.llm_overrides(backend, model, base_url, api_key)))
+
+    def complete(messages: list[dict[str, str]]) -> str:
+        return client.chat_sync(messages, tag="judge")[0].text
+
+    return complete
