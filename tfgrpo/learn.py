@@ -1,0 +1,475 @@
+"""`tfgrpo learn`: Training-Free GRPO. A frozen model learns a library of experiences in its prompt.
+
+For every epoch (reshuffled with the seed) and every batch of queries (one *step*):
+
+  0. rollouts      G samples per query, the current library injected by the same renderer as eval;
+                   scored by the reward (or against the group's majority answer, without ground truth).
+                   Failed calls are left out; groups with < 2 valid rollouts or equal rewards are skipped.
+  1. summaries     every rollout of a kept group, summarised step by step (stages/summarize.py).
+  2. advantage     every kept group → operations on the library (stages/advantage.py).
+  3. consolidation all operations of the batch → a final list, applied (stages/consolidate.py).
+
+Each stage runs all its calls of the batch at once (the client bounds concurrency). Every request is
+deterministic, so a resumed run replays completed work from the response cache for free and ends
+with the library an uninterrupted run would have. With validation data, the library of the best
+epoch (Mean@k) becomes `library.json`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import random
+import statistics
+import time
+from collections.abc import Awaitable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from eval.datasets import Problem, load_dataset_rows
+from experiences.apply import Budget, apply_operations
+from experiences.model import Library
+from tfgrpo.config import ConfigError
+from tfgrpo.injection import Injector
+from tfgrpo.learn_config import LearnConfig
+from tfgrpo.learn_metrics import StepCounters, run_metrics
+from tfgrpo.llm.client import LLMClient
+from tfgrpo.llm.errors import BudgetExceededError
+from tfgrpo.rollout import PromptSpec, Rollout, sample_group, score_group
+from tfgrpo.rundir import RunDir, RunState
+from tfgrpo.stages.advantage import GroupAnalysis, GroupRequest, analyze_group
+from tfgrpo.stages.consolidate import NearDuplicate, consolidate
+from tfgrpo.stages.summarize import CORRECT_THRESHOLD, Summary, SummaryRequest, summarize_rollout
+
+T = TypeVar("T")
+
+
+@dataclass
+class StepPlan:
+    step: int  # global, from 1
+    epoch: int  # from 1
+    batch: int  # from 1, within the epoch
+    problems: list[Problem]
+    last_in_epoch: bool
+
+
+@dataclass
+class Group:
+    """One query's rollouts and what became of them."""
+
+    problem: Problem
+    experiences: str  # the library text injected into its prompt
+    injected_ids: list[str]
+    rollouts: list[Rollout]
+    gold: str | None = None
+    gold_is_pseudo: bool = False
+    status: str = "kept"  # kept | homogeneous | too_few_valid | no_majority
+    mean: float | None = None
+    std: float | None = None
+
+
+@dataclass
+class LearnResult:
+    out: Path
+    status: str  # completed | interrupted | budget_exceeded
+    library: Library
+    best_epoch: int | None
+    metrics: dict[str, Any] = field(default_factory=dict)
+    message: str = ""
+
+    @property
+    def resume_command(self) -> str:
+        return f"tfgrpo learn --out {self.out} --resume"
+
+
+def learn(config: LearnConfig, *, client: LLMClient | None = None, console: Any | None = None) -> LearnResult:
+    """Run (or resume) a learn run end to end; returns how it ended. Ctrl-C and the budget stop cleanly."""
+    try:
+        return asyncio.run(learn_async(config, client=client, console=console))
+    except KeyboardInterrupt:  # raised outside any await (e.g. by a test's backend): the run dir is consistent
+        run = RunDir(config.out)
+        library = Library.load(run.library_path) if run.library_path.is_file() else Library()
+        return LearnResult(out=run.root, status="interrupted", library=library, best_epoch=None, message="interrupted")
+
+
+async def learn_async(config: LearnConfig, *, client: LLMClient | None = None, console: Any | None = None) -> LearnResult:
+    from rich.console import Console
+
+    from rewards import get_reward
+    from tfgrpo.llm.factory import build_client
+
+    console = console or Console(stderr=True)
+    run = RunDir(config.out)
+    # Everything that can fail on bad input fails here, before any LLM call.
+    problems = load_problems(config, config.data)
+    val_problems = load_problems(config, config.val_data) if config.val_data else []
+    reward = get_reward(config.reward)
+    initial = Library.load(config.init_library) if config.init_library else Library()
+    plans = plan_steps(problems, config)
+    state = run.start(config)
+    if state.completed_step == 0:
+        run.save_initial_library(initial)
+    library = run.load_step_library(state.completed_step)
+
+    owns_client = client is None
+    client = client or build_client(config.llm, cache_path=run.cache_path)
+    spent_before = sum(s.get("cost_usd", 0.0) for s in state.sessions)
+    if config.llm.budget_usd is not None:
+        client.budget_usd = max(config.llm.budget_usd - spent_before, 0.0)
+    session = {"started": time.strftime("%Y-%m-%dT%H:%M:%S"), "from_step": state.completed_step}
+    run.log(f"{'resumed' if config.resume else 'started'} at step {state.completed_step}; {len(plans)} steps planned")
+    engine = Engine(config, client, reward, run, console)
+    started = time.perf_counter()
+    status, message = "completed", ""
+    try:
+        with engine.progress:
+            for plan in plans:
+                if plan.step > state.completed_step:
+                    library = await engine.run_step(plan, library, state)
+                if plan.last_in_epoch:
+                    state.epoch_end_step[plan.epoch] = plan.step
+                    if val_problems and plan.epoch not in state.validation:
+                        epoch_library = library if plan.step == state.completed_step else run.load_step_library(plan.step)
+                        state.validation[plan.epoch] = await engine.validate(plan.epoch, epoch_library, val_problems)
+                    run.save_state(state)
+    except BudgetExceededError as exc:
+        status, message = "budget_exceeded", str(exc)
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        status, message = "interrupted", "interrupted by the user"
+    finally:
+        session.update(
+            ended=time.strftime("%Y-%m-%dT%H:%M:%S"),
+            status=status,
+            to_step=state.completed_step,
+            wall_time_s=round(time.perf_counter() - started, 3),
+            cost_usd=client.accounting.cost_usd,
+            usage=client.accounting.snapshot(),
+        )
+        state.sessions.append(session)
+        state.status = status
+        run.save_state(state)
+        if owns_client:
+            await client.aclose()
+            client.close_cache()
+
+    best_epoch = select_best_epoch(state)
+    if status == "completed" and best_epoch is not None:
+        run.load_step_library(state.epoch_end_step[best_epoch]).save(run.library_path)
+    final = Library.load(run.library_path)
+    metrics = run_metrics(state, best_epoch=best_epoch, library=final, config=config)
+    run.write_metrics(metrics)
+    run.log(f"{status} at step {state.completed_step}{': ' + message if message else ''}")
+    result = LearnResult(out=run.root, status=status, library=final, best_epoch=best_epoch, metrics=metrics, message=message)
+    if status != "completed":
+        console.print(f"[yellow]{message}[/]. Progress is saved; continue with: [bold]{result.resume_command}[/]")
+    return result
+
+
+def load_problems(config: LearnConfig, spec: str) -> list[Problem]:
+    return load_dataset_rows(
+        spec, problem_key=config.problem_key, answer_key=config.answer_key, id_key=config.id_key, limit=config.limit if spec == config.data else None
+    )
+
+
+def plan_steps(problems: list[Problem], config: LearnConfig) -> list[StepPlan]:
+    """Every step of the run: each epoch shuffles the queries with (seed, epoch); the last batch may be smaller."""
+    size = config.batch_size or len(problems)
+    plans: list[StepPlan] = []
+    for epoch in range(1, config.epochs + 1):
+        order = list(problems)
+        random.Random(f"{config.seed}:{epoch}").shuffle(order)
+        batches = [order[i : i + size] for i in range(0, len(order), size)]
+        for index, batch in enumerate(batches, start=1):
+            plans.append(StepPlan(len(plans) + 1, epoch, index, batch, last_in_epoch=index == len(batches)))
+    return plans
+
+
+def select_best_epoch(state: RunState) -> int | None:
+    """Highest validation Mean@k; ties go to the earlier epoch."""
+    scored = [(result["mean_at_k"], -epoch, epoch) for epoch, result in state.validation.items() if result.get("mean_at_k") is not None]
+    return max(scored)[2] if scored else None
+
+
+class Engine:
+    """The stages of one step, wired to the client, the reward, the run directory and the progress display."""
+
+    def __init__(self, config: LearnConfig, client: LLMClient, reward: Any, run: RunDir, console: Any):
+        from tfgrpo.progress import stage_progress
+
+        self.config = config
+        self.client = client
+        self.reward = reward
+        self.run = run
+        self.console = console
+        self.prompt = PromptSpec(
+            config.templates.rollout_system,
+            config.templates.rollout_user,
+            Path(config.system_prompt).read_text(encoding="utf-8") if config.system_prompt else None,
+        )
+        self.agent = build_agent(config)
+        self.progress = stage_progress(console)
+        self._store: Any | None = None
+
+    # -- one step --------------------------------------------------------------------------------------
+    async def run_step(self, plan: StepPlan, library: Library, state: RunState) -> Library:
+        config, started = self.config, time.perf_counter()
+        usage_before = self.client.accounting.total
+        usage_before = type(usage_before)(**vars(usage_before))
+        counters = StepCounters(step=plan.step, epoch=plan.epoch, batch=plan.batch, queries=len(plan.problems))
+        label = f"epoch {plan.epoch}/{config.epochs} · step {plan.step}"
+        library = library.model_copy(deep=True)
+
+        # Stage 0: rollouts of every query at once, scored, groups filtered.
+        groups = await self.rollouts(plan, library, label)
+        kept = [g for g in groups if g.status == "kept"]
+        for group in groups:
+            for rollout in group.rollouts:
+                if rollout.ok:
+                    library.record_usage(group.injected_ids, correct=None if rollout.reward is None else rollout.reward >= CORRECT_THRESHOLD)
+        counters.count_groups(groups)
+
+        # Stage 1: every valid rollout of every kept group summarised at once.
+        requests = [
+            SummaryRequest(r, g.problem.problem, g.experiences, g.gold, g.gold_is_pseudo) for g in kept for r in g.rollouts if r.ok
+        ]
+        summaries = await self.tracked(f"{label} · summaries", [self.summarize(r) for r in requests])
+        counters.count_summaries(summaries)
+
+        # Stage 2: every kept group's semantic advantage at once.
+        library_text = self.render_all(library)
+        group_requests = []
+        for group in kept:
+            usable = [s for s in summaries if s.rollout.query_id == group.problem.id and s.text]
+            if len(usable) >= min(2, config.group_size):
+                group_requests.append(GroupRequest(group.problem.id, group.problem.problem, group.gold, group.gold_is_pseudo, usable))
+            else:
+                counters.groups_skipped_no_summaries += 1
+        analyses = await self.tracked(
+            f"{label} · group advantage",
+            [
+                analyze_group(
+                    self.client, request, library=library, library_text=library_text, template=config.templates.group_advantage,
+                    sampling=config.stage_sampling, max_ops=config.max_ops_per_group, max_words=config.max_words,
+                )
+                for request in group_requests
+            ],
+        )
+        counters.count_analyses(analyses)
+
+        # Stage 3: one consolidation of the batch's proposals, applied to the library.
+        near = self.near_duplicates(library, analyses)
+        consolidation = (
+            await self.tracked(
+                f"{label} · consolidation",
+                [
+                    consolidate(
+                        self.client, analyses, library=library, library_text=library_text, near_duplicates=near,
+                        template=config.templates.consolidate, sampling=config.stage_sampling, max_words=config.max_words,
+                        on_failure=config.on_consolidation_failure,
+                    )
+                ],
+            )
+        )[0]
+        applied = apply_operations(
+            library,
+            consolidation.final,
+            step=plan.step,
+            provenance={"run": self.run.root.name, "epoch": plan.epoch, "step": plan.step, "batch": plan.batch,
+                        "query_ids": [a.query_id for a in analyses if a.reply.operations]},
+            max_words=config.max_words,
+            budget=Budget(max_items=config.max_experiences) if config.max_experiences else None,
+        )
+        counters.count_consolidation(consolidation, applied)
+        new_library = applied.library
+
+        counters.finish(usage_before, self.client.accounting.total, time.perf_counter() - started, new_library)
+        context = {"epoch": plan.epoch, "step": plan.step, "batch": plan.batch}
+        self.run.commit_step(
+            state,
+            step=plan.step,
+            library=new_library,
+            rollout_rows=[self.rollout_row(g, r, library, plan) for g in groups for r in g.rollouts],
+            stage_rows={
+                "summaries": [{**context, **s.to_row()} for s in summaries],
+                "group_ops": [{**context, **a.to_row()} for a in analyses],
+                "consolidation": [{**context, **consolidation.to_row(), "apply": applied.log_records()}] if consolidation.reply else [],
+            },
+            step_metrics=counters.as_dict(),
+        )
+        self.run.log(counters.one_line())
+        self.console.print(counters.one_line(), highlight=False)
+        return new_library
+
+    async def rollouts(self, plan: StepPlan, library: Library, label: str) -> list[Group]:
+        config = self.config
+        injector = Injector(library=library, spec=config.inject, store=self.store(library) if config.inject != "all" else None)
+        # Each epoch draws fresh samples of a prompt (cache keys include the sample index), reruns the same ones.
+        sampler = SampleOffset(self.client, (plan.epoch - 1) * config.group_size)
+
+        async def one(problem: Problem) -> Group:
+            experiences = injector.text_for(problem.problem)
+            messages = self.prompt.messages(problem.problem, experiences)
+            rollouts = await sample_group(
+                sampler, problem.id, messages, n=config.group_size, sampling=config.rollout_sampling, tag="rollout", agent=self.agent
+            )
+            group = Group(problem, experiences, self.injected_ids(library, problem.problem), rollouts)
+            await asyncio.to_thread(self.score, group)
+            return group
+
+        return await self.tracked(f"{label} · rollouts", [one(p) for p in plan.problems], weight=config.group_size)
+
+    def score(self, group: Group) -> None:
+        """Rewards for the valid rollouts, then whether the group can teach anything."""
+        valid = [r for r in group.rollouts if r.ok]
+        if len(valid) < min(2, self.config.group_size):
+            group.status = "too_few_valid"
+            return
+        if self.config.ground_truth:
+            group.gold = group.problem.answer
+        else:
+            from rewards.extraction import extract_answer
+            from rewards.majority import majority_vote
+
+            group.gold, group.gold_is_pseudo = majority_vote([extract_answer(r.completion) for r in valid]), True
+            if group.gold is None:
+                group.status = "no_majority"
+                return
+        score_group(self.reward, group.rollouts, group.gold)
+        rewards = [r.reward or 0.0 for r in valid]  # unscorable counts as no credit
+        group.mean, group.std = statistics.fmean(rewards), statistics.pstdev(rewards)
+        if self.config.group_size > 1 and group.std <= self.config.std_threshold:
+            group.status = "homogeneous"
+
+    async def summarize(self, request: SummaryRequest) -> Summary:
+        return await summarize_rollout(
+            self.client, request, template=self.config.templates.summarize, sampling=self.config.stage_sampling,
+            token_budget=self.config.trajectory_token_budget,
+        )
+
+    # -- validation ------------------------------------------------------------------------------------
+    async def validate(self, epoch: int, library: Library, problems: list[Problem]) -> dict[str, Any]:
+        """Mean@k of this epoch's library on the validation problems (failed calls left out)."""
+        from eval.metrics import mean_at_k
+
+        config = self.config
+        injector = Injector(library=library, spec=config.inject, store=self.store(library) if config.inject != "all" else None)
+        before = self.client.accounting.total.cost_usd
+
+        async def one(problem: Problem) -> list[Rollout]:
+            messages = self.prompt.messages(problem.problem, injector.text_for(problem.problem))
+            rollouts = await sample_group(
+                self.client, problem.id, messages, n=config.val_samples, sampling=config.rollout_sampling, tag="validation", agent=self.agent
+            )
+            await asyncio.to_thread(score_group, self.reward, rollouts, problem.answer)
+            return rollouts
+
+        groups = await self.tracked(f"epoch {epoch} · validation", [one(p) for p in problems], weight=config.val_samples)
+        pairs = [(sum(r.ok for r in g), sum(r.ok and (r.reward or 0.0) >= CORRECT_THRESHOLD for r in g)) for g in groups]
+        scored = [(n, c) for n, c in pairs if n > 0]
+        result = {
+            "epoch": epoch,
+            "mean_at_k": mean_at_k(scored) if scored else None,
+            "k": config.val_samples,
+            "problems": len(problems),
+            "failed_samples": sum(config.val_samples - n for n, _ in pairs),
+            "library_version": library.version,
+            "library_size": len(library),
+            "cost_usd": self.client.accounting.total.cost_usd - before,
+        }
+        self.run.log(f"validation after epoch {epoch}: Mean@{config.val_samples} = {result['mean_at_k']}")
+        return result
+
+    # -- helpers ---------------------------------------------------------------------------------------
+    async def tracked(self, description: str, coroutines: Iterable[Awaitable[T]], *, weight: int = 1) -> list[T]:
+        """Run all at once under one progress bar; on any failure the rest are cancelled, not orphaned."""
+        coroutines = list(coroutines)
+        task_id = self.progress.add_task(description, total=len(coroutines) * weight)
+
+        async def one(coroutine: Awaitable[T]) -> T:
+            result = await coroutine
+            self.progress.advance(task_id, weight)
+            return result
+
+        try:
+            return await gather_all(one(c) for c in coroutines)
+        finally:
+            self.progress.remove_task(task_id)  # one live bar per running stage; finished steps print one line
+
+    def store(self, library: Library) -> Any:
+        if self._store is None:
+            from experiences.store import ExperienceStore
+
+            self._store = ExperienceStore(self.run.store_dir)
+        self._store.sync(library)
+        return self._store
+
+    def render_all(self, library: Library) -> str:
+        from experiences.render import render
+
+        return render(library)
+
+    def injected_ids(self, library: Library, query: str) -> list[str]:
+        from experiences.render import Injection
+
+        store = self._store if self.config.inject != "all" else None
+        return [e.id for e in Injection.parse(self.config.inject).select(library, query=query, store=store)]
+
+    def near_duplicates(self, library: Library, analyses: list[GroupAnalysis]) -> list[NearDuplicate]:
+        """Proposed texts very close to an existing experience, for stage 3 to merge instead of copying."""
+        texts = [op.experience for a in analyses for op in a.reply.operations if hasattr(op, "experience")]
+        if not (self.config.dedup and texts and len(library)):
+            return []
+        matches = self.store(library).query_many(texts, k=1)
+        return [
+            NearDuplicate(text=text, id=found[0].id, similarity=round(found[0].similarity, 2))
+            for text, found in zip(texts, matches)
+            if found and found[0].similarity >= self.config.dedup_threshold
+        ]
+
+    def rollout_row(self, group: Group, rollout: Rollout, library: Library, plan: StepPlan) -> dict[str, Any]:
+        return {
+            "run": self.run.root.name, "epoch": plan.epoch, "step": plan.step, "batch": plan.batch,
+            "problem": group.problem.problem, "answer": group.problem.answer, **rollout.to_row(),
+            "library_version": library.version, "group_mean": group.mean, "group_std": group.std,
+            "group_status": group.status, "pseudo_label": group.gold if group.gold_is_pseudo else None,
+        }
+
+
+class SampleOffset:
+    """The client with every sample index shifted by `offset` (each epoch samples afresh, deterministically)."""
+
+    def __init__(self, client: LLMClient, offset: int):
+        self._client, self._offset = client, offset
+
+    async def chat(self, messages: Any, *, sample_offset: int = 0, **kwargs: Any) -> Any:
+        return await self._client.chat(messages, sample_offset=sample_offset + self._offset, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+
+async def gather_all(coroutines: Iterable[Awaitable[T]]) -> list[T]:
+    tasks = [asyncio.ensure_future(c) for c in coroutines]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+
+
+def build_agent(config: LearnConfig) -> Any | None:
+    """Multi-turn tool use (issue 8) when `tools` are configured; the same agent as `tfgrpo eval --tools`."""
+    if not config.tools:
+        return None
+    try:
+        from tfgrpo.agent import run_agent
+        from tfgrpo.tools import get_tools
+    except ImportError as exc:
+        raise ConfigError(f"tools {config.tools} need tfgrpo.agent and tfgrpo.tools ({exc})") from None
+    return functools.partial(run_agent, tools=get_tools(config.tools), max_turns=config.max_turns)
+
+
+__all__ = ["Engine", "LearnResult", "StepPlan", "learn", "learn_async", "plan_steps", "select_best_epoch"]

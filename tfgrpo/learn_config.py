@@ -1,0 +1,109 @@
+"""Settings of one `tfgrpo learn` run: a pydantic model filled from YAML and the command line.
+
+Defaults follow the Training-Free GRPO paper: G = 5 rollouts per query, 3 epochs, rollouts at
+temperature 0.7, the three learning stages (summaries, group advantage, consolidation) at temperature 0.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from tfgrpo.config import LLMConfig
+from tfgrpo.llm.types import SamplingParams
+
+_TOPK = re.compile(r"^topk:[1-9]\d*$")
+
+
+class StageTemplates(BaseModel):
+    """Jinja templates: a bundled name (in tfgrpo/prompts) or a path to your own file."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rollout_system: str = Field("rollout_system", description="System prompt of a rollout; receives `experiences`.")
+    rollout_user: str = Field("rollout_user", description="User prompt of a rollout; receives `problem`.")
+    summarize: str = Field("summarize", description="Stage 1: summarise one trajectory step by step.")
+    group_advantage: str = Field("group_advantage", description="Stage 2: compare a group's rollouts → operations.")
+    consolidate: str = Field("consolidate", description="Stage 3: merge a batch's proposed operations → final operations.")
+
+
+class LearnConfig(BaseModel):
+    """Everything one learn run needs. Unknown keys are errors (`extra="forbid"`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # -- data ---------------------------------------------------------------------------------------
+    data: str = Field(description="Training problems: a bundled name (easy, dapo100, ...) or a JSONL/JSON/CSV/parquet file.")
+    val_data: str | None = Field(None, description="Validation problems; after each epoch Mean@k picks the best library.")
+    out: str = Field("runs/learn", description="Run directory (library.json, steps/, rollouts.jsonl, metrics.json, ...).")
+    problem_key: str = Field("problem", description="Column holding the problem text.")
+    answer_key: str = Field("answer", description="Column holding the gold answer.")
+    id_key: str = Field("id", description="Column holding the problem id (optional in the data; row-NNNN otherwise).")
+    limit: int | None = Field(None, ge=1, description="Use only the first N training problems.")
+    init_library: str | None = Field(None, description="Start from this library JSON instead of an empty library.")
+
+    # -- model --------------------------------------------------------------------------------------
+    llm: LLMConfig = Field(default_factory=LLMConfig)
+
+    # -- the algorithm ------------------------------------------------------------------------------
+    group_size: int = Field(5, ge=1, description="G: rollouts per query (1 works, as an ablation: no group to compare).")
+    epochs: int = Field(3, ge=1, description="Passes over the training data; reshuffled each epoch with the seed.")
+    batch_size: int | None = Field(
+        None, ge=1, description="Queries per step (one consolidation + library update each). None = the whole dataset."
+    )
+    seed: int = Field(42, description="Shuffling seed; a rerun with the same seed replays the same requests.")
+    reward: str = Field("math", description="Reward name from rewards.get_reward.")
+    ground_truth: bool = Field(True, description="False = score against each group's majority answer (no gold labels).")
+    std_threshold: float = Field(
+        0.0, ge=0.0, description="A group whose reward std is <= this is homogeneous and skipped (0 = all rewards equal)."
+    )
+    max_ops_per_group: int = Field(3, ge=1, description="K: at most this many operations proposed per group (stage 2).")
+    max_words: int = Field(32, ge=1, description="Longest experience, in words; longer proposals are rejected.")
+    trajectory_token_budget: int = Field(
+        2048, ge=64, description="Trajectories longer than this (approx. tokens) are cut in the middle before stage 1."
+    )
+    inject: str = Field("all", description="'all' or 'topk:K' (the K experiences nearest to each problem).")
+    dedup_threshold: float = Field(
+        0.9, gt=0.0, le=1.0, description="Cosine similarity above which library items are shown to stage 3 as near-duplicates."
+    )
+    max_experiences: int | None = Field(
+        None, ge=1, description="Library size cap; beyond it the lowest-value experiences are evicted (None = no cap)."
+    )
+    dedup: bool = Field(True, description="Look up near-duplicate experiences with the vector store before stage 3.")
+    rollout_sampling: SamplingParams = Field(default_factory=lambda: SamplingParams(temperature=0.7, max_tokens=2048))
+    stage_sampling: SamplingParams = Field(default_factory=lambda: SamplingParams(temperature=0.0, max_tokens=2048))
+    templates: StageTemplates = Field(default_factory=StageTemplates)
+    system_prompt: str | None = Field(None, description="A fixed system-prompt file instead of the rollout_system template.")
+
+    # -- tools, validation --------------------------------------------------------------------------
+    tools: list[str] = Field(default_factory=list, description="Tools for multi-turn rollouts, e.g. ['python'].")
+    max_turns: int = Field(6, ge=1, description="Turns per trajectory when tools are on.")
+    val_samples: int = Field(4, ge=1, description="k of the validation Mean@k.")
+
+    # -- run control --------------------------------------------------------------------------------
+    resume: bool = Field(False, description="Continue an interrupted run in `out` from its last completed step.")
+    on_consolidation_failure: Literal["skip", "apply_proposed"] = Field(
+        "skip", description="When stage 3 fails twice: apply nothing (skip) or the stage-2 proposals as they are."
+    )
+
+    @field_validator("inject")
+    @classmethod
+    def _inject_spec(cls, value: str) -> str:
+        value = value.strip().lower()
+        if value != "all" and not _TOPK.match(value):
+            raise ValueError("must be 'all' or 'topk:K' with K >= 1, e.g. 'topk:5'")
+        return value
+
+
+# Settings whose change would make a resumed run differ from an uninterrupted one.
+RESUME_LOCKED_KEYS = (
+    "data", "problem_key", "answer_key", "id_key", "limit", "init_library", "group_size", "batch_size", "seed",
+    "reward", "ground_truth", "std_threshold", "max_ops_per_group", "max_words", "trajectory_token_budget", "inject",
+    "dedup_threshold", "dedup", "rollout_sampling", "stage_sampling", "templates", "system_prompt", "tools", "max_turns",
+    "on_consolidation_failure", "llm.backend", "llm.model", "llm.adapter",
+)
+
+
+__all__ = ["LearnConfig", "RESUME_LOCKED_KEYS", "StageTemplates"]

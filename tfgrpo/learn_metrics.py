@@ -1,0 +1,216 @@
+"""What a learn run counts, per step, per epoch and in total: the keys of its `metrics.json`.
+
+    steps[]:   step, epoch, batch, queries, rollouts, rollouts_failed, rollouts_scored, accuracy,
+               groups_{total,kept,skipped_homogeneous,skipped_too_few_valid,skipped_no_majority,skipped_no_summaries},
+               summaries, summaries_failed, group_calls_failed, ops_proposed, ops_final, ops_applied,
+               ops_rejected, ops_evicted, parse_retries, parse_failures, consolidation_failed,
+               api_failures, prompt_tokens, completion_tokens, cached_samples, cost_usd, wall_time_s,
+               library_version, library_size
+    epochs[]:  epoch, steps, accuracy (over the epoch's scored rollouts), library_size, val_mean_at_k
+    totals:    sums of the step counters + validation cost, rollouts, cost_usd, wall_time_s (all sessions)
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+SUMMED = (
+    "queries", "rollouts", "rollouts_failed", "rollouts_scored", "correct", "groups_total", "groups_kept",
+    "groups_skipped_homogeneous", "groups_skipped_too_few_valid", "groups_skipped_no_majority",
+    "groups_skipped_no_summaries", "summaries", "summaries_failed", "group_calls_failed", "ops_proposed", "ops_final",
+    "ops_applied", "ops_rejected", "ops_evicted", "parse_retries", "parse_failures", "consolidation_failed",
+    "api_failures", "prompt_tokens", "completion_tokens", "cached_samples",
+)
+
+
+@dataclass
+class StepCounters:
+    step: int
+    epoch: int
+    batch: int
+    queries: int
+    rollouts: int = 0
+    rollouts_failed: int = 0
+    rollouts_scored: int = 0
+    correct: int = 0
+    groups_total: int = 0
+    groups_kept: int = 0
+    groups_skipped_homogeneous: int = 0
+    groups_skipped_too_few_valid: int = 0
+    groups_skipped_no_majority: int = 0
+    groups_skipped_no_summaries: int = 0
+    summaries: int = 0
+    summaries_failed: int = 0
+    group_calls_failed: int = 0
+    ops_proposed: int = 0
+    ops_final: int = 0
+    ops_applied: int = 0
+    ops_rejected: int = 0
+    ops_evicted: int = 0
+    parse_retries: int = 0
+    parse_failures: int = 0
+    consolidation_failed: bool = False
+    api_failures: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_samples: int = 0
+    cost_usd: float = 0.0
+    wall_time_s: float = 0.0
+    library_version: int = 0
+    library_size: int = 0
+
+    def count_groups(self, groups: list[Any]) -> None:
+        self.groups_total = len(groups)
+        for group in groups:
+            self.rollouts += len(group.rollouts)
+            for rollout in group.rollouts:
+                if not rollout.ok:
+                    self.rollouts_failed += 1
+                elif rollout.reward is not None:
+                    self.rollouts_scored += 1
+                    self.correct += rollout.reward >= 0.5
+            self.groups_kept += group.status == "kept"
+            self.groups_skipped_homogeneous += group.status == "homogeneous"
+            self.groups_skipped_too_few_valid += group.status == "too_few_valid"
+            self.groups_skipped_no_majority += group.status == "no_majority"
+
+    def count_summaries(self, summaries: list[Any]) -> None:
+        self.summaries = len(summaries)
+        self.summaries_failed = sum(s.error is not None for s in summaries)
+
+    def _count_reply(self, reply: Any) -> None:
+        self.parse_retries += reply.retried
+        self.parse_failures += reply.malformed
+
+    def count_analyses(self, analyses: list[Any]) -> None:
+        for analysis in analyses:
+            self.ops_proposed += len(analysis.reply.operations)
+            self.ops_rejected += len(analysis.reply.rejected)
+            self.group_calls_failed += analysis.reply.error is not None
+            self._count_reply(analysis.reply)
+
+    def count_consolidation(self, consolidation: Any, applied: Any) -> None:
+        if consolidation.reply is not None:
+            self._count_reply(consolidation.reply)
+            self.ops_rejected += len(consolidation.reply.rejected)
+            self.consolidation_failed = consolidation.reply.error is not None or (
+                consolidation.reply.malformed and not consolidation.reply.operations
+            )
+        self.ops_final = len(consolidation.final)
+        self.ops_applied = len(applied.applied)
+        self.ops_rejected += len(applied.rejected)
+        self.ops_evicted = len(applied.evicted)
+
+    def finish(self, usage_before: Any, usage_after: Any, wall_time_s: float, library: Any) -> None:
+        self.api_failures = usage_after.failed_calls - usage_before.failed_calls
+        self.prompt_tokens = usage_after.prompt_tokens - usage_before.prompt_tokens
+        self.completion_tokens = usage_after.completion_tokens - usage_before.completion_tokens
+        self.cached_samples = usage_after.cached_samples - usage_before.cached_samples
+        self.cost_usd = round(usage_after.cost_usd - usage_before.cost_usd, 8)
+        self.wall_time_s = round(wall_time_s, 3)
+        self.library_version = library.version
+        self.library_size = len(library)
+
+    @property
+    def accuracy(self) -> float | None:
+        return self.correct / self.rollouts_scored if self.rollouts_scored else None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "accuracy": self.accuracy}
+
+    def one_line(self) -> str:
+        accuracy = "n/a" if self.accuracy is None else f"{self.accuracy:.3f}"
+        return (
+            f"step {self.step} (epoch {self.epoch}, batch {self.batch}): accuracy {accuracy}, groups kept "
+            f"{self.groups_kept}/{self.groups_total}, ops proposed {self.ops_proposed} / final {self.ops_final} / "
+            f"applied {self.ops_applied}, failed calls {self.api_failures}, library v{self.library_version} "
+            f"({self.library_size} items), {self.wall_time_s:.1f}s"
+        )
+
+
+def epoch_rows(state: Any) -> list[dict[str, Any]]:
+    rows = []
+    for epoch in sorted({s["epoch"] for s in state.steps}):
+        steps = [s for s in state.steps if s["epoch"] == epoch]
+        scored = sum(s["rollouts_scored"] for s in steps)
+        validation = state.validation.get(epoch) or {}
+        rows.append(
+            {
+                "epoch": epoch,
+                "steps": len(steps),
+                "complete": epoch in state.epoch_end_step,
+                "accuracy": sum(s["correct"] for s in steps) / scored if scored else None,
+                "library_size": steps[-1]["library_size"],
+                "ops_applied": sum(s["ops_applied"] for s in steps),
+                "cost_usd": round(sum(s["cost_usd"] for s in steps), 8),
+                "val_mean_at_k": validation.get("mean_at_k"),
+            }
+        )
+    return rows
+
+
+def run_metrics(state: Any, *, best_epoch: int | None, library: Any, config: Any) -> dict[str, Any]:
+    totals: dict[str, Any] = {key: sum(s.get(key, 0) for s in state.steps) for key in SUMMED}
+    scored = totals["rollouts_scored"]
+    validation_cost = sum(v.get("cost_usd", 0.0) for v in state.validation.values())
+    totals.update(
+        steps=len(state.steps),
+        accuracy=totals["correct"] / scored if scored else None,
+        # Sessions count every call made, also those of a step that was interrupted and redone.
+        cost_usd=round(sum(s.get("cost_usd", 0.0) for s in state.sessions), 8),
+        step_cost_usd=round(sum(s["cost_usd"] for s in state.steps), 8),
+        validation_cost_usd=round(validation_cost, 8),
+        wall_time_s=round(sum(s.get("wall_time_s", 0.0) for s in state.sessions), 3),
+        sessions=len(state.sessions),
+        library_size=len(library),
+        library_version=library.version,
+    )
+    return {
+        "status": state.status,
+        "completed_step": state.completed_step,
+        "best_epoch": best_epoch,
+        "group_size": config.group_size,
+        "epochs_planned": config.epochs,
+        "steps": state.steps,
+        "epochs": epoch_rows(state),
+        "validation": [state.validation[e] for e in sorted(state.validation)],
+        "sessions": state.sessions,
+        "totals": totals,
+    }
+
+
+def epoch_table(metrics: dict[str, Any]) -> Any:
+    """The final summary as a rich table: accuracy, library size, cost and validation per epoch."""
+    from rich.table import Table
+
+    table = Table(title=f"tfgrpo learn: {metrics['status']}", show_lines=False)
+    for name in ("epoch", "rollout acc.", "val Mean@k", "ops applied", "library size", "cost (USD)"):
+        table.add_column(name, justify="right")
+    for row in metrics["epochs"]:
+        best = " *" if metrics.get("best_epoch") == row["epoch"] else ""
+        table.add_row(
+            f"{row['epoch']}{'' if row['complete'] else ' (partial)'}{best}",
+            _fmt(row["accuracy"]),
+            _fmt(row["val_mean_at_k"]),
+            str(row["ops_applied"]),
+            str(row["library_size"]),
+            f"{row['cost_usd']:.4f}",
+        )
+    totals = metrics["totals"]
+    table.caption = (
+        f"{totals['rollouts']} rollouts ({totals['rollouts_failed']} failed calls), groups kept {totals['groups_kept']}/"
+        f"{totals['groups_total']}, ops proposed {totals['ops_proposed']} → applied {totals['ops_applied']}, "
+        f"parse retries {totals['parse_retries']} (failures {totals['parse_failures']}), tokens "
+        f"{totals['prompt_tokens']:,} in / {totals['completion_tokens']:,} out, ${totals['cost_usd']:.4f}, "
+        f"{totals['wall_time_s']:.1f}s; final library v{totals['library_version']} with {totals['library_size']} experiences"
+        + (f"; * = best epoch on validation" if metrics.get("best_epoch") else "")
+    )
+    return table
+
+
+def _fmt(value: float | None) -> str:
+    return "–" if value is None else f"{value:.3f}"
+
+
+__all__ = ["StepCounters", "epoch_table", "run_metrics"]

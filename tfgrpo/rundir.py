@@ -1,0 +1,176 @@
+"""The run directory of `tfgrpo learn`, and the state that lets an interrupted run resume.
+
+    RUN/config.yaml            resolved settings (API keys hidden)
+    RUN/library.json           the library to use: the best epoch's with --val-data, else the latest
+    RUN/steps/NNNN/library.json  the library after step NNNN (0000 = the starting library)
+    RUN/rollouts.jsonl         every rollout (append-only)
+    RUN/stages/*.jsonl         raw replies and parsed operations of summaries, group analyses, consolidations
+    RUN/metrics.json           per step, per epoch and total metrics (rewritten atomically after each step)
+    RUN/cache.sqlite           every LLM sample, so a resumed run pays for nothing twice
+    RUN/events.log             a human-readable log of what happened
+    RUN/state.json             resume state: last completed step and the size of every log at that moment
+
+Logs are appended once per completed step. If a run dies in the middle of a step, `--resume` cuts every
+log back to the size recorded at the last completed step before redoing that step, so no row is written
+twice and the files read as if the run had never stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from experiences.model import Library
+from experiences.atomic import append_lines, atomic_write_text
+from tfgrpo.config import ConfigError, dump_config, read_yaml
+from tfgrpo.learn_config import RESUME_LOCKED_KEYS, LearnConfig
+
+STAGE_LOGS = ("summaries", "group_ops", "consolidation")
+
+
+class RunState(BaseModel):
+    """What a resumed run needs to carry on exactly where the last completed step left off."""
+
+    completed_step: int = Field(0, description="Global step number of the last completed step (0 = none).")
+    offsets: dict[str, int] = Field(default_factory=dict, description="Byte size of each log at that step.")
+    steps: list[dict[str, Any]] = Field(default_factory=list, description="Metrics of every completed step.")
+    epoch_end_step: dict[int, int] = Field(default_factory=dict, description="Epoch → step after which it ended.")
+    validation: dict[int, dict[str, Any]] = Field(default_factory=dict, description="Epoch → validation result.")
+    sessions: list[dict[str, Any]] = Field(default_factory=list, description="One entry per process that worked on the run.")
+    status: str = Field("running", description="running | completed | interrupted | budget_exceeded | failed.")
+
+
+class RunDir:
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+        self.config_path = self.root / "config.yaml"
+        self.library_path = self.root / "library.json"
+        self.steps_dir = self.root / "steps"
+        self.rollouts_path = self.root / "rollouts.jsonl"
+        self.stages_dir = self.root / "stages"
+        self.metrics_path = self.root / "metrics.json"
+        self.cache_path = self.root / "cache.sqlite"
+        self.events_path = self.root / "events.log"
+        self.state_path = self.root / "state.json"
+        self.store_dir = self.root / "store"
+
+    # -- paths --------------------------------------------------------------------------------------
+    def step_library_path(self, step: int) -> Path:
+        return self.steps_dir / f"{step:04d}" / "library.json"
+
+    def stage_path(self, name: str) -> Path:
+        return self.stages_dir / f"{name}.jsonl"
+
+    def _logs(self) -> dict[str, Path]:
+        logs = {"rollouts.jsonl": self.rollouts_path}
+        logs.update({f"stages/{name}.jsonl": self.stage_path(name) for name in STAGE_LOGS})
+        return logs
+
+    # -- opening ------------------------------------------------------------------------------------
+    def start(self, config: LearnConfig) -> RunState:
+        """A fresh run (refusing to overwrite a finished or started one) or, with `resume`, the saved state."""
+        if config.resume:
+            return self._reopen(config)
+        if self.state_path.exists():
+            raise ConfigError(
+                f"{self.root} already holds a learn run; pass --resume to continue it, or choose another --out"
+            )
+        self.root.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(self.config_path, dump_config(config))
+        state = RunState(offsets={name: 0 for name in self._logs()})
+        for path in self._logs().values():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.touch()
+        self.save_state(state)
+        return state
+
+    def _reopen(self, config: LearnConfig) -> RunState:
+        if not self.state_path.is_file():
+            raise ConfigError(f"nothing to resume in {self.root}: no state.json (start the run without --resume)")
+        if self.config_path.is_file():
+            changed = changed_keys(read_yaml(self.config_path), json.loads(config.model_dump_json()))
+            if changed:
+                raise ConfigError(
+                    f"cannot resume {self.root} with different settings for: {', '.join(changed)} "
+                    "(they decide which requests are made; start a new run to change them)"
+                )
+        state = RunState.model_validate_json(self.state_path.read_text(encoding="utf-8"))
+        self._truncate_logs(state.offsets)
+        atomic_write_text(self.config_path, dump_config(config))
+        return state
+
+    def _truncate_logs(self, offsets: dict[str, int]) -> None:
+        # Rows written by a step that did not complete are dropped; that step is redone from the cache.
+        for name, path in self._logs().items():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.touch()
+            size = offsets.get(name, 0)
+            if path.stat().st_size > size:
+                with path.open("r+b") as handle:
+                    handle.truncate(size)
+
+    # -- writing ------------------------------------------------------------------------------------
+    def save_state(self, state: RunState) -> None:
+        atomic_write_text(self.state_path, state.model_dump_json(indent=1) + "\n")
+
+    def commit_step(
+        self,
+        state: RunState,
+        *,
+        step: int,
+        library: Library,
+        rollout_rows: list[dict[str, Any]],
+        stage_rows: dict[str, list[dict[str, Any]]],
+        step_metrics: dict[str, Any],
+    ) -> None:
+        """Append the step's logs, snapshot its library, then (last, atomically) mark it completed."""
+        append_lines(self.rollouts_path, [_json_line(r) for r in rollout_rows])
+        for name in STAGE_LOGS:
+            append_lines(self.stage_path(name), [_json_line(r) for r in stage_rows.get(name, [])])
+        library.save(self.step_library_path(step))
+        library.save(self.library_path)
+        state.completed_step = step
+        state.offsets = {name: path.stat().st_size for name, path in self._logs().items()}
+        state.steps.append(step_metrics)
+        self.save_state(state)
+
+    def save_initial_library(self, library: Library) -> None:
+        library.save(self.step_library_path(0))
+        library.save(self.library_path)
+
+    def load_step_library(self, step: int) -> Library:
+        return Library.load(self.step_library_path(step))
+
+    def write_metrics(self, metrics: dict[str, Any]) -> None:
+        atomic_write_text(self.metrics_path, json.dumps(metrics, indent=2, ensure_ascii=False) + "\n")
+
+    def log(self, message: str) -> None:
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+        append_lines(self.events_path, [f"{stamp} {message}"])
+
+
+def changed_keys(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """Locked settings (see RESUME_LOCKED_KEYS) that differ between the saved and the current config."""
+    changed = []
+    for dotted in RESUME_LOCKED_KEYS:
+        if _lookup(saved, dotted) != _lookup(current, dotted):
+            changed.append(dotted)
+    return changed
+
+
+def _lookup(data: dict[str, Any], dotted: str) -> Any:
+    value: Any = data
+    for part in dotted.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
+
+
+def _json_line(row: dict[str, Any]) -> str:
+    return json.dumps(row, ensure_ascii=False)
+
+
+__all__ = ["RunDir", "RunState", "STAGE_LOGS", "changed_keys"]

@@ -1,0 +1,111 @@
+"""The three learning stages of Training-Free GRPO, one module each.
+
+1. `summarize`: each rollout of a kept group → a step-by-step summary (what was done, which experiences
+   were used, where it went wrong).
+2. `advantage`: each kept group → the group's semantic advantage as operations on the library.
+3. `consolidate`: all operations proposed for a batch → one final operation list, applied to the library.
+
+Stages 2 and 3 ask for operations; `request_operations` is how: one call, the tolerant parser of
+`experiences`, and exactly one retry with the parser's feedback when the reply was malformed. Every
+request is deterministic (same messages, sample 0), so a resumed run finds every answer in the cache.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from experiences.model import Library
+from experiences.ops import Operation, Rejection
+from experiences.parse import parse_operations
+from tfgrpo.llm.client import LLMClient
+from tfgrpo.llm.errors import BudgetExceededError, LLMError
+from tfgrpo.llm.types import SamplingParams
+
+
+@dataclass
+class OpsReply:
+    """The operations one stage-2/3 request produced, and everything needed to audit it."""
+
+    operations: list[Operation] = field(default_factory=list)
+    rejected: list[Rejection] = field(default_factory=list)
+    attempts: list[dict[str, Any]] = field(default_factory=list)  # {"reply", "feedback"} per call
+    retried: bool = False
+    malformed: bool = False  # still not a clean list of operations after the retry
+    error: str | None = None  # the call itself failed (after the client's retries)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    def to_row(self) -> dict[str, Any]:
+        return {
+            "operations": [op.to_wire() for op in self.operations],
+            "rejected": [{"item": _jsonable(r.item), "reason": r.reason} for r in self.rejected],
+            "attempts": self.attempts,
+            "retried": self.retried,
+            "malformed": self.malformed,
+            "error": self.error,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+        }
+
+
+async def request_operations(
+    client: LLMClient,
+    messages: list[dict[str, str]],
+    *,
+    library: Library,
+    sampling: SamplingParams,
+    tag: str,
+    max_words: int,
+) -> OpsReply:
+    """Ask for operations; on a malformed reply, retry once with the parser's feedback.
+
+    Valid items of the first reply are kept; the retry is asked to correct only the rejected ones, so
+    the final list is the first reply's valid items plus the retry's (or, when the first reply held no
+    JSON at all, the retry's).
+    """
+    out = OpsReply()
+    reply = await _ask(client, messages, sampling=sampling, tag=tag, out=out)
+    if reply is None:
+        return out
+    first = parse_operations(reply, library, max_words=max_words)
+    out.attempts.append({"reply": reply, "feedback": first.feedback() or None})
+    if first.ok:
+        out.operations = list(first.operations)
+        return out
+
+    out.retried = True
+    retry_messages = [*messages, {"role": "assistant", "content": reply}, {"role": "user", "content": first.feedback()}]
+    second_reply = await _ask(client, retry_messages, sampling=sampling, tag=tag, out=out)
+    if second_reply is None:  # the retry's call failed: keep what the first reply got right
+        out.operations, out.rejected, out.malformed = list(first.operations), list(first.rejected), True
+        return out
+    second = parse_operations(second_reply, library, max_words=max_words)
+    out.attempts.append({"reply": second_reply, "feedback": second.feedback() or None})
+    kept_from_first = list(first.operations) if first.found else []
+    out.operations = kept_from_first + list(second.operations)
+    out.rejected = list(second.rejected) if (second.found or not first.found) else list(first.rejected)
+    out.malformed = not second.ok
+    return out
+
+
+async def _ask(client: LLMClient, messages: list[dict[str, str]], *, sampling: SamplingParams, tag: str, out: OpsReply) -> str | None:
+    try:
+        (completion,) = await client.chat(messages, sampling=sampling, tag=tag)
+    except BudgetExceededError:
+        raise
+    except LLMError as exc:
+        out.error = f"{type(exc).__name__}: {exc}"
+        return None
+    out.prompt_tokens += completion.usage.prompt_tokens
+    out.completion_tokens += completion.usage.completion_tokens
+    return completion.text
+
+
+def _jsonable(item: Any) -> Any:
+    if hasattr(item, "model_dump"):
+        return item.model_dump(mode="json")
+    return item
+
+
+__all__ = ["OpsReply", "request_operations"]

@@ -1,0 +1,117 @@
+"""Stage 1: summarise one rollout step by step, given its grade (and the gold answer when there is one).
+
+The summary names the experiences the attempt relied on and where it went wrong; stage 2 compares
+these summaries instead of raw trajectories, which keeps its prompt short and its signal focused.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from experiences.apply import approximate_tokens
+from tfgrpo.llm.client import LLMClient
+from tfgrpo.llm.errors import BudgetExceededError, LLMError
+from tfgrpo.llm.types import SamplingParams
+from tfgrpo.prompts import render_prompt
+from tfgrpo.rollout import Rollout
+
+CORRECT_THRESHOLD = 0.5  # math rewards are 0/1; the same threshold as eval.metrics
+
+
+@dataclass
+class SummaryRequest:
+    rollout: Rollout
+    problem: str
+    experiences: str  # the library text that was in this rollout's prompt
+    gold: str | None
+    gold_is_pseudo: bool = False
+
+
+@dataclass
+class Summary:
+    rollout: Rollout
+    text: str | None
+    error: str | None = None
+    truncated: bool = False
+
+    def to_row(self) -> dict[str, Any]:
+        return {
+            "query_id": self.rollout.query_id,
+            "sample": self.rollout.sample,
+            "reward": self.rollout.reward,
+            "summary": self.text,
+            "truncated": self.truncated,
+            "error": self.error,
+        }
+
+
+def outcome_of(reward: float | None) -> str:
+    if reward is None:
+        return "unscored"
+    return "correct" if reward >= CORRECT_THRESHOLD else "wrong"
+
+
+async def summarize_rollout(
+    client: LLMClient,
+    request: SummaryRequest,
+    *,
+    template: str,
+    sampling: SamplingParams,
+    token_budget: int,
+) -> Summary:
+    trajectory, truncated = truncate_middle(trajectory_text(request.rollout), token_budget)
+    prompt = render_prompt(
+        template,
+        problem=request.problem,
+        experiences=request.experiences,
+        trajectory=trajectory,
+        outcome=outcome_of(request.rollout.reward),
+        reward=request.rollout.reward,
+        gold=request.gold,
+        gold_is_pseudo=request.gold_is_pseudo,
+        reason=request.rollout.reason,
+        tools=request.rollout.trajectory is not None,
+    )
+    try:
+        (completion,) = await client.chat([{"role": "user", "content": prompt}], sampling=sampling, tag="summary")
+    except BudgetExceededError:
+        raise
+    except LLMError as exc:
+        return Summary(request.rollout, None, error=f"{type(exc).__name__}: {exc}", truncated=truncated)
+    return Summary(request.rollout, completion.text.strip(), truncated=truncated)
+
+
+def trajectory_text(rollout: Rollout) -> str:
+    """The attempt as text: the completion, or every turn, tool call and tool result of an agent trajectory."""
+    if rollout.trajectory is None:
+        return rollout.completion
+    turns = rollout.trajectory.get("messages") or rollout.trajectory.get("turns")
+    if not isinstance(turns, list):
+        return json.dumps(rollout.trajectory, ensure_ascii=False, indent=1)
+    lines: list[str] = []
+    for turn in turns:
+        if not isinstance(turn, dict) or turn.get("role") in ("system", "user") and not lines:
+            continue  # the prompt itself is shown separately
+        role = turn.get("role", "turn")
+        content = turn.get("content")
+        if content:
+            lines.append(f"[{role}] {content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)}")
+        for call in turn.get("tool_calls") or []:
+            lines.append(f"[tool call] {json.dumps(call, ensure_ascii=False)}")
+    return "\n".join(lines) or rollout.completion
+
+
+def truncate_middle(text: str, token_budget: int) -> tuple[str, bool]:
+    """Cut the middle out of a text over `token_budget` (approx. tokens): the plan and the ending matter most."""
+    if approximate_tokens(text) <= token_budget:
+        return text, False
+    keep_chars = token_budget * 4
+    head = keep_chars // 3
+    tail = keep_chars - head
+    omitted = len(text) - head - tail
+    return f"{text[:head]}\n[... {omitted} characters omitted ...]\n{text[-tail:]}", True
+
+
+__all__ = ["Summary", "SummaryRequest", "outcome_of", "summarize_rollout", "trajectory_text", "truncate_middle"]
