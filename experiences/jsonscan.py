@@ -73,7 +73,7 @@ def load_lenient(json_text: str) -> Any:
     """Strict JSON first; otherwise json_repair's best effort. Returns None for nothing usable."""
     try:
         return json.loads(json_text)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):  # RecursionError: absurdly deep nesting
         pass
     try:
         value = json_repair.loads(json_text)

@@ -180,7 +180,7 @@ def _operation_items(value: Any, depth: int = 0) -> list[Any] | None:
 
 def _looks_like_operation(item: dict[str, Any]) -> bool:
     keys = {str(k).strip().lower() for k in item}
-    return bool(keys & set(OPTION_KEYS)) and bool(keys & set(TEXT_KEYS + ID_KEYS + IDS_KEYS) or _option_of(item) == "none")
+    return bool(keys & set(OPTION_KEYS)) and bool(keys & set(TEXT_KEYS + ID_KEYS + IDS_KEYS) or _option_of(item) is not None)
 
 
 # -- one item -----------------------------------------------------------------------------------------
