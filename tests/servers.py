@@ -110,7 +110,9 @@ class FaultServer:
         self._lock = threading.Lock()
         self._httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="fault-server", daemon=True)
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="fault-server", daemon=True
+        )
 
     @property
     def base_url(self) -> str:
