@@ -1,0 +1,91 @@
+"""A scripted world for `tfgrpo learn` tests: replies that make the algorithm observable.
+
+Problems are "What is A+B?". The reply depends only on the request's content and sample index, so the
+same world answers through the ScriptedBackend (`respond(request, index)`) and through an HTTP server
+(`reply_for(messages, index)`), and every run is deterministic.
+
+- rollouts: `kind` of the problem decides: "mixed" (even samples right, odd wrong), "right" (all right:
+  a homogeneous group), "flaky" (sample 3's call fails), "down" (all but sample 0 fail);
+- summaries: a fixed text naming the problem;
+- group analysis: one `add` naming the problem (or malformed replies, per `group_mode`);
+- consolidation: every proposed operation, unchanged (a faithful consolidator).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tfgrpo.llm.errors import ServerError
+
+PROBLEM = re.compile(r"What is (\d+)\+(\d+)\?")
+
+
+class SimulatedCrash(RuntimeError):
+    """Raised by the world at a chosen call to simulate the process dying mid-run."""
+
+
+@dataclass
+class World:
+    kinds: dict[str, str] = field(default_factory=dict)  # "A+B" -> kind; default "mixed"
+    group_mode: str = "valid"  # valid | malformed_once | malformed_always
+    crash_at: int | None = None  # raise SimulatedCrash at this answered-call count
+    interrupt_at: int | None = None  # raise KeyboardInterrupt at this answered-call count
+    answered: list[str] = field(default_factory=list)  # cache keys of every sample answered
+    requests: list[Any] = field(default_factory=list)
+
+    def respond(self, request: Any, index: int) -> Any:
+        """ScriptedBackend responder."""
+        self.requests.append(request)
+        if self.crash_at is not None and len(self.answered) >= self.crash_at:
+            return SimulatedCrash(f"simulated crash at call {len(self.answered)}")
+        if self.interrupt_at is not None and len(self.answered) >= self.interrupt_at:
+            return KeyboardInterrupt()
+        reply = self.reply_for([m.model_dump() for m in request.messages], index)
+        if not isinstance(reply, BaseException):
+            self.answered.append(request.sample_key("scripted", index))
+        return reply
+
+    def reply_for(self, messages: list[dict[str, Any]], index: int) -> Any:
+        first, text = messages[0]["content"], messages[-1]["content"]
+        if "<proposed_changes>" in first:
+            ops = re.findall(r"^\s+- (\{.*\})$", first, re.M)
+            return "Plan: keep all.\n```json\n[" + ", ".join(ops) + "]\n```"
+        if "<attempt " in first:
+            return self.group_reply(messages)
+        if "<trajectory>" in first:
+            match = PROBLEM.search(text)
+            return f"1. The assistant added {match[1]} and {match[2]}."
+        match = PROBLEM.search(text)
+        if match is None:
+            raise AssertionError(f"unexpected request: {text[:200]}")
+        a, b = int(match[1]), int(match[2])
+        kind = self.kinds.get(f"{a}+{b}", "mixed")
+        if kind == "flaky" and index % 4 == 3 or kind == "down" and index % 4 != 0:
+            return ServerError("scripted outage", status=503)
+        right = kind == "right" or index % 2 == 0
+        return f"Adding gives \\boxed{{{a + b if right else a + b + 1}}}"
+
+    def group_reply(self, messages: list[dict[str, Any]]) -> str:
+        match = PROBLEM.search(messages[0]["content"])
+        valid = f'```json\n[{{"option": "add", "experience": "When adding {match[1]} and {match[2]}, check the carry."}}]\n```'
+        is_retry = len(messages) > 1
+        if self.group_mode == "malformed_always" or (self.group_mode == "malformed_once" and not is_retry):
+            return "I would add a lesson about carries, but I will not write JSON."
+        return valid
+
+
+def write_problems(path: Path, pairs: list[tuple[int, int]], *, answers: dict[tuple[int, int], str] | None = None) -> Path:
+    rows = [
+        {"id": f"q{a}_{b}", "problem": f"What is {a}+{b}?", "answer": (answers or {}).get((a, b), str(a + b))}
+        for a, b in pairs
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
