@@ -256,6 +256,7 @@ async def run_agent(
                 break
         else:
             trajectory.stop_reason = "max_turns"
+    trajectory.messages = conversation  # pydantic copied the list it was given
     trajectory.elapsed_s = time.monotonic() - started
     return trajectory
 

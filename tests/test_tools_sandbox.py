@@ -1,0 +1,249 @@
+"""The sandboxed Python tool: normal use, kept state, and every limit (each shown by a snippet that breaks it).
+
+Isolation differs by machine (namespaces and a private uid need root or user namespaces); every test
+runs everywhere, checks the audit-hook guarantees always, and the kernel ones where they apply.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import select
+import socket
+from pathlib import Path
+
+import pytest
+
+from tfgrpo.tools.base import ToolError
+from tfgrpo.tools.python_sandbox import PythonSandboxConfig, PythonTool, probe_isolation
+
+pytestmark = pytest.mark.timeout(60)
+
+FAST = {"timeout_s": 2.0, "cpu_s": 2.0}
+
+
+def live_processes(marker: str) -> int:
+    """Processes whose command line carries the session id (the worker and anything it forked)."""
+    count = 0
+    for path in glob.glob("/proc/[0-9]*/cmdline"):
+        try:
+            if marker.encode() in Path(path).read_bytes():
+                count += 1
+        except OSError:
+            continue
+    return count
+
+
+@pytest.fixture(scope="module")
+def isolation():
+    return probe_isolation("auto")
+
+
+@pytest.fixture(params=["auto", "process"])
+def tool(request):
+    """Every limit is checked both with the strongest isolation here and with the plain-process fallback."""
+    return PythonTool(isolation=request.param, **FAST)
+
+
+async def test_runs_code_prints_and_echoes_last_expression():
+    result = await PythonTool(**FAST).run({"code": "import math\nprint('hi')\nmath.factorial(10)"})
+    assert result.ok, result.error
+    assert result.output == "hi\n3628800\n"
+    assert not result.truncated and result.elapsed_s > 0
+
+
+async def test_session_keeps_variables_and_files_between_calls():
+    async with PythonTool(**FAST).session() as python:
+        assert (await python.run({"code": "x = 6 * 7\nopen('notes.txt', 'w').write('kept')"})).ok
+        result = await python.run({"code": "print(x, open('notes.txt').read())"})
+    assert result.output == "42 kept\n"
+
+
+async def test_one_off_run_keeps_nothing_and_cleans_its_directory():
+    python = PythonTool(**FAST)
+    first = await python.run({"code": "import os\ny = 1\nprint(os.getcwd())"})
+    workdir = Path(first.output.strip())
+    assert workdir.name.startswith("tfgrpo-sandbox-") and not workdir.exists()
+    second = await python.run({"code": "y"})
+    assert "NameError" in second.error
+
+
+async def test_sessions_do_not_share_state():
+    python = PythonTool(**FAST)
+    async with python.session() as first, python.session() as second:
+        await first.run({"code": "z = 'first'"})
+        await second.run({"code": "z = 'second'"})
+        assert (await first.run({"code": "z"})).output == "'first'\n"
+        assert (await second.run({"code": "z"})).output == "'second'\n"
+
+
+async def test_errors_are_reported_with_the_users_traceback_only():
+    async with PythonTool(**FAST).session() as python:
+        result = await python.run({"code": "def f():\n    return 1 / 0\nf()"})
+        assert "ZeroDivisionError" in result.error and "return 1 / 0" in result.error
+        assert "_sandbox_worker" not in result.error
+        syntax = await python.run({"code": "def broken(:\n    pass"})
+        assert "SyntaxError" in syntax.error
+        assert (await python.run({"code": "print('still alive')"})).output == "still alive\n"
+
+
+async def test_missing_code_argument_is_a_tool_error_not_an_exception():
+    result = await PythonTool(**FAST).run({"source": "print(1)"})
+    assert not result.ok and "code" in result.error
+
+
+async def test_infinite_loop_times_out_and_state_survives(tool):
+    async with tool.session() as python:
+        await python.run({"code": "kept = 'yes'"})
+        result = await python.run({"code": "while True:\n    pass"})
+        assert not result.ok and ("timed out" in result.error or "CPU time" in result.error)
+        assert (await python.run({"code": "kept"})).output == "'yes'\n"
+
+
+async def test_cpu_time_limit_stops_busy_code_before_the_wall_clock():
+    result = await PythonTool(timeout_s=30, cpu_s=1).run({"code": "while True:\n    pass"})
+    assert "CPU time limit" in result.error
+    assert result.elapsed_s < 30
+
+
+async def test_code_that_ignores_the_timeout_is_killed_and_the_next_call_restarts():
+    code = "import signal, time\nsignal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM, signal.SIGXCPU})\ntime.sleep(60)"
+    async with PythonTool(timeout_s=1, cpu_s=1).session() as python:
+        marker = python._session.session_id
+        await python.run({"code": "before = 1"})
+        result = await python.run({"code": code})
+        assert "did not stop" in result.error and "killed" in result.error
+        assert live_processes(marker) == 0
+        after = await python.run({"code": "print('fresh')\nbefore"})
+    assert "restarted" in after.output and "fresh" in after.output
+    assert "NameError" in after.error
+
+
+async def test_ten_gigabyte_allocation_hits_the_memory_limit(tool):
+    async with tool.session() as python:
+        result = await python.run({"code": "block = bytearray(10 * 1024 ** 3)"})
+        assert "MemoryError" in result.error and "memory limit" in result.error
+        assert (await python.run({"code": "print(sum(range(10)))"})).output == "45\n"
+
+
+async def test_socket_to_localhost_never_connects(tool):
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    port = listener.getsockname()[1]
+    try:
+        code = f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=1).sendall(b'leak')\nprint('connected')"
+        result = await tool.run({"code": code})
+        assert not result.ok and "connected" not in result.output
+        readable, _, _ = select.select([listener], [], [], 0.2)
+        assert readable == [], "the sandbox reached a socket on the host"
+    finally:
+        listener.close()
+
+
+async def test_network_namespace_has_no_interface_but_loopback(isolation):
+    """The kernel layer under the audit hook: inside the namespace only `lo` exists."""
+    result = await PythonTool(**FAST).run({"code": "print(open('/proc/net/dev').read())"})
+    interfaces = {line.split(":")[0].strip() for line in result.output.splitlines() if ":" in line}
+    if isolation.namespaces:
+        assert interfaces == {"lo"}
+    else:  # no namespaces on this machine: the audit hook is the network guard (other tests)
+        assert "lo" in interfaces
+
+
+async def test_writes_outside_the_working_directory_are_refused(tool, tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("original")
+    outside = tmp_path / "created.txt"
+    async with tool.session() as python:
+        attempts = [
+            f"open({str(outside)!r}, 'w').write('x')",
+            f"import os\nos.remove({str(victim)!r})",
+            f"import os\nos.rename({str(victim)!r}, 'stolen.txt')",
+            f"import pathlib\npathlib.Path({str(victim)!r}).write_text('changed')",
+            "open('/tmp/tfgrpo-sandbox-escape.txt', 'w').write('x')",
+        ]
+        for code in attempts:
+            result = await python.run({"code": code})
+            assert not result.ok, code
+            assert "PermissionError" in result.error, result.error
+        inside = await python.run({"code": "open('inside.txt', 'w').write('ok')\nimport os\nsorted(os.listdir('.'))"})
+        assert inside.ok and "inside.txt" in inside.output
+    assert victim.read_text() == "original"
+    assert not outside.exists() and not Path("/tmp/tfgrpo-sandbox-escape.txt").exists()
+
+
+async def test_code_runs_under_a_private_uid_when_started_as_root(isolation):
+    """The kernel layer under the write guard: a private uid owns nothing outside its directory."""
+    result = await PythonTool(**FAST).run({"code": "import os\nprint(os.getuid(), os.geteuid())"})
+    uids = {int(value) for value in result.output.split()}
+    if isolation.private_uid:
+        assert 0 not in uids and len(uids) == 1
+    elif isolation.namespaces:  # an unprivileged user namespace: the caller's uid mapped to 0
+        assert uids == {0}
+    else:
+        assert uids == {os.getuid()}
+
+
+async def test_fork_loop_is_refused(tool):
+    result = await tool.run({"code": "import os\nwhile True:\n    os.fork()"})
+    assert "starting processes is not allowed" in result.error
+    result = await tool.run({"code": "import subprocess\nsubprocess.run(['echo', 'hi'])"})
+    assert "starting processes is not allowed" in result.error
+
+
+async def test_forked_children_are_all_killed(isolation):
+    """Process creation allowed (the hook off): a bounded fork loop whose children sleep forever.
+    RLIMIT_NPROC caps it where the uid is private; closing the session leaves no process behind."""
+    code = (
+        "import os, time\nforked = 0\n"
+        "try:\n    for _ in range(100):\n        if os.fork() == 0:\n            time.sleep(1000)\n            os._exit(0)\n"
+        "        forked += 1\nexcept OSError as exc:\n    print('refused:', exc.strerror)\nprint('forked', forked)"
+    )
+    python_tool = PythonTool(block_processes=False, max_processes=16, **FAST)
+    async with python_tool.session() as python:
+        marker = python._session.session_id
+        result = await python.run({"code": code})
+        forked = int(result.output.split("forked")[-1])
+        if isolation.private_uid:
+            assert forked < 16 and "refused" in result.output
+        assert live_processes(marker) >= 1 + forked
+    assert live_processes(marker) == 0
+
+
+async def test_ctypes_cannot_reach_native_functions():
+    result = await PythonTool(**FAST).run({"code": "import ctypes\nctypes.CDLL(None).fork()"})
+    assert "ctypes" in result.error
+
+
+async def test_long_output_is_truncated_keeping_head_and_tail():
+    code = "print('START')\nfor i in range(20000):\n    print('line', i)\nprint('END')"
+    result = await PythonTool(max_output_chars=1000, **FAST).run({"code": code})
+    assert result.ok and result.truncated
+    assert result.output.startswith("START") and result.output.rstrip().endswith("END")
+    assert "omitted" in result.output and len(result.output) < 1200
+
+
+async def test_output_of_a_killed_cell_is_kept():
+    code = "import signal, time\nprint('partial', flush=True)\nsignal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM, signal.SIGXCPU})\ntime.sleep(60)"
+    result = await PythonTool(timeout_s=1, cpu_s=1).run({"code": code})
+    assert "partial" in result.output and "killed" in result.error
+
+
+async def test_hard_exit_is_reported():
+    result = await PythonTool(**FAST).run({"code": "import os\nos._exit(3)"})
+    assert "exited with status 3" in result.error
+
+
+def test_bad_options_name_the_key():
+    with pytest.raises(ToolError, match="timeout_s"):
+        PythonTool(timeout_s=-1)
+    with pytest.raises(ToolError, match="unknown key 'colour'"):
+        PythonTool(colour="red")
+    assert PythonTool(PythonSandboxConfig(memory_mb=512)).config.memory_mb == 512
+
+
+def test_describe_names_the_layers(isolation):
+    text = PythonTool().describe()
+    assert ("network namespace" in text) == isolation.namespaces
+    assert ("private uid" in text) == isolation.private_uid
