@@ -14,6 +14,7 @@ import sys
 from multiprocessing.connection import Connection
 
 from math_verify import parse, verify
+from sympy import Basic, MatrixBase
 
 from rewards.verifier import READY
 
@@ -23,8 +24,11 @@ from rewards.verifier import READY
 def slow_equivalent(gold: str, pred: str) -> tuple[bool | None, str]:
     """Compare two normalised answers with math-verify (gold first: `verify` is asymmetric)."""
     gold_parsed = _parse(gold)
-    if not gold_parsed:
-        return None, "gold answer could not be parsed"
+    if not any(isinstance(item, (Basic, MatrixBase)) for item in gold_parsed):
+        # math-verify falls back to the raw string; a gold that is not math cannot judge a wrong answer
+        if gold.strip() and gold.strip() == pred.strip():
+            return True, "equivalent (same text)"
+        return None, "gold answer could not be parsed as math"
     pred_parsed = _parse(pred)
     if not pred_parsed:
         return False, "answer could not be parsed as math"

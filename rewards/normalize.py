@@ -12,6 +12,7 @@ from fractions import Fraction
 
 # A whole answer wrapped in one of these is unwrapped: `\text{5}` is 5.
 _WRAPPERS = re.compile(r"^\\(?:text|textbf|textrm|mathrm|mathbf|mbox|operatorname)\s*\{(?P<body>[^{}]*)\}$")
+_THIN_SPACE_THOUSANDS = re.compile(r"(?<=\d)\\,(?=\d{3}(?!\d))")
 _SPACING = re.compile(r"\\[,;:! ]|\\quad|\\qquad|~")
 _LEFT_RIGHT = re.compile(r"\\(?:left|right)(?=[()\[\]|.]|\\[{}|])")
 _DEGREES = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|°|\\degree")
@@ -37,6 +38,7 @@ def normalize_answer(answer: str) -> str:
     for _ in range(3):  # wrappers can nest ($\text{5}$); a few rounds cover real answers
         before = text
         text = _strip_delimiters(text)
+        text = _THIN_SPACE_THOUSANDS.sub("", text)  # 1\,000 is one thousand, not "1 000"
         text = _SPACING.sub(" ", text).strip()
         match = _WRAPPERS.match(text)
         if match:
