@@ -26,7 +26,7 @@ from tfgrpo.llm.errors import (
 # Phrases servers use for "prompt too long" (OpenAI, vLLM, llama.cpp, Anthropic via litellm, ...).
 _CONTEXT_WINDOW_PATTERNS = re.compile(
     r"context[_ ]length[_ ]exceeded|maximum context length|context window|exceeds? the context|"
-    r"prompt is too long|too many tokens|input is too long|exceed context",
+    r"prompt is too long|too many tokens|input is too long|exceed context|maximum model length",
     re.IGNORECASE,
 )
 

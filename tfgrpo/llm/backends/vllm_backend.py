@@ -135,7 +135,9 @@ class VLLMBackend(Backend):
         started = time.perf_counter()
         try:
             outputs = llm.chat(conversations, sampling_params=params, use_tqdm=False, **extra)
-        except ValueError as exc:  # vLLM validates prompt length up front
+        except ValueError as exc:  # vLLM validates prompt length up front, failing the whole call
+            if len(requests) > 1:  # so that only the offending request fails, run them one by one
+                return [self._run_batch([request])[0] for request in requests]
             error: BaseException = (
                 ContextWindowExceededError(str(exc)) if is_context_window_message(str(exc)) else PermanentError(str(exc))
             )
