@@ -5,12 +5,17 @@
   `MergeCandidate` instead of becoming a second copy; the engine's consolidation step can ask the LLM
   to merge it, or drop it.
 - `find_duplicate_groups`: over a whole library, groups of experiences linked by similarity >= threshold.
-- `dedup_library`: those groups, plus merge operations for near-exact groups (>= `merge_threshold`,
-  default 0.98) that can be applied directly, keeping the text of the most valuable member.
+- `dedup_library`: those groups, plus merge operations for near-exact duplicates that can be applied
+  directly: cosine >= `merge_threshold` (default 0.95) AND nearly the same words in the same order
+  (difflib ratio >= 0.9), keeping the text of the most valuable member. The word check matters:
+  sentence embeddings barely see negation or swapped terms ("Use degrees, not radians" vs "Use
+  radians, not degrees": cosine 0.992; "Check the domain ..." vs "Do not check the domain ...": 0.97),
+  so such pairs are reported as a group for the LLM or a person to judge, never merged blindly.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 from pydantic import BaseModel, Field
@@ -20,7 +25,8 @@ from experiences.ops import AddOp, MergeOp, Operation
 from experiences.store import ExperienceStore, Match
 
 DEFAULT_THRESHOLD = 0.90
-DEFAULT_MERGE_THRESHOLD = 0.98
+DEFAULT_MERGE_THRESHOLD = 0.95
+DEFAULT_LEXICAL_THRESHOLD = 0.9
 
 
 class MergeCandidate(BaseModel):
@@ -112,18 +118,33 @@ def dedup_library(
     *,
     threshold: float = DEFAULT_THRESHOLD,
     merge_threshold: float = DEFAULT_MERGE_THRESHOLD,
+    lexical_threshold: float = DEFAULT_LEXICAL_THRESHOLD,
 ) -> DedupReport:
-    """Duplicate groups at `threshold`, plus direct merges for groups at `merge_threshold`."""
+    """Duplicate groups at `threshold`, plus direct merges of near-exact duplicates (see the module docstring)."""
     groups = find_duplicate_groups(library, store, threshold=threshold)
     merges: list[MergeOp] = []
     for group in find_duplicate_groups(library, store, threshold=merge_threshold):
         members = [library.get(i) for i in group.ids]
         keeper = max(members, key=lambda e: (e.usage.success_rate(), len(e.text)))
-        merges.append(MergeOp(ids=tuple(group.ids), experience=keeper.text))
+        same = [e.id for e in members if e is keeper or lexical_similarity(e.text, keeper.text) >= lexical_threshold]
+        if len(same) > 1:
+            merges.append(MergeOp(ids=tuple(same), experience=keeper.text))
     return DedupReport(groups=groups, merges=merges)
 
 
+def lexical_similarity(a: str, b: str) -> float:
+    """difflib ratio over lower-cased words without punctuation: order-aware, so swaps and negations count."""
+    import difflib
+
+    return difflib.SequenceMatcher(a=_words(a), b=_words(b), autojunk=False).ratio()
+
+
+def _words(text: str) -> list[str]:
+    return re.findall(r"[\w']+", text.casefold())
+
+
 __all__ = [
+    "DEFAULT_LEXICAL_THRESHOLD",
     "DEFAULT_MERGE_THRESHOLD",
     "DEFAULT_THRESHOLD",
     "DedupReport",
@@ -132,5 +153,6 @@ __all__ = [
     "Screened",
     "dedup_library",
     "find_duplicate_groups",
+    "lexical_similarity",
     "screen_adds",
 ]

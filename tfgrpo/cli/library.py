@@ -124,7 +124,7 @@ def register(app: typer.Typer) -> None:
     def dedup(
         library_path: LibArg,
         threshold: Annotated[Optional[float], typer.Option("--threshold", help="Cosine similarity that makes a near-duplicate group (default 0.90).")] = None,
-        merge_threshold: Annotated[Optional[float], typer.Option("--merge-threshold", help="Groups at or above this are merged directly with --merge (default 0.98).")] = None,
+        merge_threshold: Annotated[Optional[float], typer.Option("--merge-threshold", help="Cosine at or above which near-identical wording is merged directly with --merge (default 0.95).")] = None,
         merge: Annotated[Optional[bool], typer.Option("--merge", help="Merge near-exact groups and save LIB as the next version.")] = None,
         store_dir: StoreOpt = None,
         history_dir: HistoryOpt = None,
