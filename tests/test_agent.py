@@ -309,3 +309,30 @@ async def test_no_tools_is_a_single_turn():
     client, backend = scripted_client(["\\boxed{42}"])
     trajectory = await run_agent(client, PROBLEM, tools=[], max_turns=3)
     assert len(trajectory.turns) == 1 and backend.calls[0].tools is None and trajectory.messages[:2] == PROBLEM
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+async def test_embedded_smollm2_completes_a_tool_enabled_trajectory():
+    """The real small model through the text protocol: its code may be wrong; the run must finish and record it."""
+    from tfgrpo.llm.backends.transformers_backend import TransformersBackend
+    from tfgrpo.llm.types import SamplingParams
+
+    client = LLMClient(TransformersBackend(None, batch_size=4), max_retries=0)
+    messages = [{"role": "user", "content": "Use Python to compute 17 * 23, then give the answer in \\boxed{}."}]
+    try:
+        trajectories = [
+            await run_agent(client, messages, tools=[PythonTool(timeout_s=10)], max_turns=3, sample_index=i,
+                            sampling=SamplingParams(temperature=0.7, max_tokens=96, seed=i))
+            for i in range(2)
+        ]
+    finally:
+        await client.aclose()
+    for trajectory in trajectories:
+        assert trajectory.protocol == "text" and trajectory.stop_reason in ("final_answer", "max_turns")
+        assert 1 <= len(trajectory.turns) <= 3 and trajectory.final_text == trajectory.turns[-1].assistant
+        assert trajectory.completion_tokens > 0
+        for call in (c for t in trajectory.turns for c in t.tool_calls):
+            assert call.name == "python" and (call.error is not None or call.output is not None)
+        json.dumps(trajectory.to_jsonable())
+        assert trajectory.render_for_summary(2000)
