@@ -77,8 +77,10 @@ def test_homogeneous_groups_are_skipped(tmp_path):
     result, backend, config = run_learn(tmp_path, world, [(1, 1), (2, 3)], group_size=4, epochs=1)
     step = result.metrics["steps"][0]
     assert step["groups_skipped_homogeneous"] == 1 and step["groups_kept"] == 1
+    assert step["summaries"] == 4
     summaries = [r for r in backend.calls if r.tag == "summary"]
-    assert len(summaries) == 4 and all("What is 2+3?" in r.messages[0].content for r in summaries)
+    # the two right and the two wrong rollouts wrote identical answers: one summary call each
+    assert len(summaries) == 2 and all("What is 2+3?" in r.messages[0].content for r in summaries)
     groups = [r for r in backend.calls if r.tag == "group"]
     assert len(groups) == 1 and "What is 2+3?" in groups[0].messages[0].content
     rows = read_jsonl(Path(config.out) / "rollouts.jsonl")

@@ -38,9 +38,10 @@ from tfgrpo.llm.client import LLMClient
 from tfgrpo.llm.errors import BudgetExceededError
 from tfgrpo.rollout import PromptSpec, Rollout, sample_group, score_group
 from tfgrpo.rundir import RunDir, RunState
+from tfgrpo.stages import gather_all
 from tfgrpo.stages.advantage import GroupAnalysis, GroupRequest, analyze_group
 from tfgrpo.stages.consolidate import NearDuplicate, consolidate
-from tfgrpo.stages.summarize import CORRECT_THRESHOLD, Summary, SummaryRequest, summarize_rollout
+from tfgrpo.stages.summarize import CORRECT_THRESHOLD, Summary, SummaryRequest, summarize_rollouts
 
 T = TypeVar("T")
 
@@ -121,7 +122,7 @@ async def learn_async(config: LearnConfig, *, client: LLMClient | None = None, c
     run.log(f"{'resumed' if config.resume else 'started'} at step {state.completed_step}; {len(plans)} steps planned")
     engine = Engine(config, client, reward, run, console)
     started = time.perf_counter()
-    status, message = "completed", ""
+    status, message = "failed", "crashed"  # until the loop finishes or stops cleanly
     try:
         with engine.progress:
             for plan in plans:
@@ -133,6 +134,7 @@ async def learn_async(config: LearnConfig, *, client: LLMClient | None = None, c
                         epoch_library = library if plan.step == state.completed_step else run.load_step_library(plan.step)
                         state.validation[plan.epoch] = await engine.validate(plan.epoch, epoch_library, val_problems)
                     run.save_state(state)
+        status, message = "completed", ""
     except BudgetExceededError as exc:
         status, message = "budget_exceeded", str(exc)
     except (KeyboardInterrupt, asyncio.CancelledError):
@@ -233,7 +235,7 @@ class Engine:
         requests = [
             SummaryRequest(r, g.problem.problem, g.experiences, g.gold, g.gold_is_pseudo) for g in kept for r in g.rollouts if r.ok
         ]
-        summaries = await self.tracked(f"{label} · summaries", [self.summarize(r) for r in requests])
+        summaries = await self.summaries(f"{label} · summaries", requests)
         counters.count_summaries(summaries)
 
         # Stage 2: every kept group's semantic advantage at once.
@@ -341,11 +343,15 @@ class Engine:
         if self.config.group_size > 1 and group.std <= self.config.std_threshold:
             group.status = "homogeneous"
 
-    async def summarize(self, request: SummaryRequest) -> Summary:
-        return await summarize_rollout(
-            self.client, request, template=self.config.templates.summarize, sampling=self.config.stage_sampling,
-            token_budget=self.config.trajectory_token_budget,
-        )
+    async def summaries(self, description: str, requests: list[SummaryRequest]) -> list[Summary]:
+        task_id = self.progress.add_task(description, total=len(requests))
+        try:
+            return await summarize_rollouts(
+                self.client, requests, template=self.config.templates.summarize, sampling=self.config.stage_sampling,
+                token_budget=self.config.trajectory_token_budget, on_done=lambda k: self.progress.advance(task_id, k),
+            )
+        finally:
+            self.progress.remove_task(task_id)
 
     # -- validation ------------------------------------------------------------------------------------
     async def validate(self, epoch: int, library: Library, problems: list[Problem]) -> dict[str, Any]:
@@ -447,17 +453,6 @@ class SampleOffset:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._client, name)
-
-
-async def gather_all(coroutines: Iterable[Awaitable[T]]) -> list[T]:
-    tasks = [asyncio.ensure_future(c) for c in coroutines]
-    try:
-        return list(await asyncio.gather(*tasks))
-    except BaseException:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        raise
 
 
 def build_agent(config: LearnConfig) -> Any | None:

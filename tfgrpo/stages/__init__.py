@@ -12,8 +12,10 @@ request is deterministic (same messages, sample 0), so a resumed run finds every
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from experiences.model import Library
 from experiences.ops import Operation, Rejection
@@ -21,6 +23,8 @@ from experiences.parse import parse_operations
 from tfgrpo.llm.client import LLMClient
 from tfgrpo.llm.errors import BudgetExceededError, LLMError
 from tfgrpo.llm.types import SamplingParams
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -102,10 +106,28 @@ async def _ask(client: LLMClient, messages: list[dict[str, str]], *, sampling: S
     return completion.text
 
 
+async def gather_all(coroutines: Iterable[Awaitable[T]]) -> list[T]:
+    """asyncio.gather that cancels the rest when one fails (a budget stop, a crash), leaving no orphans."""
+    tasks = [asyncio.ensure_future(c) for c in coroutines]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except GeneratorExit:  # the coroutine is being finalised (its loop is gone): nothing left to await
+        raise
+    except BudgetExceededError:
+        # Calls already sent are paid for: let them finish so their answers land in the cache for --resume.
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+
+
 def _jsonable(item: Any) -> Any:
     if hasattr(item, "model_dump"):
         return item.model_dump(mode="json")
     return item
 
 
-__all__ = ["OpsReply", "request_operations"]
+__all__ = ["OpsReply", "gather_all", "request_operations"]

@@ -7,6 +7,7 @@ these summaries instead of raw trajectories, which keeps its prompt short and it
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +17,7 @@ from tfgrpo.llm.errors import BudgetExceededError, LLMError
 from tfgrpo.llm.types import SamplingParams
 from tfgrpo.prompts import render_prompt
 from tfgrpo.rollout import Rollout
+from tfgrpo.stages import gather_all
 
 CORRECT_THRESHOLD = 0.5  # math rewards are 0/1; the same threshold as eval.metrics
 
@@ -53,14 +55,8 @@ def outcome_of(reward: float | None) -> str:
     return "correct" if reward >= CORRECT_THRESHOLD else "wrong"
 
 
-async def summarize_rollout(
-    client: LLMClient,
-    request: SummaryRequest,
-    *,
-    template: str,
-    sampling: SamplingParams,
-    token_budget: int,
-) -> Summary:
+def summary_messages(request: SummaryRequest, *, template: str, token_budget: int) -> tuple[list[dict[str, str]], bool]:
+    """The stage-1 prompt of one rollout, and whether its trajectory had to be cut."""
     trajectory, truncated = truncate_middle(trajectory_text(request.rollout), token_budget)
     prompt = render_prompt(
         template,
@@ -74,13 +70,43 @@ async def summarize_rollout(
         reason=request.rollout.reason,
         tools=request.rollout.trajectory is not None,
     )
-    try:
-        (completion,) = await client.chat([{"role": "user", "content": prompt}], sampling=sampling, tag="summary")
-    except BudgetExceededError:
-        raise
-    except LLMError as exc:
-        return Summary(request.rollout, None, error=f"{type(exc).__name__}: {exc}", truncated=truncated)
-    return Summary(request.rollout, completion.text.strip(), truncated=truncated)
+    return [{"role": "user", "content": prompt}], truncated
+
+
+async def summarize_rollouts(
+    client: LLMClient,
+    requests: list[SummaryRequest],
+    *,
+    template: str,
+    sampling: SamplingParams,
+    token_budget: int,
+    on_done: Callable[[int], None] | None = None,
+) -> list[Summary]:
+    """Summaries of all `requests` at once. Identical prompts (two rollouts that wrote the same answer,
+    common on easy problems) are sent once: concurrent identical requests would all miss the cache."""
+    prompts = [summary_messages(r, template=template, token_budget=token_budget) for r in requests]
+    unique: dict[str, list[int]] = {}
+    for index, (messages, _) in enumerate(prompts):
+        unique.setdefault(json.dumps(messages, sort_keys=True), []).append(index)
+
+    async def one(indices: list[int]) -> tuple[str | None, str | None]:
+        try:
+            (completion,) = await client.chat(prompts[indices[0]][0], sampling=sampling, tag="summary")
+            return completion.text.strip(), None
+        except BudgetExceededError:
+            raise
+        except LLMError as exc:
+            return None, f"{type(exc).__name__}: {exc}"
+        finally:
+            if on_done is not None:
+                on_done(len(indices))
+
+    replies = await gather_all(one(indices) for indices in unique.values())
+    summaries: list[Summary | None] = [None] * len(requests)
+    for indices, (text, error) in zip(unique.values(), replies):
+        for index in indices:
+            summaries[index] = Summary(requests[index].rollout, text, error=error, truncated=prompts[index][1])
+    return summaries  # type: ignore[return-value]
 
 
 def trajectory_text(rollout: Rollout) -> str:
@@ -114,4 +140,4 @@ def truncate_middle(text: str, token_budget: int) -> tuple[str, bool]:
     return f"{text[:head]}\n[... {omitted} characters omitted ...]\n{text[-tail:]}", True
 
 
-__all__ = ["Summary", "SummaryRequest", "outcome_of", "summarize_rollout", "trajectory_text", "truncate_middle"]
+__all__ = ["Summary", "SummaryRequest", "outcome_of", "summarize_rollouts", "summary_messages", "trajectory_text", "truncate_middle"]

@@ -1,0 +1,164 @@
+"""`tfgrpo learn` end to end: the CLI through the `openai` backend against a local OpenAI-compatible
+server answering from the scripted world, the example configs, bad input, and the real SmolLM2."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from learn_world import World, read_jsonl, write_problems
+from tfgrpo.cli.app import app, main
+from tfgrpo.config import build_config
+from tfgrpo.learn_config import LearnConfig
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+class WorldServer:
+    """`POST /v1/chat/completions` answered by `World.reply_for`; the k-th identical request is sample k."""
+
+    def __init__(self, world: World):
+        self.world = world
+        self.seen: Counter[str] = Counter()
+        self.bodies: list[dict] = []
+        self._lock = threading.Lock()
+        self._httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def __enter__(self) -> WorldServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+    def answer(self, body: dict) -> tuple[int, dict]:
+        key = json.dumps(body["messages"], sort_keys=True)
+        with self._lock:
+            self.bodies.append(body)
+            index = self.seen[key]
+            self.seen[key] += 1
+        reply = self.world.reply_for(body["messages"], index)
+        if isinstance(reply, BaseException):
+            return 503, {"error": {"message": str(reply), "type": "server_error"}}
+        words = sum(len(str(m.get("content") or "").split()) for m in body["messages"])
+        return 200, {
+            "id": "chatcmpl-world", "object": "chat.completion", "created": 0, "model": body.get("model", "world"),
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": reply}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": words, "completion_tokens": len(reply.split()), "total_tokens": words + len(reply.split())},
+        }
+
+    def _handler(self):
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args) -> None:
+                return
+
+            def do_POST(self) -> None:  # noqa: N802
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
+                status, payload = server.answer(body)
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        return Handler
+
+
+@pytest.mark.timeout(180)
+def test_cli_learn_through_the_openai_backend(tmp_path):
+    data = write_problems(tmp_path / "train.jsonl", [(1, 2), (3, 4)])
+    out = tmp_path / "run"
+    with WorldServer(World()) as server:
+        args = [
+            "learn", "--data", str(data), "--out", str(out), "--backend", "openai", "--model", "world-model",
+            "--base-url", server.base_url, "--api-key", "sk-test-secret", "-G", "2", "--epochs", "1",
+            "--batch-size", "1", "--concurrency", "8", "--max-tokens", "64",
+        ]
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 0, result.output
+        requests_made = len(server.bodies)
+        assert requests_made > 0 and {b["model"] for b in server.bodies} == {"world-model"}
+        assert {b["max_tokens"] for b in server.bodies if b["temperature"] == 0.7} == {64}
+
+        library = json.loads((out / "library.json").read_text())
+        assert sorted(e["text"] for e in library["experiences"]) == [
+            "When adding 1 and 2, check the carry.", "When adding 3 and 4, check the carry."
+        ]
+        metrics = json.loads((out / "metrics.json").read_text())
+        assert metrics["status"] == "completed" and metrics["totals"]["rollouts"] == 4
+        assert metrics["totals"]["prompt_tokens"] > 0
+        assert "sk-test-secret" not in (out / "config.yaml").read_text()
+        assert "tfgrpo learn" in result.output and "library" in result.output  # the summary table
+
+        # --resume of a finished run with one more epoch: only the new epoch's calls reach the server
+        more = CliRunner().invoke(app, ["learn", "--out", str(out), "--resume", "--epochs", "2", "--api-key", "sk-test-secret"])
+        assert more.exit_code == 0, more.output
+        assert json.loads((out / "metrics.json").read_text())["totals"]["steps"] == 4
+        rollout_bodies = [b for b in server.bodies[requests_made:] if b["temperature"] == 0.7]
+        assert len(rollout_bodies) == 4  # epoch 2: G=2 fresh samples for each of the 2 problems
+    rows = read_jsonl(out / "rollouts.jsonl")
+    assert len(rows) == 8 and [r["epoch"] for r in rows] == [1] * 4 + [2] * 4
+
+
+def test_bad_row_fails_before_any_llm_call(tmp_path, capsys):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"problem": "What is 1+1?", "answer": "2"}\n{"problem": "What is 2+2?"}\n')
+    with WorldServer(World()) as server:
+        with pytest.raises(SystemExit) as exit_info:
+            main(["learn", "--data", str(bad), "--out", str(tmp_path / "run"), "--backend", "openai", "--model", "m",
+                  "--base-url", server.base_url, "--api-key", "k"])
+        assert exit_info.value.code == 2
+        assert server.bodies == []
+    err = capsys.readouterr().err
+    assert "bad.jsonl:2" in err and "answer" in err and "Traceback" not in err
+
+
+def test_cli_needs_data(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["learn", "--out", str(tmp_path / "run")])
+    assert exit_info.value.code == 2 and "--data" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["learn.yaml", "learn_smollm2.yaml"])
+def test_example_configs_are_valid(name):
+    config = build_config(LearnConfig, EXAMPLES / name, {})
+    assert config.group_size >= 1 and config.data
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_real_run_on_the_embedded_smollm2(tmp_path):
+    """SmolLM2-135M rarely writes valid operations; the run must still complete and report what happened."""
+    from rich.console import Console
+
+    from tfgrpo.learn import learn
+
+    config = build_config(LearnConfig, EXAMPLES / "learn_smollm2.yaml", {"out": str(tmp_path / "run"), "limit": 3})
+    result = learn(config, console=Console(file=open(tmp_path / "progress.txt", "w")))
+    assert result.status == "completed"
+    totals = result.metrics["totals"]
+    assert totals["rollouts"] == 3 * 2 and totals["rollouts_failed"] == 0
+    assert totals["groups_total"] == 3
+    assert totals["groups_kept"] + totals["groups_skipped_homogeneous"] == 3
+    rows = read_jsonl(tmp_path / "run" / "rollouts.jsonl")
+    assert all(r["completion"] for r in rows) and all(r["reward"] is not None for r in rows)
+    assert (tmp_path / "run" / "library.json").is_file()
