@@ -243,6 +243,11 @@ def test_bad_options_name_the_key():
     assert PythonTool(PythonSandboxConfig(memory_mb=512)).config.memory_mb == 512
 
 
+async def test_a_missing_interpreter_is_a_configuration_error(tmp_path):
+    with pytest.raises(ToolError, match="cannot start the interpreter"):
+        await PythonTool(python=str(tmp_path / "no-python"), isolation="process").run({"code": "1"})
+
+
 def test_describe_names_the_layers(isolation):
     text = PythonTool().describe()
     assert ("network namespace" in text) == isolation.namespaces

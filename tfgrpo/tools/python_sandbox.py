@@ -221,10 +221,13 @@ class PythonSession:
         }
         command = [*self.isolation.unshare_prefix, self.config.python or sys.executable, "-I", "-B",
                    str(WORKER_SCRIPT), json.dumps(worker_config)]
-        self._proc = await asyncio.create_subprocess_exec(
-            *command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, env=env, cwd=self._workdir, start_new_session=True,
-        )
+        try:
+            self._proc = await asyncio.create_subprocess_exec(
+                *command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE, env=env, cwd=self._workdir, start_new_session=True,
+            )
+        except OSError as exc:  # a wrong `python` path: the user's configuration, not the model's code
+            raise ToolError(f"python tool: cannot start the interpreter {command[len(self.isolation.unshare_prefix)]!r}: {exc}") from None
         self._capture.begin("")
         self._pump = asyncio.create_task(self._pump_output(self._proc))
         try:
