@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from eval.datasets import Problem, load_dataset_rows
 from eval.errors import EvalError
+from tfgrpo.agent import AgentConfig
 from tfgrpo.config import LLMConfig, dump_config
 from tfgrpo.llm.client import LLMClient
 from tfgrpo.llm.types import SamplingParams
@@ -39,8 +40,7 @@ class EvalConfig(BaseModel):
     seed: int = 0
     sampling: SamplingParams = Field(default_factory=lambda: SamplingParams(temperature=0.6, top_p=0.95, max_tokens=2048))
     llm: LLMConfig = Field(default_factory=LLMConfig)
-    tools: list[str] = Field(default_factory=list, description="Tools for multi-turn rollouts, e.g. ['python'].")
-    max_turns: int = Field(6, ge=1, description="Turns per trajectory when tools are on.")
+    agent: AgentConfig = Field(default_factory=AgentConfig, description="Multi-turn tool use (tools: [python]).")
     system_template: str = "rollout_system"
     user_template: str = "rollout_user"
     label: str | None = Field(None, description="Name of this system in compare reports.")
@@ -157,14 +157,7 @@ async def evaluate_async(config: EvalConfig, *, client: LLMClient | None = None,
 
 
 def _agent(config: EvalConfig):
-    if not config.tools:
-        return None
-    import functools
-
-    from tfgrpo.agent import run_agent
-    from tfgrpo.tools import get_tools
-
-    return functools.partial(run_agent, tools=get_tools(config.tools), max_turns=config.max_turns)
+    return config.agent.build() if config.agent.tools else None
 
 
 def _default_label(config: EvalConfig) -> str:

@@ -109,3 +109,26 @@ def test_compare_detects_the_better_system_and_not_identical_ones(tmp_path, data
     same, _ = compare_runs([tmp_path / "base", tmp_path / "base2"], tmp_path / "report2")
     assert same.paired[0].result.p_value == pytest.approx(1.0)
     assert (tmp_path / "report" / "report.md").is_file() and (tmp_path / "report" / "report.html").is_file()
+
+
+def test_eval_with_python_tool_records_tool_calls(tmp_path, dataset):
+    """Text protocol: the model runs code, sees the output, then answers; evals report tool calls."""
+    from tfgrpo.agent import AgentConfig
+
+    def agentic(request, index):
+        last = request.messages[-1].content or ""
+        if "Output:" in last:
+            value = re.search(r"Output:\s*```[a-z]*\s*(-?\d+)", last) or re.search(r"(-?\d+)", last.split("Output:")[-1])
+            return f"The tool says {value.group(1)}, so \\boxed{{{value.group(1)}}}"
+        number = int(re.search(r"Problem number (\d+)", request.messages[-1].content).group(1))
+        return f"Let me compute.\n```python\nprint({number} * 1)\n```"
+
+    config = EvalConfig(
+        data=str(dataset), out=str(tmp_path / "tools"), samples=1, limit=3,
+        agent=AgentConfig(tools=["python"], protocol="text", max_turns=3),
+    )
+    result = run(config, ScriptedBackend(agentic))
+    assert result.metrics["avg_tool_calls"] == pytest.approx(1.0)
+    assert result.metrics["mean_at_k"] == pytest.approx(1.0)
+    row = json.loads((tmp_path / "tools" / "samples.jsonl").read_text().splitlines()[0])
+    assert row["trajectory"]["turns"][0]["tool_calls"]

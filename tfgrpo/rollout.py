@@ -104,6 +104,9 @@ async def sample_group(
                 rollout.prompt_tokens = trajectory.prompt_tokens
                 rollout.completion_tokens = trajectory.completion_tokens
                 rollout.cost_usd = trajectory.cost_usd
+                rollout.cached = trajectory.cached
+                if trajectory.stop_reason == "error":
+                    rollout.error = trajectory.error or "trajectory failed"
                 return rollout
             (completion,) = await client.chat(messages, n=1, sampling=sampling, tag=tag, sample_offset=index)
         except BudgetExceededError:

@@ -22,6 +22,7 @@ def register(app: typer.Typer) -> None:
         reward: Annotated[Optional[str], typer.Option("--reward", help="Reward name (math, exact, choice, ...).")] = None,
         tools: Annotated[Optional[list[str]], typer.Option("--tools", help="Tools for multi-turn rollouts (python).")] = None,
         max_turns: Annotated[Optional[int], typer.Option("--max-turns", help="Turns per trajectory with tools.")] = None,
+        protocol: Annotated[Optional[str], typer.Option("--protocol", help="Tool protocol: auto | native | text.")] = None,
         label: Annotated[Optional[str], typer.Option("--label", help="Name of this system in compare reports.")] = None,
         config: opt.ConfigOpt = None,
         backend: opt.BackendOpt = None,
@@ -45,7 +46,7 @@ def register(app: typer.Typer) -> None:
 
         overrides = {
             "data": data, "out": out, "library": library, "system_prompt": system_prompt, "inject": inject,
-            "samples": samples, "limit": limit, "reward": reward, "tools": tools, "max_turns": max_turns,
+            "samples": samples, "limit": limit, "reward": reward, "agent": {"tools": tools, "max_turns": max_turns, "protocol": protocol},
             "label": label, "seed": seed,
             "llm": opt.llm_overrides(backend, model, base_url, api_key, adapter, concurrency, budget_usd=budget_usd),
             "sampling": opt.sampling_overrides(temperature, top_p, max_tokens, seed),
