@@ -3,9 +3,9 @@
 Why processes: sympy can run for minutes (or forever) on a hostile answer such as `9^{9^{9^{9^9}}}`, and
 math-verify's own timeout (`signal.alarm`) only works in the main thread, so it cannot protect a reward
 called from a thread or an asyncio loop. Here each comparison runs in a worker; when its deadline passes
-the worker is killed (SIGKILL works whatever sympy is doing) and a replacement starts in the background
-(a fresh interpreter, ~0.4 s, never on the caller's clock). A batch is spread over all workers, so the
-pool also uses every core.
+the worker is killed (SIGKILL works whatever sympy is doing) and a replacement forks in ~10 ms from a
+zygote process that has already imported sympy (see `rewards._verify_worker`). A batch is spread over
+all workers, so the pool also uses every core. POSIX only (fork, SCM_RIGHTS).
 
 Thread-safe: each call checks workers out of a shared queue, so concurrent callers never share a pipe.
 """
@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import os
 import queue
+import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -21,6 +23,7 @@ import time
 import weakref
 from collections import OrderedDict, deque
 from collections.abc import Sequence
+from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any, NamedTuple
 
@@ -28,6 +31,7 @@ from rewards.errors import RewardError
 
 _WORKER_MODULE = "rewards._verify_worker"
 READY = "ready"  # the worker's first message, once sympy is imported
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 _STARTUP_TIMEOUT_S = 120.0  # a cold worker imports sympy; generous, and counted apart from task deadlines
 
 
@@ -47,31 +51,66 @@ def default_worker_count() -> int:
     return max(1, min(cores, 8))
 
 
-class _Worker:
-    """One `python -m rewards._verify_worker` process and its two pipes; starting it does not wait."""
+class _Zygote:
+    """The `python -m rewards._verify_worker` process that forks workers on request (see that module)."""
 
     def __init__(self, memory_limit_bytes: int | None) -> None:
-        to_child_r, to_child_w = os.pipe()
-        to_parent_r, to_parent_w = os.pipe()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", _WORKER_MODULE, str(to_child_r), str(to_parent_w), str(memory_limit_bytes or 0)],
-                pass_fds=(to_child_r, to_parent_w),
+                [sys.executable, "-m", _WORKER_MODULE, str(theirs.fileno()), str(memory_limit_bytes or 0)],
+                pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL,
                 env={**os.environ, "PYTHONPATH": _python_path()},
             )
         except OSError as exc:
-            for fd in (to_child_r, to_child_w, to_parent_r, to_parent_w):
-                os.close(fd)
-            raise RewardError(f"could not start a math-verify worker: {exc}") from exc
-        os.close(to_child_r)
-        os.close(to_parent_w)
-        self.requests = Connection(to_child_w, readable=False)
-        self.conn = Connection(to_parent_r, writable=False)
+            ours.close()
+            raise RewardError(f"could not start the math-verify worker process: {exc}") from exc
+        finally:
+            theirs.close()
+        self.control = ours
+        self.control.settimeout(_STARTUP_TIMEOUT_S)
+        try:
+            ready = self.control.recv(64).decode()
+        except OSError:
+            ready = ""
+        if ready != READY:
+            self.close()
+            raise RewardError(f"the math-verify worker process did not start (exit code {self.process.poll()})")
+
+    def fork_worker(self) -> tuple[int, Connection]:
+        ours, theirs = socket.socketpair()
+        try:
+            socket.send_fds(self.control, [b"fork"], [theirs.fileno()])
+            pid = int(self.control.recv(64).decode())
+        except (OSError, ValueError) as exc:
+            ours.close()
+            raise RewardError(f"the math-verify worker process stopped answering: {exc}") from exc
+        finally:
+            theirs.close()
+        return pid, Connection(ours.detach())
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def close(self) -> None:
+        self.control.close()  # the zygote sees EOF, kills its workers and exits
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+class _Worker:
+    """One forked worker: its pid and its connection. Starting does not wait for it to be ready."""
+
+    def __init__(self, zygote: _Zygote) -> None:
+        self.pid, self.conn = zygote.fork_worker()
         self.ready = False
 
     def wait_ready(self) -> None:
-        """Block until the worker has imported sympy (startup is never charged to a task's deadline)."""
+        """Block until the worker has said it is ready (never charged to a task's deadline)."""
         if self.ready:
             return
         try:
@@ -81,34 +120,61 @@ class _Worker:
         except (EOFError, OSError):
             pass
         self.kill()
-        raise RewardError(f"a math-verify worker did not start (exit code {self.process.poll()})")
+        raise RewardError("a math-verify worker did not start")
+
+    def cpu_seconds(self) -> float | None:
+        """User + system CPU time of the worker so far (Linux /proc), or None where unavailable."""
+        try:
+            with open(f"/proc/{self.pid}/stat", "rb") as stat:
+                fields = stat.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            return None
+        return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+
+    def send(self, message: Any) -> None:
+        self.conn.send(message)
 
     def alive(self) -> bool:
-        return self.process.poll() is None
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        return not self.conn.closed
 
     def kill(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait()
-        self.requests.close()
+        try:
+            os.kill(self.pid, signal.SIGKILL)  # the zygote reaps it
+        except ProcessLookupError:
+            pass
         self.conn.close()
 
 
+@dataclass
+class _Task:
+    worker: _Worker
+    index: int
+    started: float
+    check_at: float
+    cpu_at_start: float | None
+
+
 def _python_path() -> str:
-    # The worker must import this very `rewards` package, even when it is not installed (a source checkout).
+    # The zygote must import this very `rewards` package, even when it is not installed (a source checkout).
     package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     existing = os.environ.get("PYTHONPATH")
     return package_root + (os.pathsep + existing if existing else "")
 
 
-def _shutdown(idle: queue.SimpleQueue) -> None:
+def _shutdown(idle: queue.SimpleQueue, zygote: _Zygote | None) -> None:
     while True:
         try:
             worker = idle.get_nowait()
         except queue.Empty:
-            return
+            break
         if worker is not None:
             worker.kill()
+    if zygote is not None:
+        zygote.close()
 
 
 class Verifier:
@@ -116,17 +182,21 @@ class Verifier:
 
     Args:
         workers: worker processes (default: the cores this process may use, at most 8).
-        timeout_s: wall-clock deadline per comparison, counted from when a worker receives it.
+        timeout_s: budget per comparison: seconds of the worker's CPU time where the OS reports it (Linux),
+            else wall-clock seconds. CPU time keeps a slow-but-honest answer from timing out only because
+            the machine is busy; `wall_factor * timeout_s` of wall time is a hard backstop either way.
+        wall_factor: the wall-clock backstop as a multiple of `timeout_s`.
         memory_limit_mb: address-space limit of each worker (None = unlimited).
         cache_size: recent verdicts kept (GRPO groups repeat answers); 0 disables the cache.
     """
 
-    def __init__(self, workers: int | None = None, *, timeout_s: float = 1.0, memory_limit_mb: int | None = 2048,
-                 cache_size: int = 4096) -> None:
+    def __init__(self, workers: int | None = None, *, timeout_s: float = 1.0, wall_factor: float = 3.0,
+                 memory_limit_mb: int | None = 2048, cache_size: int = 4096) -> None:
         if timeout_s <= 0:
             raise RewardError(f"timeout_s must be > 0, got {timeout_s}")
         self.workers = workers or default_worker_count()
         self.timeout_s = timeout_s
+        self.wall_factor = max(1.0, wall_factor)
         self.memory_limit_mb = memory_limit_mb
         self.cache_size = cache_size
         self._setup()
@@ -135,14 +205,17 @@ class Verifier:
         self._pid = os.getpid()
         self._lock = threading.Lock()
         self._cache: OrderedDict[tuple[str, str], Verdict] = OrderedDict()
+        self._prestarted = False
         self._idle: queue.SimpleQueue[_Worker | None] = queue.SimpleQueue()
         for _ in range(self.workers):
             self._idle.put(None)  # a slot; the process starts on first use
-        self._finalizer = weakref.finalize(self, _shutdown, self._idle)
+        self._zygote: _Zygote | None = None
+        self._zygote_lock = threading.Lock()
+        self._finalizer = weakref.finalize(self, _shutdown, self._idle, None)
 
     # Pickling (TRL may pickle reward functions) carries the settings, never processes or pipes.
     def __getstate__(self) -> dict[str, Any]:
-        return {"workers": self.workers, "timeout_s": self.timeout_s, "memory_limit_mb": self.memory_limit_mb,
+        return {"workers": self.workers, "timeout_s": self.timeout_s, "wall_factor": self.wall_factor, "memory_limit_mb": self.memory_limit_mb,
                 "cache_size": self.cache_size}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -150,8 +223,11 @@ class Verifier:
         self._setup()
 
     def close(self) -> None:
-        """Stop the idle workers now (they are also stopped at garbage collection and exit)."""
-        _shutdown(self._idle)
+        """Stop the workers now (they are also stopped at garbage collection and exit); reusable after."""
+        with self._zygote_lock:
+            _shutdown(self._idle, self._zygote)
+            self._zygote = None
+            self._prestarted = False
         for _ in range(self.workers):
             self._idle.put(None)
 
@@ -202,7 +278,11 @@ class Verifier:
                 self._cache.popitem(last=False)
 
     def _start(self) -> _Worker:
-        return _Worker(self.memory_limit_mb * 1024 * 1024 if self.memory_limit_mb else None)
+        with self._zygote_lock:
+            if self._zygote is None or not self._zygote.alive():
+                self._zygote = _Zygote(self.memory_limit_mb * 1024 * 1024 if self.memory_limit_mb else None)
+                self._finalizer = weakref.finalize(self, _shutdown, self._idle, self._zygote)
+            return _Worker(self._zygote)
 
     def _checkout(self, block: bool) -> _Worker | bool:
         """A ready worker (started if needed), or False when none is idle and block is False."""
@@ -218,7 +298,32 @@ class Verifier:
             self._idle.put(None)
             raise
 
+    def _remaining(self, task: _Task, now: float) -> float:
+        """Budget left for a running task: CPU seconds where measurable, capped by the wall backstop."""
+        wall_left = task.started + self.wall_factor * self.timeout_s - now
+        if wall_left <= 0:
+            return 0.0
+        cpu_now = task.worker.cpu_seconds()
+        if cpu_now is None or task.cpu_at_start is None:
+            return task.started + self.timeout_s - now
+        return min(self.timeout_s - (cpu_now - task.cpu_at_start), wall_left)
+
+    def _prestart(self) -> None:
+        """Boot every idle slot at once on first use, so no later call waits for a cold interpreter."""
+        if self._prestarted:
+            return
+        self._prestarted = True
+        slots = []
+        while True:
+            try:
+                slots.append(self._idle.get_nowait())
+            except queue.Empty:
+                break
+        for slot in slots:
+            self._idle.put(slot if slot is not None else self._start())
+
     def _run(self, pairs: list[tuple[str, str]]) -> list[Verdict]:
+        self._prestart()
         results: list[Verdict | None] = [None] * len(pairs)
         pending = deque(range(len(pairs)))
         free: list[_Worker] = [self._checkout(block=True)]  # type: ignore[list-item]
@@ -227,7 +332,7 @@ class Verifier:
             if extra is False:
                 break
             free.append(extra)  # type: ignore[arg-type]
-        busy: dict[Any, tuple[_Worker, int, float]] = {}
+        busy: dict[Any, _Task] = {}
         try:
             while pending or busy:
                 if not free and not busy:  # every worker of ours was replaced: wait for a ready one
@@ -235,31 +340,36 @@ class Verifier:
                 while free and pending:
                     worker, index = free.pop(), pending.popleft()
                     gold, pred = pairs[index]
-                    worker.requests.send((index, gold, pred))
-                    busy[worker.conn] = (worker, index, time.monotonic() + self.timeout_s)
-                next_deadline = min(deadline for _, _, deadline in busy.values())
-                for conn in wait(list(busy), timeout=max(0.0, next_deadline - time.monotonic())):
-                    worker, index, _ = busy.pop(conn)
+                    worker.send((index, gold, pred))
+                    now = time.monotonic()
+                    busy[worker.conn] = _Task(worker, index, now, now + self.timeout_s, worker.cpu_seconds())
+                next_check = min(task.check_at for task in busy.values())
+                for conn in wait(list(busy), timeout=max(0.0, next_check - time.monotonic())):
+                    task = busy.pop(conn)
                     try:
                         _, equal, reason = conn.recv()
-                        results[index] = Verdict(equal, reason)
-                        free.append(worker)
+                        results[task.index] = Verdict(equal, reason)
+                        free.append(task.worker)
                     except (EOFError, OSError):  # the worker died (e.g. killed by the OS for memory)
-                        results[index] = Verdict(False, "verification worker crashed")
-                        worker.kill()
+                        results[task.index] = Verdict(False, "verification worker crashed")
+                        task.worker.kill()
                         self._idle.put(self._start())
                 now = time.monotonic()
-                for conn, (worker, index, deadline) in list(busy.items()):
-                    if deadline <= now:
-                        del busy[conn]
-                        worker.kill()
-                        results[index] = Verdict(False, f"verification timed out after {self.timeout_s:g} s", True)
-                        # The replacement boots in the background; the batch goes on with the other workers.
-                        self._idle.put(self._start())
-
+                for conn, task in list(busy.items()):
+                    if task.check_at > now:
+                        continue
+                    remaining = self._remaining(task, now)
+                    if remaining > 0:
+                        task.check_at = now + max(remaining, 0.02)
+                        continue
+                    del busy[conn]
+                    task.worker.kill()
+                    results[task.index] = Verdict(False, f"verification timed out after {self.timeout_s:g} s", True)
+                    # The replacement forks from the zygote; the batch goes on with the other workers.
+                    self._idle.put(self._start())
         finally:
-            for worker, _, _ in busy.values():  # interrupted mid-task: their pipes hold stale replies
-                worker.kill()
+            for task in busy.values():  # interrupted mid-task: their pipes hold stale replies
+                task.worker.kill()
                 self._idle.put(None)
             for worker in free:
                 self._idle.put(worker)
