@@ -152,13 +152,13 @@ def test_real_run_on_the_embedded_smollm2(tmp_path):
 
     from tfgrpo.learn import learn
 
-    config = build_config(LearnConfig, EXAMPLES / "learn_smollm2.yaml", {"out": str(tmp_path / "run"), "limit": 3})
+    config = build_config(LearnConfig, EXAMPLES / "learn_smollm2.yaml", {"out": str(tmp_path / "run"), "limit": 2})
     result = learn(config, console=Console(file=open(tmp_path / "progress.txt", "w")))
     assert result.status == "completed"
     totals = result.metrics["totals"]
-    assert totals["rollouts"] == 3 * 2 and totals["rollouts_failed"] == 0
-    assert totals["groups_total"] == 3
-    assert totals["groups_kept"] + totals["groups_skipped_homogeneous"] == 3
+    assert totals["rollouts"] == 2 * 2 and totals["rollouts_failed"] == 0
+    assert totals["groups_total"] == 2
+    assert totals["groups_kept"] + totals["groups_skipped_homogeneous"] == 2
     rows = read_jsonl(tmp_path / "run" / "rollouts.jsonl")
     assert all(r["completion"] for r in rows) and all(r["reward"] is not None for r in rows)
     assert (tmp_path / "run" / "library.json").is_file()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import random
 import statistics
 import time
@@ -88,10 +89,12 @@ def learn(config: LearnConfig, *, client: LLMClient | None = None, console: Any 
     """Run (or resume) a learn run end to end; returns how it ended. Ctrl-C and the budget stop cleanly."""
     try:
         return asyncio.run(learn_async(config, client=client, console=console))
-    except KeyboardInterrupt:  # raised outside any await (e.g. by a test's backend): the run dir is consistent
+    except KeyboardInterrupt:  # raised outside any await (e.g. inside a backend): the run dir is still consistent
         run = RunDir(config.out)
         library = Library.load(run.library_path) if run.library_path.is_file() else Library()
-        return LearnResult(out=run.root, status="interrupted", library=library, best_epoch=None, message="interrupted")
+        metrics = json.loads(run.metrics_path.read_text(encoding="utf-8")) if run.metrics_path.is_file() else {}
+        return LearnResult(out=run.root, status="interrupted", library=library, best_epoch=metrics.get("best_epoch"),
+                           metrics=metrics, message="interrupted by the user")
 
 
 async def learn_async(config: LearnConfig, *, client: LLMClient | None = None, console: Any | None = None) -> LearnResult:
@@ -230,6 +233,7 @@ class Engine:
                 if rollout.ok:
                     library.record_usage(group.injected_ids, correct=None if rollout.reward is None else rollout.reward >= CORRECT_THRESHOLD)
         counters.count_groups(groups)
+        counters.lap("rollouts")
 
         # Stage 1: every valid rollout of every kept group summarised at once.
         requests = [
@@ -237,6 +241,7 @@ class Engine:
         ]
         summaries = await self.summaries(f"{label} · summaries", requests)
         counters.count_summaries(summaries)
+        counters.lap("summaries")
 
         # Stage 2: every kept group's semantic advantage at once.
         library_text = self.render_all(library)
@@ -258,6 +263,7 @@ class Engine:
             ],
         )
         counters.count_analyses(analyses)
+        counters.lap("group_advantage")
 
         # Stage 3: one consolidation of the batch's proposals, applied to the library.
         near = self.near_duplicates(library, analyses)
@@ -283,6 +289,7 @@ class Engine:
             budget=Budget(max_items=config.max_experiences) if config.max_experiences else None,
         )
         counters.count_consolidation(consolidation, applied)
+        counters.lap("consolidation")
         new_library = applied.library
 
         counters.finish(usage_before, self.client.accounting.total, time.perf_counter() - started, new_library)

@@ -5,14 +5,15 @@
                summaries, summaries_failed, group_calls_failed, ops_proposed, ops_final, ops_applied,
                ops_rejected, ops_evicted, parse_retries, parse_failures, consolidation_failed,
                api_failures, prompt_tokens, completion_tokens, cached_samples, cost_usd, wall_time_s,
-               library_version, library_size
+               stage_seconds {rollouts, summaries, group_advantage, consolidation}, library_version, library_size
     epochs[]:  epoch, steps, accuracy (over the epoch's scored rollouts), library_size, val_mean_at_k
     totals:    sums of the step counters + validation cost, rollouts, cost_usd, wall_time_s (all sessions)
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import time
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 SUMMED = (
@@ -59,6 +60,14 @@ class StepCounters:
     wall_time_s: float = 0.0
     library_version: int = 0
     library_size: int = 0
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+    _lap_start: float = field(default_factory=time.perf_counter, repr=False)
+
+    def lap(self, stage: str) -> None:
+        """Record the wall time of the stage that just ended."""
+        now = time.perf_counter()
+        self.stage_seconds[stage] = round(now - self._lap_start, 3)
+        self._lap_start = now
 
     def count_groups(self, groups: list[Any]) -> None:
         self.groups_total = len(groups)
@@ -117,7 +126,9 @@ class StepCounters:
         return self.correct / self.rollouts_scored if self.rollouts_scored else None
 
     def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "accuracy": self.accuracy}
+        data = asdict(self)
+        data.pop("_lap_start")
+        return {**data, "accuracy": self.accuracy}
 
     def one_line(self) -> str:
         accuracy = "n/a" if self.accuracy is None else f"{self.accuracy:.3f}"

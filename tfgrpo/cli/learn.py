@@ -71,7 +71,8 @@ def register(app: typer.Typer) -> None:
             settings.llm.api_key = None
         console = Console(stderr=True)
         result = learn(settings, console=console)
-        console.print(epoch_table(result.metrics))
+        if result.metrics.get("epochs") is not None:
+            console.print(epoch_table(result.metrics))
         console.print(f"library: [bold]{result.out / 'library.json'}[/] ({len(result.library)} experiences)")
         if result.status == "interrupted":
             raise typer.Exit(EXIT_INTERRUPTED)

@@ -14,8 +14,7 @@ from experiences.model import Library
 from experiences.ops import Rejection
 from tfgrpo.llm.client import LLMClient
 from tfgrpo.llm.types import SamplingParams
-from tfgrpo.prompts import render_prompt
-from tfgrpo.stages import OpsReply, request_operations
+from tfgrpo.stages import OpsReply, render_stage_prompt, request_operations
 from tfgrpo.stages.summarize import Summary, outcome_of
 
 
@@ -46,7 +45,7 @@ def group_messages(
         {"index": s.rollout.sample, "reward": s.rollout.reward, "outcome": outcome_of(s.rollout.reward), "summary": s.text}
         for s in ordered
     ]
-    prompt = render_prompt(
+    prompt = render_stage_prompt(
         template,
         problem=request.problem,
         gold=request.gold,

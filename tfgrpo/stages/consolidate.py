@@ -14,8 +14,7 @@ from experiences.model import Library
 from experiences.ops import Operation
 from tfgrpo.llm.client import LLMClient
 from tfgrpo.llm.types import SamplingParams
-from tfgrpo.prompts import render_prompt
-from tfgrpo.stages import OpsReply, request_operations
+from tfgrpo.stages import OpsReply, render_stage_prompt, request_operations
 from tfgrpo.stages.advantage import GroupAnalysis
 
 
@@ -59,7 +58,7 @@ def consolidation_messages(
         for a in analyses
         if a.reply.operations
     ]
-    prompt = render_prompt(
+    prompt = render_stage_prompt(
         template,
         experiences=library_text,
         proposals=proposals,

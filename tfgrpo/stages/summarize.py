@@ -15,9 +15,8 @@ from experiences.apply import approximate_tokens
 from tfgrpo.llm.client import LLMClient
 from tfgrpo.llm.errors import BudgetExceededError, LLMError
 from tfgrpo.llm.types import SamplingParams
-from tfgrpo.prompts import render_prompt
 from tfgrpo.rollout import Rollout
-from tfgrpo.stages import gather_all
+from tfgrpo.stages import gather_all, render_stage_prompt
 
 CORRECT_THRESHOLD = 0.5  # math rewards are 0/1; the same threshold as eval.metrics
 
@@ -58,7 +57,7 @@ def outcome_of(reward: float | None) -> str:
 def summary_messages(request: SummaryRequest, *, template: str, token_budget: int) -> tuple[list[dict[str, str]], bool]:
     """The stage-1 prompt of one rollout, and whether its trajectory had to be cut."""
     trajectory, truncated = truncate_middle(trajectory_text(request.rollout), token_budget)
-    prompt = render_prompt(
+    prompt = render_stage_prompt(
         template,
         problem=request.problem,
         experiences=request.experiences,

@@ -1,0 +1,166 @@
+"""How close does one learn epoch come to its critical path? (`python benchmarks/engine.py`)
+
+A local OpenAI-compatible server (aiohttp, in its own process) answers every request after a fixed
+latency with scripted replies: rollouts are right or wrong in turn (every group is mixed, so every
+group is kept), summaries and group analyses are short, each group proposes one operation, and the
+consolidation keeps them all. One epoch of N queries x G rollouts runs through the `openai` backend at
+the given concurrency, with the whole dataset in one batch (the paper's setting).
+
+The stages of a batch depend on each other (summaries need rollouts, the group analysis needs
+summaries, consolidation needs every group), so the fastest possible epoch is
+
+    bound = wave(rollouts) + wave(summaries) + wave(group analyses) + consolidation calls x latency,
+    wave(calls) = ceil(calls / concurrency) x latency,
+
+and the ratio measured / bound shows what the engine, the client and the HTTP stack add.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import io
+import json
+import math
+import multiprocessing
+import os
+import re
+import socket
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+PROBLEM = re.compile(r"What is (\d+)\+(\d+)\?")
+
+
+def scripted_reply(messages: list[dict], count: int) -> str:
+    """The reply to a request seen `count` times before."""
+    first = messages[0]["content"]
+    if "<proposed_changes>" in first:
+        ops = re.findall(r"^\s+- (\{.*\})$", first, re.M)
+        return "Keep them all.\n```json\n[" + ", ".join(ops) + "]\n```"
+    if "<attempt " in first:
+        a, b = PROBLEM.search(first).groups()
+        return f'```json\n[{{"option": "add", "experience": "When adding {a} and {b}, line up the digits first."}}]\n```'
+    if "<trajectory>" in first:
+        return "1. The assistant added the numbers and boxed the result."
+    a, b = map(int, PROBLEM.search(messages[-1]["content"]).groups())
+    answer = a + b if count % 2 == 0 else a + b + 1
+    return f"Attempt {count}: adding gives \\boxed{{{answer}}}"  # each sample's text differs: no summary is shared
+
+
+def serve(port: int, latency_s: float, ready: multiprocessing.Event) -> None:
+    from aiohttp import web
+
+    seen: dict[str, int] = {}
+
+    async def completions(request: web.Request) -> web.Response:
+        body = await request.json()
+        key = json.dumps(body["messages"], sort_keys=True)
+        count = seen.get(key, 0)
+        seen[key] = count + 1
+        await asyncio.sleep(latency_s)
+        text = scripted_reply(body["messages"], count)
+        return web.json_response(
+            {
+                "id": "bench", "object": "chat.completion", "created": 0, "model": body["model"],
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120},
+            }
+        )
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", completions)
+
+    async def main() -> None:
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", port, backlog=1024).start()
+        ready.set()
+        await asyncio.Event().wait()
+
+    asyncio.run(main())
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wave(calls: int, concurrency: int, latency_s: float) -> float:
+    return math.ceil(calls / concurrency) * latency_s if calls else 0.0
+
+
+def run(queries: int, group_size: int, concurrency: int, latency_s: float) -> dict:
+    from rich.console import Console
+
+    from tfgrpo.learn import learn
+    from tfgrpo.learn_config import LearnConfig
+
+    port = free_port()
+    ready = multiprocessing.Event()
+    server = multiprocessing.Process(target=serve, args=(port, latency_s, ready), daemon=True)
+    server.start()
+    if not ready.wait(30):
+        raise RuntimeError("benchmark server did not start")
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            data = Path(tmp) / "train.jsonl"
+            data.write_text("".join(json.dumps({"id": f"q{i}", "problem": f"What is {i}+{i + 7}?", "answer": str(2 * i + 7)}) + "\n" for i in range(queries)))
+            config = LearnConfig(
+                data=str(data), out=str(Path(tmp) / "run"), group_size=group_size, epochs=1, dedup=False,
+                llm={"backend": "openai", "model": "bench", "base_url": f"http://127.0.0.1:{port}/v1", "api_key": "x",
+                     "concurrency": concurrency, "max_retries": 0},
+            )
+            started = time.perf_counter()
+            result = learn(config, console=Console(file=io.StringIO()))
+            total_s = time.perf_counter() - started
+    finally:
+        server.terminate()
+        server.join()
+    step = result.metrics["steps"][0]
+    calls = {tag: t["calls"] for tag, t in result.metrics["sessions"][-1]["usage"]["by_tag"].items()}
+    waves = {
+        "rollout": wave(calls.get("rollout", 0), concurrency, latency_s),
+        "summary": wave(calls.get("summary", 0), concurrency, latency_s),
+        "group": wave(calls.get("group", 0), concurrency, latency_s),
+        "consolidate": calls.get("consolidate", 0) * latency_s,
+    }
+    bound = sum(waves.values())
+    return {
+        "queries": queries, "G": group_size, "concurrency": concurrency, "latency_ms": latency_s * 1000,
+        "calls": calls, "bound_s": bound, "step_s": step["wall_time_s"], "total_s": total_s,
+        "ratio": step["wall_time_s"] / bound, "stages": step["stage_seconds"], "waves": waves, "ops_applied": step["ops_applied"], "status": result.status,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--queries", type=int, default=100)
+    parser.add_argument("--group-size", type=int, default=5)
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--latency-ms", type=float, nargs="+", default=[50.0])
+    parser.add_argument("--verbose", action="store_true", help="also print the time of each stage")
+    args = parser.parse_args()
+    print("| queries x G | concurrency | latency | calls (rollout / summary / group / consolidate) | critical-path bound | measured epoch | ratio |")
+    print("|---|---|---|---|---|---|---|")
+    for latency_ms in args.latency_ms:
+        r = run(args.queries, args.group_size, args.concurrency, latency_ms / 1000)
+        c = r["calls"]
+        print(
+            f"| {r['queries']} x {r['G']} | {r['concurrency']} | {latency_ms:.0f} ms | "
+            f"{c.get('rollout', 0)} / {c.get('summary', 0)} / {c.get('group', 0)} / {c.get('consolidate', 0)} | "
+            f"{r['bound_s']:.2f} s | {r['step_s']:.2f} s (process {r['total_s']:.2f} s) | {r['ratio']:.2f} |",
+            flush=True,
+        )
+        if args.verbose:
+            print(f"  stages measured: {r['stages']}\n  stages bound:    {r['waves']}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
