@@ -10,10 +10,8 @@ def user_facing_errors() -> tuple[type[BaseException], ...]:
     from tfgrpo.llm.errors import LLMError
 
     errors: list[type[BaseException]] = [ConfigError, LLMError, ExperienceError, RewardError, FileNotFoundError]
-    try:
-        from eval.errors import EvalError
+    from eval.errors import EvalError
+    from finetune.errors import FinetuneError
 
-        errors.append(EvalError)
-    except ImportError:
-        pass
+    errors.extend([EvalError, FinetuneError])
     return tuple(errors)
