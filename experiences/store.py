@@ -115,13 +115,16 @@ class ExperienceStore:
             self.upsert({i: want[i] for i in changed})
         self._synced = fingerprint
 
-    def upsert(self, texts: dict[str, str], batch_size: int = 2048) -> None:
-        """Add or replace experiences by id (embedding them once)."""
+    def upsert(self, texts: dict[str, str], *, vectors: Sequence[Sequence[float]] | None = None, batch_size: int = 2048) -> None:
+        """Add or replace experiences by id; `vectors` (same order as `texts`) skips re-embedding texts already embedded."""
         ids = list(texts)
+        if vectors is not None and len(vectors) != len(ids):
+            raise ExperienceError(f"upsert: {len(vectors)} vectors for {len(ids)} texts")
         for start in range(0, len(ids), batch_size):
             chunk = ids[start : start + batch_size]
             documents = [texts[i] for i in chunk]
-            self._collection.upsert(ids=chunk, documents=documents, embeddings=self.embedder.embed(documents))
+            embeddings = [list(v) for v in vectors[start : start + batch_size]] if vectors is not None else self.embedder.embed(documents)
+            self._collection.upsert(ids=chunk, documents=documents, embeddings=embeddings)
         self._synced = None
 
     def delete(self, ids: Sequence[str]) -> None:
