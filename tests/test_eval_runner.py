@@ -132,3 +132,17 @@ def test_eval_with_python_tool_records_tool_calls(tmp_path, dataset):
     assert result.metrics["mean_at_k"] == pytest.approx(1.0)
     row = json.loads((tmp_path / "tools" / "samples.jsonl").read_text().splitlines()[0])
     assert row["trajectory"]["turns"][0]["tool_calls"]
+
+
+def test_topk_injection_uses_the_nearest_experiences(tmp_path, dataset):
+    """--inject topk:1 puts only the experience nearest to each problem into its prompt."""
+    library = tmp_path / "lib.json"
+    Library.from_texts([
+        "Multiply carefully and box the final integer.",
+        "In geometry, draw the triangle and label every angle before using the law of sines.",
+    ]).save(library)
+    config = EvalConfig(data=str(dataset), out=str(tmp_path / "topk"), samples=1, limit=2, library=str(library), inject="topk:1")
+    run(config, ScriptedBackend(responder))
+    row = json.loads((tmp_path / "topk" / "samples.jsonl").read_text().splitlines()[0])
+    system = row["messages"][0]["content"]
+    assert "Multiply carefully" in system and "law of sines" not in system
