@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import http.server
 import json
+import os
+import signal
+import subprocess
+import sys
 import threading
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -23,8 +28,9 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 class WorldServer:
     """`POST /v1/chat/completions` answered by `World.reply_for`; the k-th identical request is sample k."""
 
-    def __init__(self, world: World):
+    def __init__(self, world: World, *, delay_s: float = 0.0):
         self.world = world
+        self.delay_s = delay_s
         self.seen: Counter[str] = Counter()
         self.bodies: list[dict] = []
         self._lock = threading.Lock()
@@ -52,6 +58,8 @@ class WorldServer:
             index = self.seen[key]
             self.seen[key] += 1
         reply = self.world.reply_for(body["messages"], index)
+        if self.delay_s:
+            time.sleep(self.delay_s)
         if isinstance(reply, BaseException):
             return 503, {"error": {"message": str(reply), "type": "server_error"}}
         words = sum(len(str(m.get("content") or "").split()) for m in body["messages"])
@@ -117,6 +125,38 @@ def test_cli_learn_through_the_openai_backend(tmp_path):
         assert len(rollout_bodies) == 4  # epoch 2: G=2 fresh samples for each of the 2 problems
     rows = read_jsonl(out / "rollouts.jsonl")
     assert len(rows) == 8 and [r["epoch"] for r in rows] == [1] * 4 + [2] * 4
+
+
+@pytest.mark.timeout(180)
+def test_ctrl_c_stops_cleanly_and_says_how_to_resume(tmp_path):
+    data = write_problems(tmp_path / "train.jsonl", [(1, 2), (3, 4), (5, 6)])
+    out = tmp_path / "run"
+    with WorldServer(World(), delay_s=0.3) as server:
+        command = [
+            sys.executable, "-m", "tfgrpo", "learn", "--data", str(data), "--out", str(out), "--backend", "openai",
+            "--model", "m", "--base-url", server.base_url, "--api-key", "k", "-G", "2", "--epochs", "2", "--batch-size", "1",
+            "--concurrency", "4", "--no-dedup",
+        ]
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": "200"}
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (out / "steps" / "0001" / "library.json").is_file():
+            time.sleep(0.1)
+        assert process.poll() is None, process.communicate()
+        process.send_signal(signal.SIGINT)  # in the middle of step 2
+        stdout, stderr = process.communicate(timeout=60)
+        assert process.returncode == 130, stderr
+        assert "tfgrpo learn --out" in stderr and "--resume" in stderr and "Traceback" not in stderr
+        state = json.loads((out / "state.json").read_text())
+        assert state["status"] == "interrupted" and 1 <= state["completed_step"] < 6
+
+        resumed = CliRunner().invoke(app, ["learn", "--out", str(out), "--resume", "--api-key", "k"])
+        assert resumed.exit_code == 0, resumed.output
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["status"] == "completed" and metrics["totals"]["steps"] == 6
+    assert [s["status"] for s in metrics["sessions"]] == ["interrupted", "completed"]
+    steps = [r["step"] for r in read_jsonl(out / "rollouts.jsonl")]
+    assert steps == sorted(steps) and len(steps) == 3 * 2 * 2  # no row of the interrupted step was kept twice
 
 
 def test_bad_row_fails_before_any_llm_call(tmp_path, capsys):

@@ -228,3 +228,33 @@ def test_run_directory_layout_and_metrics(tmp_path):
     assert totals["rollouts"] == 4 and totals["ops_applied"] == 2 and totals["prompt_tokens"] > 0
     assert set(read_jsonl(out / "stages" / "summaries.jsonl")[0]) >= {"step", "query_id", "sample", "summary"}
     assert read_jsonl(out / "stages" / "consolidation.jsonl")[0]["final"]
+
+
+def test_tool_rollouts_are_learned_from(tmp_path):
+    """--tools python: each rollout runs code in the sandbox; the summaries see the tool call and its result."""
+    from tfgrpo.llm.types import Completion
+
+    world = World()
+
+    def respond(request, index):
+        messages = request.messages
+        if request.tag != "rollout":
+            return world.respond(request, index)
+        if messages[-1].role == "tool":
+            right = index % 2 == 0
+            return f"The interpreter printed {messages[-1].content.strip()[:20]}. \\boxed{{{3 if right else 4}}}"
+        call = {"id": f"call{index}", "type": "function", "function": {"name": "python", "arguments": json.dumps({"code": "print(1+2)"})}}
+        return Completion(text="Let me compute.", tool_calls=[call], finish_reason="tool_calls")
+
+    data = write_problems(tmp_path / "train.jsonl", [(1, 2)])
+    config = LearnConfig(data=str(data), out=str(tmp_path / "run"), dedup=False, group_size=2, epochs=1, tools=["python"], max_turns=3)
+    backend = ScriptedBackend(respond)
+    client = build_client(config.llm, backends=[backend], cache_path=Path(config.out) / "cache.sqlite")
+    result = learn(config, client=client, console=Console(file=io.StringIO()))
+    assert result.status == "completed" and len(result.library) == 1
+    rows = read_jsonl(Path(config.out) / "rollouts.jsonl")
+    assert [r["num_tool_calls"] for r in rows] == [1, 1]
+    assert [r["reward"] for r in rows] == [1.0, 0.0]
+    assert rows[0]["trajectory"]["turns"][0]["tool_calls"][0]["output"].strip() == "3"
+    summary = next(r for r in backend.calls if r.tag == "summary").messages[0].content
+    assert "[tool result: python, ok" in summary and "For each tool call" in summary

@@ -322,6 +322,9 @@ class Engine:
             rollouts = await sample_group(
                 sampler, problem.id, messages, n=config.group_size, sampling=config.rollout_sampling, tag="rollout", agent=self.agent
             )
+            for rollout in rollouts:  # a trajectory cut short by a failed call is a failed rollout, not a wrong one
+                if rollout.trajectory and rollout.trajectory.get("stop_reason") == "error" and rollout.error is None:
+                    rollout.error = rollout.trajectory.get("error") or "trajectory stopped by an error"
             group = Group(problem, experiences, self.injected_ids(library, problem.problem), rollouts)
             await asyncio.to_thread(self.score, group)
             return group

@@ -37,6 +37,7 @@ def register(app: typer.Typer) -> None:
         max_tokens: Annotated[Optional[int], typer.Option("--max-tokens", help="Max new tokens per rollout.")] = None,
         stage_max_tokens: Annotated[Optional[int], typer.Option("--stage-max-tokens", help="Max new tokens per summary / operations reply.")] = None,
         max_ops: Annotated[Optional[int], typer.Option("--max-ops", help="Operations proposed per group, at most (default 3).")] = None,
+        dedup: Annotated[Optional[bool], typer.Option("--dedup/--no-dedup", help="Show near-duplicates (vector store) to consolidation.")] = None,
         inject: Annotated[Optional[str], typer.Option("--inject", help="'all' or 'topk:K'.")] = None,
         tools: Annotated[Optional[list[str]], typer.Option("--tools", help="Tools for multi-turn rollouts, e.g. python.")] = None,
         max_turns: Annotated[Optional[int], typer.Option("--max-turns", help="Turns per trajectory with tools.")] = None,
@@ -58,7 +59,7 @@ def register(app: typer.Typer) -> None:
         overrides = {
             "data": data, "out": out, "val_data": val_data, "group_size": group_size, "epochs": epochs,
             "batch_size": batch_size, "reward": reward, "ground_truth": ground_truth, "seed": seed,
-            "max_ops_per_group": max_ops, "inject": inject, "tools": tools, "max_turns": max_turns,
+            "max_ops_per_group": max_ops, "inject": inject, "dedup": dedup, "tools": tools, "max_turns": max_turns,
             "val_samples": val_samples, "limit": limit, "init_library": init_library, "resume": resume or None,
             "llm": opt.llm_overrides(backend, model, base_url, api_key, adapter, concurrency, budget_usd=budget_usd),
             "rollout_sampling": {"temperature": temperature, "max_tokens": max_tokens},

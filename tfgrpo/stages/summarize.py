@@ -56,7 +56,7 @@ def outcome_of(reward: float | None) -> str:
 
 def summary_messages(request: SummaryRequest, *, template: str, token_budget: int) -> tuple[list[dict[str, str]], bool]:
     """The stage-1 prompt of one rollout, and whether its trajectory had to be cut."""
-    trajectory, truncated = truncate_middle(trajectory_text(request.rollout), token_budget)
+    trajectory, truncated = truncate_middle(trajectory_text(request.rollout, max_chars=token_budget * 4), token_budget)
     prompt = render_stage_prompt(
         template,
         problem=request.problem,
@@ -108,24 +108,13 @@ async def summarize_rollouts(
     return summaries  # type: ignore[return-value]
 
 
-def trajectory_text(rollout: Rollout) -> str:
+def trajectory_text(rollout: Rollout, max_chars: int = 8000) -> str:
     """The attempt as text: the completion, or every turn, tool call and tool result of an agent trajectory."""
     if rollout.trajectory is None:
         return rollout.completion
-    turns = rollout.trajectory.get("messages") or rollout.trajectory.get("turns")
-    if not isinstance(turns, list):
-        return json.dumps(rollout.trajectory, ensure_ascii=False, indent=1)
-    lines: list[str] = []
-    for turn in turns:
-        if not isinstance(turn, dict) or turn.get("role") in ("system", "user") and not lines:
-            continue  # the prompt itself is shown separately
-        role = turn.get("role", "turn")
-        content = turn.get("content")
-        if content:
-            lines.append(f"[{role}] {content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)}")
-        for call in turn.get("tool_calls") or []:
-            lines.append(f"[tool call] {json.dumps(call, ensure_ascii=False)}")
-    return "\n".join(lines) or rollout.completion
+    from tfgrpo.agent import Trajectory  # the agent's own rendering, shared with eval
+
+    return Trajectory.from_jsonable(rollout.trajectory).render_for_summary(max_chars=max_chars)
 
 
 def truncate_middle(text: str, token_budget: int) -> tuple[str, bool]:
