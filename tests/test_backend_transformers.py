@@ -76,7 +76,8 @@ async def test_different_sampling_params_go_to_different_batches(tiny_backend):
 async def test_batch_size_caps_sequences_per_generate(tiny_dir):
     backend = TransformersBackend(str(tiny_dir), batch_size=4)
     try:
-        results = await asyncio.gather(*(backend.forward(ask(q, n=2, sampling=SamplingParams(max_tokens=3, seed=0))) for q in QUESTIONS[:4]))
+        sampling = SamplingParams(max_tokens=3, seed=0)
+        results = await asyncio.gather(*(backend.forward(ask(q, n=2, sampling=sampling)) for q in QUESTIONS[:4]))
     finally:
         await backend.aclose()
     assert backend.generate_calls == 2  # 4 prompts x n=2 = 8 sequences, 4 per generate

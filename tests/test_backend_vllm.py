@@ -68,7 +68,7 @@ class FakeLLM:
     def chat(self, conversations, sampling_params, use_tqdm=True, **extra):
         self.chat_calls.append({"conversations": conversations, "sampling_params": sampling_params, **extra})
         outputs = []
-        for conversation, params in zip(conversations, sampling_params):
+        for conversation, params in zip(conversations, sampling_params, strict=True):
             content = conversation[-1]["content"]
             if content == "too long":
                 raise ValueError("The decoder prompt (length 9000) is longer than the maximum model length of 2048.")
@@ -103,7 +103,8 @@ def test_without_vllm_the_error_says_how_to_install(monkeypatch):
 
 async def test_requests_translate_to_sampling_params_and_batch(fake_vllm, tmp_path):
     backend = VLLMBackend("org/model", dtype="bfloat16", engine_options={"gpu_memory_utilization": 0.5})
-    sampled = ask("alpha", n=3, sample_offset=2, sampling=SamplingParams(temperature=0.8, top_p=0.9, max_tokens=64, stop=["\n"], seed=10))
+    sampling = SamplingParams(temperature=0.8, top_p=0.9, max_tokens=64, stop=["\n"], seed=10)
+    sampled = ask("alpha", n=3, sample_offset=2, sampling=sampling)
     greedy = ask("beta", n=2, sampling=SamplingParams(temperature=0.0, max_tokens=5))
     plain = ask("gamma", sampling=SamplingParams(temperature=0.5))
     try:

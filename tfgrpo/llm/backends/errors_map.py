@@ -33,7 +33,8 @@ _CONTEXT_WINDOW_PATTERNS = re.compile(
 # What SDKs say when a 200 body is not a completion (json.JSONDecodeError, litellm's checks).
 _MALFORMED_PATTERNS = re.compile(
     r"Expecting value|JSONDecodeError|Unterminated string|Extra data|Invalid control character|"
-    r"returned (?:a response with no )?'choices'|Invalid response object|could not (?:be )?(?:parse|decode)d?|failed to (?:parse|decode)",
+    r"returned (?:a response with no )?'choices'|Invalid response object|"
+    r"could not (?:be )?(?:parse|decode)d?|failed to (?:parse|decode)",
     re.IGNORECASE,
 )
 

@@ -7,8 +7,9 @@ sequences (prompts x n) per call. Generation runs in one worker thread, so the e
 
 Seeds: a batch holds only requests with the same sampling parameters, seed included; when the seed is
 set, torch's RNG is seeded right before that batch's `generate` with `seed + sample_offset` of the
-batch's first request. The same requests in the same batch composition therefore reproduce exactly; in a different batch (other prompts, other padding) a
-sampled answer can differ. The client's response cache is what makes reruns reproducible.
+batch's first request. The same requests in the same batch composition therefore reproduce exactly;
+in a different batch (other prompts, other padding) a sampled answer can differ.
+The client's response cache is what makes reruns reproducible.
 
 Threads: torch reads OMP_NUM_THREADS itself at start-up; `num_threads=` overrides it for the process.
 """
