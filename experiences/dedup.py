@@ -62,7 +62,7 @@ def screen_adds(library: Library, operations: Iterable[Operation], store: Experi
     if not adds:
         return Screened(operations=operations)
     store.sync(library)
-    vectors = store.embedder.embed([op.experience for op in adds])
+    vectors = store.embed([op.experience for op in adds])
     nearest = store.query_vectors(vectors, k=1)
     kept_vectors: list[list[float]] = []
     kept_texts: list[str] = []

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from experiences.errors import ExperienceError
 from experiences.model import Library
 
 DEFAULT_COLLECTION = "experiences"
+_VECTOR_CACHE_SIZE = 2048  # ~3 MB of float32 MiniLM vectors
 
 
 class Match(BaseModel):
@@ -88,6 +90,7 @@ class ExperienceStore:
                 f"store {self.path} was built with embedder {stored!r}, not {self.embedder.name!r}; use a new folder or the same embedder"
             )
         self._synced: str | None = None
+        self._vectors: OrderedDict[str, Any] = OrderedDict()  # text -> float32 vector, most recent last
 
     @classmethod
     def for_library(cls, library_path: str | Path, **kwargs: Any) -> ExperienceStore:
@@ -97,6 +100,25 @@ class ExperienceStore:
 
     def __len__(self) -> int:
         return self._collection.count()
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """Embed through a small cache: a lesson screened for dedup is not embedded again when added,
+        and the G samples of one problem share one query embedding under `topk` injection."""
+        import numpy as np
+
+        missing = list(dict.fromkeys(t for t in texts if t not in self._vectors))
+        fresh = dict(zip(missing, self.embedder.embed(missing))) if missing else {}
+        vectors = []
+        for text in texts:
+            if text in fresh:
+                vectors.append(fresh[text])
+                self._vectors[text] = np.asarray(fresh[text], dtype=np.float32)
+            else:
+                self._vectors.move_to_end(text)
+                vectors.append(self._vectors[text].tolist())
+        while len(self._vectors) > _VECTOR_CACHE_SIZE:
+            self._vectors.popitem(last=False)
+        return vectors
 
     # -- keeping it in step with a library --------------------------------------------------------
     def sync(self, library: Library) -> None:
@@ -123,7 +145,7 @@ class ExperienceStore:
         for start in range(0, len(ids), batch_size):
             chunk = ids[start : start + batch_size]
             documents = [texts[i] for i in chunk]
-            embeddings = [list(v) for v in vectors[start : start + batch_size]] if vectors is not None else self.embedder.embed(documents)
+            embeddings = [list(v) for v in vectors[start : start + batch_size]] if vectors is not None else self.embed(documents)
             self._collection.upsert(ids=chunk, documents=documents, embeddings=embeddings)
         self._synced = None
 
@@ -145,7 +167,7 @@ class ExperienceStore:
             return [[] for _ in texts]
         n_results = min(count, k + len(exclude))
         result = self._collection.query(
-            query_embeddings=self.embedder.embed(list(texts)), n_results=n_results, include=["documents", "distances"]
+            query_embeddings=self.embed(list(texts)), n_results=n_results, include=["documents", "distances"]
         )
         skip = set(exclude)
         out: list[list[Match]] = []

@@ -216,3 +216,24 @@ def test_cli_dedup_reports_groups_and_merges_near_exact(tmp_path: Path) -> None:
     assert result.exit_code == 0 and "merged 1 near-exact group(s)" in result.output
     lib = Library.load(lib_path)
     assert lib.version == 1 and "G0" not in lib and "G5" not in lib and "G6" in lib and lib.get("G7").parents == ["G0", "G5"]
+
+
+class _Counting:
+    def __init__(self, inner) -> None:
+        self.inner, self.name, self.texts = inner, inner.name, []
+
+    def embed(self, texts):
+        self.texts += list(texts)
+        return self.inner.embed(texts)
+
+
+def test_screened_lessons_are_not_embedded_twice(tmp_path: Path, library: Library, embedder: LocalEmbedder) -> None:
+    counting = _Counting(embedder)
+    store = ExperienceStore(tmp_path / "s", embedder=counting)
+    store.sync(library)
+    new = AddOp(experience="Draw a diagram before computing any lengths.")
+    screened = screen_adds(library, [new], store)
+    store.sync(apply_operations(library, screened.operations).library)
+    store.query("same problem text", k=1)
+    store.query("same problem text", k=1)  # G samples of one problem: one embedding
+    assert counting.texts.count(new.experience) == 1 and counting.texts.count("same problem text") == 1
