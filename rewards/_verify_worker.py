@@ -81,18 +81,18 @@ def _die_with_parent() -> None:
 
 
 def zygote(control: socket.socket, memory_limit_bytes: int | None) -> None:
-    """Fork one worker per request. A request is a datagram carrying the worker's socket (SCM_RIGHTS);
-    the reply is the worker's pid. Ends, killing its workers, when the parent closes the control socket."""
+    """Fork one worker per request. A request is one byte carrying the worker's socket (SCM_RIGHTS); the
+    reply is the worker's pid in 8 bytes. Ends, killing its workers, when the parent closes the control socket."""
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps killed workers: no zombies
     children: set[int] = set()
     try:
         while True:
             try:
-                _, fds, _, _ = socket.recv_fds(control, 16, 1)
+                _, fds, _, _ = socket.recv_fds(control, 1, 1)
             except OSError:
                 return
             if not fds:
-                return  # an empty datagram (or EOF): the parent is done
+                return  # EOF: the parent is done
             pid = os.fork()
             if pid == 0:  # the worker
                 control.close()
@@ -103,7 +103,7 @@ def zygote(control: socket.socket, memory_limit_bytes: int | None) -> None:
                     os._exit(0)
             os.close(fds[0])
             children = {child for child in children if _alive(child)} | {pid}
-            control.send(str(pid).encode())
+            control.sendall(pid.to_bytes(8, "big"))
     finally:
         for child in children:
             _kill(child)
@@ -132,7 +132,7 @@ def main(argv: list[str]) -> None:
     logging.getLogger("math_verify").setLevel(logging.ERROR)
     logging.getLogger("latex2sympy2_extended").setLevel(logging.ERROR)
     _parse("1")  # warm the LaTeX parser once, here, so every forked worker starts warm
-    control.send(READY.encode())
+    control.sendall(READY.encode())
     zygote(control, memory_limit or None)
 
 

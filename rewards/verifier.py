@@ -55,7 +55,8 @@ class _Zygote:
     """The `python -m rewards._verify_worker` process that forks workers on request (see that module)."""
 
     def __init__(self, memory_limit_bytes: int | None) -> None:
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+        # A stream socket: when this side closes, the zygote reads EOF and exits (a datagram pair would not).
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", _WORKER_MODULE, str(theirs.fileno()), str(memory_limit_bytes or 0)],
@@ -71,7 +72,7 @@ class _Zygote:
         self.control = ours
         self.control.settimeout(_STARTUP_TIMEOUT_S)
         try:
-            ready = self.control.recv(64).decode()
+            ready = self._recv_exactly(len(READY)).decode()
         except OSError:
             ready = ""
         if ready != READY:
@@ -81,14 +82,23 @@ class _Zygote:
     def fork_worker(self) -> tuple[int, Connection]:
         ours, theirs = socket.socketpair()
         try:
-            socket.send_fds(self.control, [b"fork"], [theirs.fileno()])
-            pid = int(self.control.recv(64).decode())
+            socket.send_fds(self.control, [b"f"], [theirs.fileno()])
+            pid = int.from_bytes(self._recv_exactly(8), "big")
         except (OSError, ValueError) as exc:
             ours.close()
             raise RewardError(f"the math-verify worker process stopped answering: {exc}") from exc
         finally:
             theirs.close()
         return pid, Connection(ours.detach())
+
+    def _recv_exactly(self, size: int) -> bytes:
+        data = b""
+        while len(data) < size:
+            chunk = self.control.recv(size - len(data))
+            if not chunk:
+                raise OSError("connection closed")
+            data += chunk
+        return data
 
     def alive(self) -> bool:
         return self.process.poll() is None

@@ -30,6 +30,13 @@ def strict_verifier():
 
 
 @pytest.fixture(scope="module")
+def quick_verifier():
+    # per-input hostile tests check "bounded and scored 0", so a shorter budget keeps the suite quick
+    with Verifier(timeout_s=0.5) as pool:
+        yield pool
+
+
+@pytest.fixture(scope="module")
 def table_verdicts(verifier):
     """Every table pair, verified in one parallel batch (what a GRPO step does)."""
     return _compare([(gold, pred) for gold, pred, _, _ in cases.EQUIVALENCE_CASES], verifier)
@@ -76,28 +83,28 @@ def test_extraction_table(completion, expected):
 
 @pytest.mark.timeout(20)
 @pytest.mark.parametrize(("family", "answer"), cases.HOSTILE_ANSWERS, ids=[f for f, _ in cases.HOSTILE_ANSWERS])
-def test_hostile_answer_is_scored_zero_within_the_deadline(strict_verifier, family, answer):
-    reward = MathReward(verifier=strict_verifier)
+def test_hostile_answer_is_scored_zero_within_the_deadline(quick_verifier, family, answer):
+    reward = MathReward(verifier=quick_verifier)
     (score,) = reward.score([f"so \\boxed{{{answer}}}"], answer=["1"])
     assert score.value == 0.0, score
 
 
 @pytest.mark.timeout(60)
-def test_hostile_batch_does_not_block_ordinary_answers(strict_verifier):
+def test_hostile_batch_does_not_block_ordinary_answers(quick_verifier):
     hostile = [answer for _, answer in cases.HOSTILE_ANSWERS]
     completions = [f"\\boxed{{{a}}}" for a in hostile] + ["\\boxed{x^2+2x+1}", "\\boxed{\\sqrt{8}}"]
     golds = ["1"] * len(hostile) + ["(x+1)^2", "2\\sqrt{2}"]
-    values = MathReward(verifier=strict_verifier)(completions=completions, answer=golds)
+    values = MathReward(verifier=quick_verifier)(completions=completions, answer=golds)
     assert values == [0.0] * len(hostile) + [1.0, 1.0]
     # the pool survived the kills: a fresh comparison still works
-    assert strict_verifier.check("\\frac{1}{3}", "0.333333").equal is True
+    assert quick_verifier.check("\\frac{1}{3}", "0.333333").equal is True
 
 
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize(("shape", "completion"), cases.LONG_COMPLETIONS, ids=[s for s, _ in cases.LONG_COMPLETIONS])
-def test_200kb_completions_are_scored(strict_verifier, shape, completion):
+def test_200kb_completions_are_scored(quick_verifier, shape, completion):
     assert len(completion) >= 190_000
-    (score,) = MathReward(verifier=strict_verifier).score([completion], answer=["7"])
+    (score,) = MathReward(verifier=quick_verifier).score([completion], answer=["7"])
     assert score.value == 0.0
 
 
