@@ -115,3 +115,11 @@ async def test_auth_and_not_found_are_permanent(fault_server, status):
     with pytest.raises(PermanentError) as caught:
         await forward_one(fault_server, Reply(status=status))
     assert not isinstance(caught.value, TransientError)
+
+
+async def test_missing_api_key_is_permanent_with_a_hint(fault_server, monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    backend = LiteLLMBackend("openai/fake", api_base=fault_server.base_url)
+    with pytest.raises(PermanentError, match="--api-key"):
+        await backend.forward(ask())
+    assert fault_server.requests == []

@@ -38,6 +38,9 @@ _MALFORMED_PATTERNS = re.compile(
     re.IGNORECASE,
 )
 
+# What SDKs say when no key was given (litellm wraps it as an InternalServerError).
+_MISSING_KEY_PATTERNS = re.compile(r"Missing credentials|api_key client option must be set|No API key provided", re.IGNORECASE)
+
 
 def parse_retry_after(headers: Mapping[str, str] | None, *, now: float | None = None) -> float | None:
     """Seconds to wait from `retry-after-ms`, or `Retry-After` (seconds or an HTTP date); None if absent."""
@@ -143,6 +146,8 @@ def map_litellm_error(exc: BaseException) -> LLMError:
     message = str(getattr(exc, "message", None) or exc)
     if isinstance(exc, litellm.ContextWindowExceededError):
         return ContextWindowExceededError(message)
+    if _MISSING_KEY_PATTERNS.search(message):  # litellm reports a missing key as a "500"
+        return PermanentError(f"no API key: pass --api-key (any value for a local server) or set the provider's variable: {message}")
     if isinstance(exc, litellm.RateLimitError):
         return RateLimitError(message, retry_after=parse_retry_after(_headers_of(exc)), status=429)
     if isinstance(exc, litellm.Timeout):
