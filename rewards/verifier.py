@@ -175,7 +175,9 @@ def _python_path() -> str:
     return package_root + (os.pathsep + existing if existing else "")
 
 
-def _shutdown(idle: queue.SimpleQueue, zygote: _Zygote | None) -> None:
+def _shutdown(idle: queue.SimpleQueue, zygote: _Zygote | None, owner_pid: int) -> None:
+    if os.getpid() != owner_pid:
+        return  # a forked child must never kill its parent's workers
     while True:
         try:
             worker = idle.get_nowait()
@@ -221,7 +223,7 @@ class Verifier:
             self._idle.put(None)  # a slot; the process starts on first use
         self._zygote: _Zygote | None = None
         self._zygote_lock = threading.Lock()
-        self._finalizer = weakref.finalize(self, _shutdown, self._idle, None)
+        self._finalizer = weakref.finalize(self, _shutdown, self._idle, None, self._pid)
 
     # Pickling (TRL may pickle reward functions) carries the settings, never processes or pipes.
     def __getstate__(self) -> dict[str, Any]:
@@ -235,7 +237,7 @@ class Verifier:
     def close(self) -> None:
         """Stop the workers now (they are also stopped at garbage collection and exit); reusable after."""
         with self._zygote_lock:
-            _shutdown(self._idle, self._zygote)
+            _shutdown(self._idle, self._zygote, self._pid)
             self._zygote = None
             self._prestarted = False
         for _ in range(self.workers):
@@ -291,7 +293,7 @@ class Verifier:
         with self._zygote_lock:
             if self._zygote is None or not self._zygote.alive():
                 self._zygote = _Zygote(self.memory_limit_mb * 1024 * 1024 if self.memory_limit_mb else None)
-                self._finalizer = weakref.finalize(self, _shutdown, self._idle, self._zygote)
+                self._finalizer = weakref.finalize(self, _shutdown, self._idle, self._zygote, self._pid)
             return _Worker(self._zygote)
 
     def _checkout(self, block: bool) -> _Worker | bool:

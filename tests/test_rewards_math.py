@@ -127,3 +127,18 @@ def test_pool_recovers_after_kills_and_uses_the_cache(verifier):
 def test_invalid_timeout_is_rejected():
     with pytest.raises(RewardError, match="timeout_s"):
         Verifier(timeout_s=0)
+
+
+@pytest.mark.timeout(60)
+def test_forked_child_gets_its_own_pool_and_leaves_the_parents_alone(verifier):
+    import os
+
+    assert verifier.check("x+1", "1+x").equal is True  # the parent's workers are running
+    pid = os.fork()
+    if pid == 0:  # child: use the same object, then exit through the normal shutdown path
+        ok = verifier.check("2x", "x+x").equal is True
+        verifier.close()
+        os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert verifier.check("(x+1)^2", "x^2+2x+1").equal is True  # the parent's pool still works
