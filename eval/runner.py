@@ -41,7 +41,7 @@ class EvalConfig(BaseModel):
     sampling: SamplingParams = Field(default_factory=lambda: SamplingParams(temperature=0.6, top_p=0.95, max_tokens=2048))
     llm: LLMConfig = Field(default_factory=LLMConfig)
     agent: AgentConfig = Field(default_factory=AgentConfig, description="Multi-turn tool use (tools: [python]).")
-    system_template: str = "rollout_system"
+    system_template: str | None = Field(None, description="Rollout system template; None = the one export ships.")
     user_template: str = "rollout_user"
     label: str | None = Field(None, description="Name of this system in compare reports.")
 

@@ -33,8 +33,13 @@ def render(library: Library, *, template: str | Path | None = None, experiences:
 
 def render_system_prompt(library: Library, *, template: str | Path | None = None, system_template: str | Path | None = None) -> str:
     """A ready chat system message with the rendered library (templates/system_prompt.jinja; sees `rendered`, `library`)."""
+    return render_system_text(render(library, template=template), library=library, system_template=system_template)
+
+
+def render_system_text(rendered: str, *, library: Library | None = None, system_template: str | Path | None = None) -> str:
+    """The system message around already rendered experiences: what rollouts send and what export ships."""
     source = _template_source(system_template) if system_template is not None else bundled_template("system_prompt.jinja")
-    return _compile(source).render(rendered=render(library, template=template), library=library).strip()
+    return _compile(source).render(rendered=rendered, library=library).strip()
 
 
 def bundled_template(name: str) -> str:
@@ -105,4 +110,4 @@ class Injection(BaseModel):
         return render(library, template=template, experiences=self.select(library, query=query, store=store))
 
 
-__all__ = ["Injection", "bundled_template", "render", "render_system_prompt"]
+__all__ = ["Injection", "bundled_template", "render", "render_system_prompt", "render_system_text"]

@@ -146,3 +146,20 @@ def test_topk_injection_uses_the_nearest_experiences(tmp_path, dataset):
     row = json.loads((tmp_path / "topk" / "samples.jsonl").read_text().splitlines()[0])
     system = row["messages"][0]["content"]
     assert "Multiply carefully" in system and "law of sines" not in system
+
+
+def test_exported_system_prompt_sends_the_same_messages_as_the_library(tmp_path, dataset, library):
+    """What is learned is what is shipped: `--library` and its exported system prompt are one prompt."""
+    from experiences import render_system_prompt
+
+    prompt_file = tmp_path / "system_prompt.txt"
+    prompt_file.write_text(render_system_prompt(Library.load(library)) + "\n")
+    backend = ScriptedBackend(responder)
+    shared_cache = LLMConfig(cache=str(tmp_path / "shared.sqlite"))
+    run(EvalConfig(data=str(dataset), out=str(tmp_path / "lib"), samples=2, library=str(library), llm=shared_cache), backend)
+    served = backend.num_samples_served
+    run(EvalConfig(data=str(dataset), out=str(tmp_path / "sp"), samples=2, system_prompt=str(prompt_file), llm=shared_cache), backend)
+    lib_rows = (tmp_path / "lib" / "samples.jsonl").read_text().splitlines()
+    sp_rows = (tmp_path / "sp" / "samples.jsonl").read_text().splitlines()
+    assert [json.loads(r)["messages"] for r in lib_rows] == [json.loads(r)["messages"] for r in sp_rows]
+    assert backend.num_samples_served == served  # identical requests: all answered from the shared cache keys

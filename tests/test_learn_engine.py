@@ -11,6 +11,7 @@ import pytest
 from rich.console import Console
 
 from learn_world import World, read_jsonl, write_problems
+from tfgrpo.agent import AgentConfig
 from tfgrpo.learn import learn, plan_steps
 from tfgrpo.learn_config import LearnConfig
 from tfgrpo.llm.backends.scripted import ScriptedBackend
@@ -247,7 +248,7 @@ def test_tool_rollouts_are_learned_from(tmp_path):
         return Completion(text="Let me compute.", tool_calls=[call], finish_reason="tool_calls")
 
     data = write_problems(tmp_path / "train.jsonl", [(1, 2)])
-    config = LearnConfig(data=str(data), out=str(tmp_path / "run"), dedup=False, group_size=2, epochs=1, tools=["python"], max_turns=3)
+    config = LearnConfig(data=str(data), out=str(tmp_path / "run"), dedup=False, group_size=2, epochs=1, agent=AgentConfig(tools=["python"], max_turns=3))
     backend = ScriptedBackend(respond)
     client = build_client(config.llm, backends=[backend], cache_path=Path(config.out) / "cache.sqlite")
     result = learn(config, client=client, console=Console(file=io.StringIO()))

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from experiences import Injection, Library
+from experiences import Experience, Injection, Library, render
 
 
 @dataclass
@@ -27,5 +27,9 @@ class Injector:
             store = ExperienceStore(Path(store_dir) if store_dir else None)
         return cls(library=library, spec=spec, store=store)
 
-    def text_for(self, query: str) -> str:
-        return Injection.parse(self.spec).render(self.library, query=query, store=self.store)
+    def select(self, query: str) -> list[Experience]:
+        return Injection.parse(self.spec).select(self.library, query=query, store=self.store)
+
+    def text_for(self, query: str, chosen: list[Experience] | None = None) -> str:
+        """The rendered experiences for `query` (`chosen`: a `select` already made for it)."""
+        return render(self.library, experiences=self.select(query) if chosen is None else chosen)

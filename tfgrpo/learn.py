@@ -18,7 +18,6 @@ epoch (Mean@k) becomes `library.json`.
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import random
 import statistics
@@ -212,7 +211,7 @@ class Engine:
             config.templates.rollout_user,
             Path(config.system_prompt).read_text(encoding="utf-8") if config.system_prompt else None,
         )
-        self.agent = build_agent(config)
+        self.agent = config.agent.build() if config.agent.tools else None
         self.progress = stage_progress(console)
         self._store: Any | None = None
 
@@ -313,19 +312,18 @@ class Engine:
     async def rollouts(self, plan: StepPlan, library: Library, label: str) -> list[Group]:
         config = self.config
         injector = Injector(library=library, spec=config.inject, store=self.store(library) if config.inject != "all" else None)
-        # Each epoch draws fresh samples of a prompt (cache keys include the sample index), reruns the same ones.
-        sampler = SampleOffset(self.client, (plan.epoch - 1) * config.group_size)
 
         async def one(problem: Problem) -> Group:
-            experiences = injector.text_for(problem.problem)
+            chosen = injector.select(problem.problem)
+            experiences = injector.text_for(problem.problem, chosen)
             messages = self.prompt.messages(problem.problem, experiences)
             rollouts = await sample_group(
-                sampler, problem.id, messages, n=config.group_size, sampling=config.rollout_sampling, tag="rollout", agent=self.agent
+                self.client, problem.id, messages, n=config.group_size, sampling=config.rollout_sampling, tag="rollout",
+                agent=self.agent,
+                # each epoch draws fresh samples of a prompt (cache keys include the index); a rerun the same ones
+                sample_offset=(plan.epoch - 1) * config.group_size,
             )
-            for rollout in rollouts:  # a trajectory cut short by a failed call is a failed rollout, not a wrong one
-                if rollout.trajectory and rollout.trajectory.get("stop_reason") == "error" and rollout.error is None:
-                    rollout.error = rollout.trajectory.get("error") or "trajectory stopped by an error"
-            group = Group(problem, experiences, self.injected_ids(library, problem.problem), rollouts)
+            group = Group(problem, experiences, [e.id for e in chosen], rollouts)
             await asyncio.to_thread(self.score, group)
             return group
 
@@ -425,12 +423,6 @@ class Engine:
 
         return render(library)
 
-    def injected_ids(self, library: Library, query: str) -> list[str]:
-        from experiences.render import Injection
-
-        store = self._store if self.config.inject != "all" else None
-        return [e.id for e in Injection.parse(self.config.inject).select(library, query=query, store=store)]
-
     def near_duplicates(self, library: Library, analyses: list[GroupAnalysis]) -> list[NearDuplicate]:
         """Proposed texts very close to an existing experience, for stage 3 to merge instead of copying."""
         texts = [op.experience for a in analyses for op in a.reply.operations if hasattr(op, "experience")]
@@ -450,31 +442,6 @@ class Engine:
             "library_version": library.version, "group_mean": group.mean, "group_std": group.std,
             "group_status": group.status, "pseudo_label": group.gold if group.gold_is_pseudo else None,
         }
-
-
-class SampleOffset:
-    """The client with every sample index shifted by `offset` (each epoch samples afresh, deterministically)."""
-
-    def __init__(self, client: LLMClient, offset: int):
-        self._client, self._offset = client, offset
-
-    async def chat(self, messages: Any, *, sample_offset: int = 0, **kwargs: Any) -> Any:
-        return await self._client.chat(messages, sample_offset=sample_offset + self._offset, **kwargs)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._client, name)
-
-
-def build_agent(config: LearnConfig) -> Any | None:
-    """Multi-turn tool use (issue 8) when `tools` are configured; the same agent as `tfgrpo eval --tools`."""
-    if not config.tools:
-        return None
-    try:
-        from tfgrpo.agent import run_agent
-        from tfgrpo.tools import get_tools
-    except ImportError as exc:
-        raise ConfigError(f"tools {config.tools} need tfgrpo.agent and tfgrpo.tools ({exc})") from None
-    return functools.partial(run_agent, tools=get_tools(config.tools), max_turns=config.max_turns)
 
 
 __all__ = ["Engine", "LearnResult", "StepPlan", "learn", "learn_async", "plan_steps", "select_best_epoch"]

@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from tfgrpo.config import LLMConfig
+from tfgrpo.agent import AgentConfig
 from tfgrpo.llm.types import SamplingParams
 
 _TOPK = re.compile(r"^topk:[1-9]\d*$")
@@ -22,7 +23,9 @@ class StageTemplates(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    rollout_system: str = Field("rollout_system", description="System prompt of a rollout; receives `experiences`.")
+    rollout_system: str | None = Field(
+        None, description="System prompt of a rollout (receives `experiences`); None = experiences' system-prompt template, the one export ships."
+    )
     rollout_user: str = Field("rollout_user", description="User prompt of a rollout; receives `problem`.")
     summarize: str = Field("summarize", description="Stage 1: summarise one trajectory step by step.")
     group_advantage: str = Field("group_advantage", description="Stage 2: compare a group's rollouts → operations.")
@@ -78,8 +81,7 @@ class LearnConfig(BaseModel):
     system_prompt: str | None = Field(None, description="A fixed system-prompt file instead of the rollout_system template.")
 
     # -- tools, validation --------------------------------------------------------------------------
-    tools: list[str] = Field(default_factory=list, description="Tools for multi-turn rollouts, e.g. ['python'].")
-    max_turns: int = Field(6, ge=1, description="Turns per trajectory when tools are on.")
+    agent: AgentConfig = Field(default_factory=AgentConfig, description="Multi-turn tool use (tools: [python], max_turns, protocol).")
     val_samples: int = Field(4, ge=1, description="k of the validation Mean@k.")
 
     # -- run control --------------------------------------------------------------------------------
@@ -101,7 +103,7 @@ class LearnConfig(BaseModel):
 RESUME_LOCKED_KEYS = (
     "data", "problem_key", "answer_key", "id_key", "limit", "init_library", "group_size", "batch_size", "seed",
     "reward", "ground_truth", "std_threshold", "max_ops_per_group", "max_words", "trajectory_token_budget", "inject",
-    "dedup_threshold", "dedup", "rollout_sampling", "stage_sampling", "templates", "system_prompt", "tools", "max_turns",
+    "dedup_threshold", "dedup", "rollout_sampling", "stage_sampling", "templates", "system_prompt", "agent",
     "on_consolidation_failure", "llm.backend", "llm.model", "llm.adapter",
 )
 

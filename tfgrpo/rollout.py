@@ -18,19 +18,35 @@ from tfgrpo.prompts import render_prompt
 
 @dataclass
 class PromptSpec:
-    """How a problem becomes messages. `experiences` is the rendered library (or "" for none)."""
+    """How a problem becomes messages. `experiences` is the rendered library (or "" for none).
 
-    system_template: str = "rollout_system"
+    The system message is `experiences`' own system-prompt template (`system_template=None`), the very
+    text `tfgrpo export --format system-prompt` ships: a library evaluated with `--library` and its
+    exported system prompt evaluated with `--system-prompt` send identical messages. No experiences,
+    no system message.
+    """
+
+    system_template: str | None = None
     user_template: str = "rollout_user"
     system_prompt: str | None = None  # a fixed system prompt file's text, used instead of the template
 
     def messages(self, problem: str, experiences: str) -> list[dict[str, str]]:
         if self.system_prompt is not None:
-            system = self.system_prompt
+            system = self.system_prompt.strip()
+        elif not experiences:
+            system = ""
+        elif self.system_template is None:
+            system = system_prompt_for(experiences)
         else:
-            system = render_prompt(self.system_template, experiences=experiences)
+            system = render_prompt(self.system_template, experiences=experiences, rendered=experiences)
         user = render_prompt(self.user_template, problem=problem)
         return ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": user}]
+
+
+def system_prompt_for(rendered_experiences: str) -> str:
+    from experiences.render import render_system_text
+
+    return render_system_text(rendered_experiences)
 
 
 @dataclass
@@ -86,18 +102,21 @@ async def sample_group(
     sampling: SamplingParams,
     tag: str = "rollout",
     agent: Any | None = None,
+    sample_offset: int = 0,
 ) -> list[Rollout]:
     """G samples of one prompt, one call per sample, so one failed call loses one rollout, not the group.
 
     A call that still fails after the client's retries becomes a rollout with `error` set (excluded
-    from scoring by callers); a budget stop propagates.
+    from scoring by callers); a budget stop propagates. Sample indices run from `sample_offset`
+    (cache keys include them: a later epoch draws fresh samples, a rerun the same ones).
     """
 
     async def one(index: int) -> Rollout:
         rollout = Rollout(query_id=query_id, sample=index, messages=messages)
+        cache_index = sample_offset + index
         try:
             if agent is not None:
-                trajectory = await agent(client, messages, sampling=sampling, tag=tag, sample_index=index)
+                trajectory = await agent(client, messages, sampling=sampling, tag=tag, sample_index=cache_index)
                 rollout.completion = trajectory.final_text
                 rollout.trajectory = trajectory.to_jsonable()
                 rollout.num_tool_calls = trajectory.num_tool_calls
@@ -108,7 +127,7 @@ async def sample_group(
                 if trajectory.stop_reason == "error":
                     rollout.error = trajectory.error or "trajectory failed"
                 return rollout
-            (completion,) = await client.chat(messages, n=1, sampling=sampling, tag=tag, sample_offset=index)
+            (completion,) = await client.chat(messages, n=1, sampling=sampling, tag=tag, sample_offset=cache_index)
         except BudgetExceededError:
             raise
         except LLMError as exc:

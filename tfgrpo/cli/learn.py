@@ -41,6 +41,7 @@ def register(app: typer.Typer) -> None:
         inject: Annotated[Optional[str], typer.Option("--inject", help="'all' or 'topk:K'.")] = None,
         tools: Annotated[Optional[list[str]], typer.Option("--tools", help="Tools for multi-turn rollouts, e.g. python.")] = None,
         max_turns: Annotated[Optional[int], typer.Option("--max-turns", help="Turns per trajectory with tools.")] = None,
+        protocol: Annotated[Optional[str], typer.Option("--protocol", help="Tool protocol: auto | native | text.")] = None,
         val_samples: Annotated[Optional[int], typer.Option("--val-samples", help="k of validation Mean@k (default 4).")] = None,
         limit: Annotated[Optional[int], typer.Option("--limit", help="Use only the first N training problems.")] = None,
         init_library: Annotated[Optional[str], typer.Option("--init-library", help="Start from this library JSON.")] = None,
@@ -59,7 +60,7 @@ def register(app: typer.Typer) -> None:
         overrides = {
             "data": data, "out": out, "val_data": val_data, "group_size": group_size, "epochs": epochs,
             "batch_size": batch_size, "reward": reward, "ground_truth": ground_truth, "seed": seed,
-            "max_ops_per_group": max_ops, "inject": inject, "dedup": dedup, "tools": tools, "max_turns": max_turns,
+            "max_ops_per_group": max_ops, "inject": inject, "dedup": dedup, "agent": {"tools": tools, "max_turns": max_turns, "protocol": protocol},
             "val_samples": val_samples, "limit": limit, "init_library": init_library, "resume": resume or None,
             "llm": opt.llm_overrides(backend, model, base_url, api_key, adapter, concurrency, budget_usd=budget_usd),
             "rollout_sampling": {"temperature": temperature, "max_tokens": max_tokens},

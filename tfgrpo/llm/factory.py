@@ -30,11 +30,11 @@ def build_backends(config: LLMConfig, *, cache_dir: Path | None = None) -> list[
     if config.backend == "llamacpp":
         from tfgrpo.llm.backends.llamacpp_backend import LlamaCppBackend
 
-        return [LlamaCppBackend(model=config.model)]
+        return [LlamaCppBackend(model=config.model, adapter=config.adapter)]
     if config.backend == "vllm":
         from tfgrpo.llm.backends.vllm_backend import VLLMBackend
 
-        return [VLLMBackend(model=config.model, adapter=config.adapter)]
+        return [VLLMBackend(model=config.model, adapter=config.adapter, cache_dir=cache_dir)]
     if not config.model:
         raise BackendUnavailableError(f"--model is required with --backend {config.backend} (e.g. gpt-4o-mini, deepseek-chat)")
     if config.backend == "openai":

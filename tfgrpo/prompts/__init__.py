@@ -9,7 +9,7 @@ from pathlib import Path
 PROMPTS_DIR = Path(str(files("tfgrpo.prompts")))
 
 
-@lru_cache(maxsize=64)
+@lru_cache(maxsize=1)
 def _environment():
     import jinja2
 
@@ -25,7 +25,13 @@ def load_template(name_or_path: str):
         from tfgrpo.config import ConfigError
 
         raise ConfigError(f"prompt template not found: {name_or_path}")
-    return _environment().from_string(path.read_text(encoding="utf-8"))
+    # Compiling costs milliseconds and rollouts render thousands of prompts; an edited file recompiles.
+    return _compiled(str(path), path.stat().st_mtime_ns)
+
+
+@lru_cache(maxsize=128)
+def _compiled(path: str, mtime_ns: int):
+    return _environment().from_string(Path(path).read_text(encoding="utf-8"))
 
 
 def render_prompt(name_or_path: str, **variables) -> str:
