@@ -171,3 +171,21 @@ def test_pricing_from_litellm_table_and_local_is_free():
     assert resolve_pricing("my-own-vllm-model", None, None, local=False).known is False
     assert resolve_pricing("anything", None, None, local=True).cost(1000, 1000) == 0
     assert resolve_pricing("x", 3.0, None, local=False).cost(1_000_000, 5) == pytest.approx(3.0)
+
+
+async def test_identical_requests_in_flight_are_paid_once():
+    backend = ScriptedBackend(echo, latency_s=0.05)
+    client = client_for(backend)
+    results = await asyncio.gather(*(client.chat(MESSAGES, n=2, tag="summary") for _ in range(5)))
+    assert backend.num_samples_served == 2
+    assert all([c.text for c in r] == ["answer 0", "answer 1"] for r in results)
+    assert sum(not c.cached for r in results for c in r) == 2
+    assert client.accounting.by_tag["summary"].cached_samples == 8
+
+
+async def test_a_shared_failure_reaches_every_waiter():
+    backend = ScriptedBackend(lambda r, i: PermanentError("bad request"), latency_s=0.02)
+    client = client_for(backend)
+    outcomes = await asyncio.gather(*(client.chat(MESSAGES) for _ in range(3)), return_exceptions=True)
+    assert all(isinstance(o, PermanentError) for o in outcomes)
+    assert len(backend.calls) == 1

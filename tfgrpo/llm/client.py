@@ -51,6 +51,7 @@ class LLMClient:
         self._concurrency = concurrency
         self._semaphores: dict[str, asyncio.Semaphore] = {}
         self._in_flight: dict[str, int] = {b.endpoint: 0 for b in self.backends}
+        self._in_flight_samples: dict[str, asyncio.Future[Completion]] = {}
 
     # ------------------------------------------------------------------ public API
     async def chat(
@@ -87,15 +88,38 @@ class LLMClient:
             if results:
                 self.accounting.record_cached(request.tag, len(results))
         missing = [i for i in indices if i not in results]
-        # A partly cached group asks only for what is missing, one contiguous run at a time.
-        for run in _contiguous_runs(missing):
-            sub = request.model_copy(update={"n": len(run), "sample_offset": run[0]})
-            fresh = await self._call_with_retries(sub)
-            for i, completion in zip(run, fresh):
-                completion = completion.model_copy(update={"index": i, "cached": False})
-                results[i] = completion
-                if self.cache is not None:
-                    self.cache.put(keys[i], self.model_name, completion)
+        # The same sample already being fetched by another caller is awaited, not paid for twice.
+        waiting = {i: self._in_flight_samples[keys[i]] for i in missing if keys[i] in self._in_flight_samples}
+        to_fetch = [i for i in missing if i not in waiting]
+        loop = asyncio.get_running_loop()
+        promises = {i: loop.create_future() for i in to_fetch}
+        for i, promise in promises.items():
+            promise.add_done_callback(_consume_exception)
+            self._in_flight_samples[keys[i]] = promise
+        try:
+            # A partly cached group asks only for what is missing, one contiguous run at a time.
+            for run in _contiguous_runs(to_fetch):
+                sub = request.model_copy(update={"n": len(run), "sample_offset": run[0]})
+                fresh = await self._call_with_retries(sub)
+                for i, completion in zip(run, fresh):
+                    completion = completion.model_copy(update={"index": i, "cached": False})
+                    results[i] = completion
+                    if self.cache is not None:
+                        self.cache.put(keys[i], self.model_name, completion)
+                    promises[i].set_result(completion)
+        except BaseException as exc:
+            for promise in promises.values():
+                if not promise.done():
+                    promise.set_exception(exc)
+            raise
+        finally:
+            for i in to_fetch:
+                self._in_flight_samples.pop(keys[i], None)
+        for i, promise in waiting.items():
+            shared = await promise
+            results[i] = shared.model_copy(update={"cached": True, "cost_usd": 0.0, "latency_s": 0.0, "index": i})
+        if waiting:
+            self.accounting.record_cached(request.tag, len(waiting))
         return [results[i] for i in indices]
 
     def chat_sync(self, messages: Sequence[Message | dict[str, Any]], **kwargs: Any) -> list[Completion]:
@@ -201,6 +225,12 @@ class LLMClient:
             latency_s=latency,
         )
         return priced
+
+
+def _consume_exception(future: asyncio.Future) -> None:
+    # A failure is re-raised to its own caller; waiters that never came must not log "never retrieved".
+    if not future.cancelled():
+        future.exception()
 
 
 def _contiguous_runs(indices: list[int]) -> list[list[int]]:
