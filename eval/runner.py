@@ -64,12 +64,13 @@ async def evaluate_async(config: EvalConfig, *, client: LLMClient | None = None,
     from rich.console import Console
 
     from eval.metrics import summarize
-    from rewards import get_reward, is_equivalent
+    from rewards import is_equivalent
     from tfgrpo import __version__
     from tfgrpo.injection import Injector
     from tfgrpo.llm.factory import build_client
     from tfgrpo.progress import stage_progress
     from tfgrpo.rollout import PromptSpec, sample_group, score_group
+    from tfgrpo.scoring import build_reward
 
     console = console or Console(stderr=True)
     out = Path(config.out)
@@ -78,13 +79,13 @@ async def evaluate_async(config: EvalConfig, *, client: LLMClient | None = None,
         config.data, problem_key=config.problem_key, answer_key=config.answer_key, id_key=config.id_key, limit=config.limit
     )
     (out / "config.yaml").write_text(dump_config(config), encoding="utf-8")
-    reward = get_reward(config.reward)
     injector = Injector.from_paths(config.library, config.inject, store_dir=out / "store") if config.library else None
     system_prompt = Path(config.system_prompt).read_text(encoding="utf-8") if config.system_prompt else None
     prompt = PromptSpec(config.system_template, config.user_template, system_prompt)
     agent = _agent(config)
     owns_client = client is None
     client = client or build_client(config.llm, cache_path=out / "cache.sqlite")
+    reward = build_reward(config.reward, client)
     started = time.perf_counter()
     rows_by_problem: dict[str, list[dict[str, Any]]] = {}
     samples_path = out / "samples.jsonl"
@@ -96,7 +97,7 @@ async def evaluate_async(config: EvalConfig, *, client: LLMClient | None = None,
         rollouts = await sample_group(
             client, problem.id, messages, n=config.samples, sampling=config.sampling, tag="eval", agent=agent
         )
-        await asyncio.to_thread(score_group, reward, rollouts, problem.answer)
+        await asyncio.to_thread(score_group, reward, rollouts, problem.answer, {"problem": problem.problem})
         rows = []
         for rollout in rollouts:
             row = rollout.to_row()

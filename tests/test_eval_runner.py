@@ -163,3 +163,19 @@ def test_exported_system_prompt_sends_the_same_messages_as_the_library(tmp_path,
     sp_rows = (tmp_path / "sp" / "samples.jsonl").read_text().splitlines()
     assert [json.loads(r)["messages"] for r in lib_rows] == [json.loads(r)["messages"] for r in sp_rows]
     assert backend.num_samples_served == served  # identical requests: all answered from the shared cache keys
+
+
+def test_judge_reward_goes_through_the_client(tmp_path, dataset):
+    """`--reward judge`: the grader is the same client (cached, accounted under the tag 'judge')."""
+
+    def respond(request, index):
+        if request.tag == "judge":
+            prompt = request.messages[-1].content
+            return "VERDICT: CORRECT" if "\\boxed{3}" in prompt else "Wrong number.\nVERDICT: INCORRECT"
+        number = int(re.search(r"Problem number (\d+)", request.messages[-1].content).group(1))
+        return f"\\boxed{{{number}}}"
+
+    config = EvalConfig(data=str(dataset), out=str(tmp_path / "judge"), samples=1, reward="judge")
+    result = run(config, ScriptedBackend(respond))
+    assert result.metrics["mean_at_k"] == pytest.approx(1 / NUM_PROBLEMS)  # the judge accepts only problem 3
+    assert result.metrics["usage"]["by_tag"]["judge"]["calls"] == NUM_PROBLEMS

@@ -99,15 +99,16 @@ def learn(config: LearnConfig, *, client: LLMClient | None = None, console: Any 
 async def learn_async(config: LearnConfig, *, client: LLMClient | None = None, console: Any | None = None) -> LearnResult:
     from rich.console import Console
 
-    from rewards import get_reward
     from tfgrpo.llm.factory import build_client
+    from tfgrpo.scoring import build_reward
 
     console = console or Console(stderr=True)
     run = RunDir(config.out)
     # Everything that can fail on bad input fails here, before any LLM call.
     problems = load_problems(config, config.data)
     val_problems = load_problems(config, config.val_data) if config.val_data else []
-    reward = get_reward(config.reward)
+    if config.reward != "judge":  # a judge needs the client; it is built below
+        build_reward(config.reward)
     initial = Library.load(config.init_library) if config.init_library else Library()
     plans = plan_steps(problems, config)
     state = run.start(config)
@@ -117,6 +118,7 @@ async def learn_async(config: LearnConfig, *, client: LLMClient | None = None, c
 
     owns_client = client is None
     client = client or build_client(config.llm, cache_path=run.cache_path)
+    reward = build_reward(config.reward, client)
     spent_before = sum(s.get("cost_usd", 0.0) for s in state.sessions)
     if config.llm.budget_usd is not None:
         client.budget_usd = max(config.llm.budget_usd - spent_before, 0.0)
@@ -345,7 +347,7 @@ class Engine:
             if group.gold is None:
                 group.status = "no_majority"
                 return
-        score_group(self.reward, group.rollouts, group.gold)
+        score_group(self.reward, group.rollouts, group.gold, {"problem": group.problem.problem})
         rewards = [r.reward or 0.0 for r in valid]  # unscorable counts as no credit
         group.mean, group.std = statistics.fmean(rewards), statistics.pstdev(rewards)
         if self.config.group_size > 1 and group.std <= self.config.std_threshold:
@@ -375,7 +377,7 @@ class Engine:
             rollouts = await sample_group(
                 self.client, problem.id, messages, n=config.val_samples, sampling=config.rollout_sampling, tag="validation", agent=self.agent
             )
-            await asyncio.to_thread(score_group, self.reward, rollouts, problem.answer)
+            await asyncio.to_thread(score_group, self.reward, rollouts, problem.answer, {"problem": problem.problem})
             return rollouts
 
         groups = await self.tracked(f"epoch {epoch} · validation", [one(p) for p in problems], weight=config.val_samples)

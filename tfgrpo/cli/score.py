@@ -81,9 +81,9 @@ def _judge_callable(backend, model, base_url, api_key):  # type: ignore[no-untyp
     from tfgrpo.config import LLMConfig, build_config
     from tfgrpo.llm.factory import build_client
 
+    from tfgrpo.scoring import JUDGE_SAMPLING, daemon_loop
+
     client = build_client(build_config(LLMConfig, None, opt.llm_overrides(backend, model, base_url, api_key)))
-
-    def complete(messages: list[dict[str, str]]) -> str:
-        return client.chat_sync(messages, tag="judge")[0].text
-
-    return complete
+    # One loop for every judge call of this command: async clients must not hop between event loops.
+    loop, _ = daemon_loop()
+    return client.completer(loop, sampling=JUDGE_SAMPLING, tag="judge")

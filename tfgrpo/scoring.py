@@ -1,0 +1,54 @@
+"""Rewards wired to the client layer: the LLM-judge reward gets a `complete` callable over `LLMClient`.
+
+`rewards/` knows nothing of our client; a judge receives a plain sync `complete(messages) -> str`.
+Scoring runs in a worker thread (`asyncio.to_thread`), so `complete` hands each call to the event
+loop that owns the client and waits: judge calls are cached, retried, bounded and accounted like any
+other call, under the tag `judge`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from tfgrpo.llm.client import LLMClient
+from tfgrpo.llm.types import SamplingParams
+
+JUDGE_SAMPLING = SamplingParams(temperature=0.0, max_tokens=512)
+
+
+def build_reward(name: str, client: LLMClient | None = None, *, loop: asyncio.AbstractEventLoop | None = None, **params: Any):
+    """`rewards.get_reward(name, **params)`, with the judge's `complete` made from `client` on `loop`
+    (default: the running loop; call this from inside it)."""
+    from rewards import get_reward
+
+    if name == "judge" and "complete" not in params:
+        if client is None:
+            from rewards.errors import RewardError
+
+            raise RewardError("the judge reward needs an LLM client (configure the llm: section)")
+        params["complete"] = client.completer(loop or asyncio.get_running_loop(), sampling=JUDGE_SAMPLING, tag="judge")
+    return get_reward(name, **params)
+
+
+def daemon_loop() -> tuple[asyncio.AbstractEventLoop, threading.Thread]:
+    """An event loop running in a daemon thread (a one-shot command may simply let it die with the process)."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, name="tfgrpo-judge-loop", daemon=True)
+    thread.start()
+    return loop, thread
+
+
+@contextmanager
+def background_loop() -> Iterator[asyncio.AbstractEventLoop]:
+    """An event loop in a thread for synchronous callers of async clients; stopped on exit."""
+    loop, thread = daemon_loop()
+    try:
+        yield loop
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=5)
+        loop.close()
