@@ -32,7 +32,10 @@ class Problem(BaseModel):
 
     id: str = Field(description="Unique within its dataset; samples and comparisons are keyed on it.")
     problem: str = Field(description="The problem text shown to the model.")
-    answer: str = Field(description="The gold answer as a string (integers without leading zeros in bundled sets).")
+    answer: str | None = Field(
+        description="The gold answer as a string (integers without leading zeros in bundled sets); None only in "
+        "unlabelled data loaded with require_answer=False (ground-truth-free learning)."
+    )
     extra: dict[str, Any] = Field(default_factory=dict, description="Every other column of the source row.")
 
 
@@ -104,6 +107,7 @@ def load_dataset_rows(
     answer_key: str = "answer",
     id_key: str = "id",
     limit: int | None = None,
+    require_answer: bool = True,
 ) -> list[Problem]:
     """Load problems from a bundled name or a file; `limit` keeps the first N rows."""
     if limit is not None and limit < 1:
@@ -121,7 +125,8 @@ def load_dataset_rows(
         if limit is not None and len(problems) >= limit:
             break
         problem = _row_to_problem(
-            row, index=index, where=where, problem_key=problem_key, answer_key=answer_key, id_key=id_key
+            row, index=index, where=where, problem_key=problem_key, answer_key=answer_key, id_key=id_key,
+            require_answer=require_answer,
         )
         if problem.id in first_seen:
             raise DatasetError(f"{where}: duplicate id {problem.id!r} (first seen at {first_seen[problem.id]})")
@@ -175,7 +180,7 @@ def _iter_with_hf_datasets(path: Path, suffix: str) -> Iterator[tuple[str, dict[
 
 
 def _row_to_problem(
-    row: dict[str, Any], *, index: int, where: str, problem_key: str, answer_key: str, id_key: str
+    row: dict[str, Any], *, index: int, where: str, problem_key: str, answer_key: str, id_key: str, require_answer: bool = True
 ) -> Problem:
     if problem_key not in row:
         raise DatasetError(f"{where}: missing key {problem_key!r} (keys: {', '.join(map(str, row)) or 'none'})")
@@ -183,11 +188,14 @@ def _row_to_problem(
     if not isinstance(problem, str) or not problem.strip():
         raise DatasetError(f"{where}: key {problem_key!r} must be a non-empty string (got {problem!r:.60})")
 
-    if answer_key not in row:
+    if row.get(answer_key) is None and not require_answer:
+        answer = None
+    elif answer_key not in row:
         raise DatasetError(f"{where}: missing key {answer_key!r} (keys: {', '.join(map(str, row))})")
-    if row[answer_key] is None:
+    elif row[answer_key] is None:
         raise DatasetError(f"{where}: key {answer_key!r} is empty")
-    answer = _scalar_to_text(row[answer_key], key=answer_key, where=where)
+    else:
+        answer = _scalar_to_text(row[answer_key], key=answer_key, where=where)
 
     raw_id = row.get(id_key)
     problem_id = f"row-{index:04d}" if raw_id is None else _scalar_to_text(raw_id, key=id_key, where=where)

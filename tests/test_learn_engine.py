@@ -259,3 +259,20 @@ def test_tool_rollouts_are_learned_from(tmp_path):
     assert rows[0]["trajectory"]["turns"][0]["tool_calls"][0]["output"].strip() == "3"
     summary = next(r for r in backend.calls if r.tag == "summary").messages[0].content
     assert "[tool result: python, ok" in summary and "For each tool call" in summary
+
+
+def test_no_ground_truth_learns_from_unlabelled_data(tmp_path):
+    """Self-discrimination needs no answer column; ground-truth mode still refuses such a file."""
+    from eval.errors import DatasetError
+
+    data = tmp_path / "unlabelled.jsonl"
+    data.write_text("".join(json.dumps({"id": f"u{i}", "problem": f"What is {i}+{i + 1}?"}) + "\n" for i in (1, 3)))
+    config = LearnConfig(data=str(data), out=str(tmp_path / "run"), dedup=False, group_size=4, epochs=1, ground_truth=False)
+    backend = ScriptedBackend(World(kinds={"1+2": "mixed", "3+4": "mixed"}).respond)
+    client = build_client(config.llm, backends=[backend], cache_path=Path(config.out) / "cache.sqlite")
+    result = learn(config, client=client, console=Console(file=io.StringIO()))
+    assert result.status == "completed"
+    rows = read_jsonl(Path(config.out) / "rollouts.jsonl")
+    assert len(rows) == 8 and all(r["answer"] is None for r in rows)
+    with pytest.raises(DatasetError, match="missing key 'answer'"):
+        learn(config.model_copy(update={"ground_truth": True, "out": str(tmp_path / "gt")}), client=client, console=Console(file=io.StringIO()))

@@ -106,7 +106,7 @@ async def learn_async(config: LearnConfig, *, client: LLMClient | None = None, c
     run = RunDir(config.out)
     # Everything that can fail on bad input fails here, before any LLM call.
     problems = load_problems(config, config.data)
-    val_problems = load_problems(config, config.val_data) if config.val_data else []
+    val_problems = load_problems(config, config.val_data, training=False) if config.val_data else []
     if config.reward != "judge":  # a judge needs the client; it is built below
         build_reward(config.reward)
     initial = Library.load(config.init_library) if config.init_library else Library()
@@ -172,9 +172,11 @@ async def learn_async(config: LearnConfig, *, client: LLMClient | None = None, c
     return result
 
 
-def load_problems(config: LearnConfig, spec: str) -> list[Problem]:
+def load_problems(config: LearnConfig, spec: str, *, training: bool = True) -> list[Problem]:
+    """Training data needs no answers without ground truth (majority-vote pseudo-labels); validation does."""
     return load_dataset_rows(
-        spec, problem_key=config.problem_key, answer_key=config.answer_key, id_key=config.id_key, limit=config.limit if spec == config.data else None
+        spec, problem_key=config.problem_key, answer_key=config.answer_key, id_key=config.id_key,
+        limit=config.limit if training else None, require_answer=config.ground_truth or not training,
     )
 
 
