@@ -7,7 +7,9 @@
     problems.jsonl ──► prompt_examples  ({"prompt": [user message], "answer": gold} for GRPO/GSPO/PPO)
 
 All outputs are TRL's conversational formats, so each tokenizer's chat template applies. By default
-the prompt is the plain problem (rendered by `templates/prompt.jinja`), not the rollout's messages:
+the prompt is the plain problem rendered by the very user template `tfgrpo eval` sends
+(`tfgrpo/prompts/rollout_user.jinja`), so a fine-tuned model is trained on the prompt it is evaluated
+with; not the rollout's messages:
 those carry the learned experience library, and the fine-tuned model is meant to answer without it.
 Pass `prompt_source="messages"` to keep the exact prompts the rollouts saw.
 """
@@ -18,7 +20,6 @@ import itertools
 import json
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
-from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
@@ -84,10 +85,14 @@ def load_rollouts(path: str | Path) -> list[dict[str, Any]]:
 
 
 def render_prompt(problem: str, template: str | None = None) -> str:
+    """The user message of a problem: `template` (Jinja source) or the eval harness's own user template."""
+    if template is None:
+        from tfgrpo.prompts import render_prompt as render_eval_prompt
+
+        return render_eval_prompt("rollout_user", problem=problem)
     from jinja2 import Template
 
-    text = template or resources.files("finetune").joinpath("templates/prompt.jinja").read_text(encoding="utf-8")
-    return Template(text, keep_trailing_newline=False).render(problem=problem).strip()
+    return Template(template, keep_trailing_newline=False).render(problem=problem).strip()
 
 
 def _prompt_messages(row: dict[str, Any], source: PromptSource, template: str | None) -> list[dict[str, str]]:
