@@ -9,8 +9,10 @@ What we add to TRL's trainer, each a few lines in `GroupFilteredGRPOTrainer`:
 - **homogeneous-group filtering** (DAPO's dynamic sampling): a group whose ground-truth rewards are all
   equal (all right or all wrong) carries no signal; its completions are masked out of the loss, the
   KL term and the token count, instead of diluting the batch with zero-advantage tokens.
-- **multi-turn rollouts**: TRL's own tool loop (`tools=` / `environment_factory=` and
-  `max_tool_calling_iterations`) is passed through by the builder.
+- **multi-turn rollouts**: `tools: [python]` gives every rollout our sandboxed interpreter through TRL's
+  own tool loop (`environment_factory=`, see finetune/tools.py); `max_turns` bounds the model turns
+  (TRL's `max_tool_calling_iterations` = max_turns - 1). Callers may also pass TRL's `tools=` /
+  `environment_factory=` directly.
 
 GSPO (Zheng et al., 2025) is GRPO with sequence-level importance ratios
 (`importance_sampling_level="sequence"`), tight clipping, a KL term to the reference model (beta > 0)
@@ -47,6 +49,22 @@ class GRPOFinetuneConfig(trl.GRPOConfig, AdapterArguments):
         default=True,
         metadata={"help": "Drop groups whose rewards are all equal (all correct or all wrong) from the loss."},
     )
+    tools: list[str] | None = field(
+        default=None,
+        metadata={"help": "Tools for multi-turn rollouts: tfgrpo.tools names (python, web_search) or "
+                  "'package.module:Class'. Each rollout gets its own sessions (the python tool: its own sandboxed "
+                  "interpreter). Needs a chat template with tool calling (Qwen2.5/3, Llama 3.1, ...)."},
+    )
+    tool_options: dict[str, Any] | None = field(
+        default=None,
+        metadata={"help": "Keyword arguments per tool, e.g. {python: {timeout_s: 5, memory_mb: 1024}} (the sandbox "
+                  "limits of docs/tools.md)."},
+    )
+    max_turns: int | None = field(
+        default=None,
+        metadata={"help": "Model turns per trajectory with tools, the final answer included (sets TRL's "
+                  "max_tool_calling_iterations = max_turns - 1). None: until no tool call or the length limit."},
+    )
 
     def __post_init__(self) -> None:
         group_size = self.num_generations
@@ -65,6 +83,20 @@ class GRPOFinetuneConfig(trl.GRPOConfig, AdapterArguments):
         else:
             super().__post_init__()
         self.check_adapter_arguments()
+        self._check_tool_arguments()
+
+    def _check_tool_arguments(self) -> None:
+        from tfgrpo.tools import parse_tool_names
+
+        self.tools = parse_tool_names(self.tools) or None  # "python,web_search", a list, or none
+        if self.tool_options and not self.tools:
+            raise ValueError("tool_options given but no tools enabled (set tools, e.g. tools: [python])")
+        if self.max_turns is not None:
+            if self.max_turns < 1:
+                raise ValueError(f"max_turns must be >= 1 (got {self.max_turns})")
+            if self.max_tool_calling_iterations not in (None, self.max_turns - 1):
+                raise ValueError("set max_turns or max_tool_calling_iterations, not both")
+            self.max_tool_calling_iterations = self.max_turns - 1
 
 
 @dataclass
@@ -133,11 +165,26 @@ def resolve_reward_funcs(reward: str | Any) -> list[Any]:
     return [get_reward(reward)]
 
 
+def check_conversational_prompts(train_dataset: Any) -> None:
+    """TRL's tool loop reads tool calls from chat messages: prompts must be lists of messages, not strings."""
+    from finetune.errors import FinetuneError
+
+    if train_dataset is not None and len(train_dataset) and not isinstance(train_dataset[0]["prompt"], list):
+        raise FinetuneError("tools need conversational prompts (a list of chat messages per row), not plain strings")
+
+
 def build_grpo_trainer(
     config: GRPOFinetuneConfig, model: Any, tokenizer: Any, train_dataset: Any, callbacks: list[Any] | None = None,
     *, reward_funcs: Any = None, tools: list[Any] | None = None, environment_factory: Any = None,
 ) -> GroupFilteredGRPOTrainer:
-    """GRPO or GSPO (by config class). `tools` / `environment_factory` enable TRL's multi-turn rollouts."""
+    """GRPO or GSPO (by config class). `config.tools` (or TRL's own `tools` / `environment_factory`) enable
+    multi-turn rollouts with tool calls."""
+    if config.tools and tools is None and environment_factory is None:
+        from finetune.tools import build_tool_environment, check_tool_calling_tokenizer
+
+        check_tool_calling_tokenizer(tokenizer)
+        check_conversational_prompts(train_dataset)
+        environment_factory = build_tool_environment(config.tools, options=config.tool_options)
     return GroupFilteredGRPOTrainer(
         model=model,
         reward_funcs=resolve_reward_funcs(reward_funcs if reward_funcs is not None else config.reward),

@@ -146,6 +146,8 @@ def run_finetune(
     data_options = {key: options.pop(key) for key in DATA_OPTIONS if key in options}
     spec = method_spec(method)
     _, builder = load_method(method)
+    if spec.module != "grpo" and any(options.get(key) for key in ("tools", "tool_options", "max_turns")):
+        raise FinetuneError(f"{method}: tools (multi-turn rollouts) work with grpo and gspo only")
 
     rows = build_dataset_rows(spec.data, data, data_options)  # bad data fails before any model loads
     source = resolve_model_source(model)

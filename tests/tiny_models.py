@@ -5,6 +5,7 @@
     tokenizer = build_tiny_tokenizer()                     # byte-level BPE, ~600 tokens, chat template
     model = build_tiny_model(tokenizer, arch="qwen2")      # hidden 64, 2 layers, random weights
     path = tiny_model_dir(tmp_path)                        # both saved; AutoModelForCausalLM/AutoTokenizer load it
+    tokenizer = build_tiny_tokenizer(tools=True)           # Qwen2.5's tool-calling template instead (TRL parses it)
 
 The BPE merges are trained once per process (`functools.lru_cache` on the serialised tokenizer);
 every call returns a fresh tokenizer object, so a test may mutate its copy freely.
@@ -76,8 +77,17 @@ def _trained_tokenizer_json() -> str:
     return tok.to_str()
 
 
-def build_tiny_tokenizer(save_dir: str | Path | None = None) -> Any:
-    """A fresh `PreTrainedTokenizerFast` (pad, eos, bos, ChatML template with generation tags)."""
+def tool_chat_template() -> str:
+    """Qwen2.5's chat template as TRL ships it: renders `tools`, assistant `tool_calls` as `<tool_call>{json}
+    </tool_call>` and `role: tool` messages, and TRL recognises it (response parsing, prefix-preserving copy)."""
+    import trl
+
+    return (Path(trl.__file__).parent / "chat_templates" / "qwen2_5.jinja").read_text(encoding="utf-8")
+
+
+def build_tiny_tokenizer(save_dir: str | Path | None = None, *, tools: bool = False) -> Any:
+    """A fresh `PreTrainedTokenizerFast` (pad, eos, bos, ChatML template with generation tags; with `tools=True`
+    the tool-calling Qwen2.5 template of `tool_chat_template()` instead, for multi-turn GRPO)."""
     from tokenizers import Tokenizer
     from transformers import PreTrainedTokenizerFast
 
@@ -90,7 +100,7 @@ def build_tiny_tokenizer(save_dir: str | Path | None = None) -> Any:
         model_max_length=2048,
         padding_side="left",
     )
-    tokenizer.chat_template = CHAT_TEMPLATE
+    tokenizer.chat_template = tool_chat_template() if tools else CHAT_TEMPLATE
     if save_dir is not None:
         tokenizer.save_pretrained(str(save_dir))
     return tokenizer
@@ -142,10 +152,10 @@ def build_tiny_model(tokenizer: Any, arch: Arch = "qwen2", save_dir: str | Path 
     return model
 
 
-def tiny_model_dir(tmp_path: str | Path, arch: Arch = "qwen2") -> Path:
-    """Save a tiny tokenizer + model under `tmp_path/tiny-<arch>` and return that directory."""
-    path = Path(tmp_path) / f"tiny-{arch}"
+def tiny_model_dir(tmp_path: str | Path, arch: Arch = "qwen2", *, tools: bool = False) -> Path:
+    """Save a tiny tokenizer + model under `tmp_path/tiny-<arch>` (`-tools`: tool-calling template) and return it."""
+    path = Path(tmp_path) / (f"tiny-{arch}-tools" if tools else f"tiny-{arch}")
     path.mkdir(parents=True, exist_ok=True)
-    tokenizer = build_tiny_tokenizer(save_dir=path)
+    tokenizer = build_tiny_tokenizer(save_dir=path, tools=tools)
     build_tiny_model(tokenizer, arch=arch, save_dir=path)
     return path

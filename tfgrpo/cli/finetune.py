@@ -47,6 +47,10 @@ def register(app: typer.Typer) -> None:
                                                           "(1-16).")] = None,
         reward: Annotated[Optional[str], typer.Option("--reward", help="RL reward: a rewards/ name (math, ...) or "
                                                       "a reward-model folder.")] = None,
+        tools: Annotated[Optional[list[str]], typer.Option("--tools", help="GRPO/GSPO multi-turn rollouts with "
+                                                            "tools, e.g. python (repeatable or comma-separated).")] = None,
+        max_turns: Annotated[Optional[int], typer.Option("--max-turns", help="Model turns per trajectory with "
+                                                         "tools (final answer included).")] = None,
         seed: SeedOpt = None,
         set_: Annotated[Optional[list[str]], typer.Option("--set", help="Any config field: KEY=VALUE "
                                                           "(repeatable), e.g. --set beta=0.2.")] = None,
@@ -61,6 +65,7 @@ def register(app: typer.Typer) -> None:
             "peft": peft, "max_steps": max_steps, "learning_rate": learning_rate,
             "per_device_train_batch_size": batch_size, "lora_r": lora_r, "lora_alpha": lora_alpha,
             "num_generations": group_size, "reward": reward, "seed": seed,
+            "tools": tools, "max_turns": max_turns,
         })
         options = deep_merge(deep_merge(file_options, cli_options), _parse_sets(set_))
         model = model or options.get("model")
