@@ -7,8 +7,9 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} TOKENIZERS_PARALLELISM=false
 TFGRPO=${TFGRPO:-.venv/bin/tfgrpo}
 OUT=${OUT:-runs/quickstart}
 SAMPLING="--max-tokens 192"
+STAGES="--stage-max-tokens 256"  # summaries and operations: a 135M model rambles to the limit
 
-$TFGRPO learn --data easy --out "$OUT/learn" --group-size 4 --epochs 1 --batch-size 4 --limit 8 $SAMPLING
+$TFGRPO learn --data easy --out "$OUT/learn" --group-size 4 --epochs 1 --batch-size 4 --limit 8 $SAMPLING $STAGES
 $TFGRPO eval --data easy --out "$OUT/eval-baseline" --samples 4 --label baseline $SAMPLING
 $TFGRPO eval --data easy --out "$OUT/eval-library" --samples 4 --library "$OUT/learn/library.json" --label library $SAMPLING
 $TFGRPO export "$OUT/learn/library.json" --format system-prompt --out "$OUT/system_prompt.txt"

@@ -102,7 +102,10 @@ class TransformersBackend(Backend):
     def _load(self) -> _Loaded:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers.utils import logging as hf_logging
 
+        # A per-tensor "Loading weights" bar on every start buries the run's own progress display.
+        hf_logging.disable_progress_bar()
         if self.num_threads is not None:
             torch.set_num_threads(self.num_threads)
         dtype = _torch_dtype(self.dtype)
