@@ -92,14 +92,13 @@ class History:
     def commit(self, library: Library, *, records: Iterable[dict[str, Any]] = (), step: int | None = None) -> None:
         """Snapshot `library` (once per version) and append `records` to the op log, stamped with version/step/time."""
         snapshot = self.snapshot_path(library.version)
-        if snapshot.is_file():
-            if Library.load(snapshot).model_dump() != library.model_dump():
-                raise ExperienceError(
-                    f"history {self.directory} already has a different library at version {library.version}; "
-                    "bump the version (apply_operations does) before committing"
-                )
-        else:
-            atomic_write_text(snapshot, library.to_json())
+        if snapshot.is_file() and _lessons(Library.load(snapshot)) != _lessons(library):
+            raise ExperienceError(
+                f"history {self.directory} already has a different library at version {library.version}; "
+                "bump the version (apply_operations does) before committing"
+            )
+        # Same lessons, newer bookkeeping (usage counters, step): the snapshot keeps the latest.
+        atomic_write_text(snapshot, library.to_json())
         stamp = {"version": library.version, "step": step if step is not None else library.step, "time": _now()}
         append_lines(self.ops_path, [json.dumps({**stamp, **record}, ensure_ascii=False) for record in records])
 
@@ -149,6 +148,11 @@ class History:
 
     def diff(self, from_version: int, to_version: int) -> LibraryDiff:
         return diff_libraries(self.load(from_version), self.load(to_version))
+
+
+def _lessons(library: Library) -> list[tuple[str, str]]:
+    """What a version number stands for: the experiences' ids and texts, not their counters."""
+    return [(e.id, e.text) for e in library.experiences]
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:

@@ -202,3 +202,31 @@ def test_real_run_on_the_embedded_smollm2(tmp_path):
     rows = read_jsonl(tmp_path / "run" / "rollouts.jsonl")
     assert all(r["completion"] for r in rows) and all(r["reward"] is not None for r in rows)
     assert (tmp_path / "run" / "library.json").is_file()
+
+
+def test_library_history_commands_work_on_a_learn_run(tmp_path):
+    """A learn run's library carries its op log: `tfgrpo library history / diff` read it."""
+    import io
+
+    from rich.console import Console
+    from typer.testing import CliRunner
+
+    from learn_world import World, write_problems
+    from tfgrpo.cli.app import app
+    from tfgrpo.learn import learn
+    from tfgrpo.learn_config import LearnConfig
+    from tfgrpo.llm.backends.scripted import ScriptedBackend
+    from tfgrpo.llm.factory import build_client
+
+    data = write_problems(tmp_path / "train.jsonl", [(1, 2), (3, 4)])
+    config = LearnConfig(data=str(data), out=str(tmp_path / "run"), group_size=3, epochs=1, dedup=False)
+    client = build_client(config.llm, backends=[ScriptedBackend(World().respond)], cache_path=tmp_path / "run" / "cache.sqlite")
+    result = learn(config, client=client, console=Console(file=io.StringIO()))
+    assert len(result.library) > 0
+    runner = CliRunner()
+    history = runner.invoke(app, ["library", "history", str(tmp_path / "run" / "library.json")])
+    assert history.exit_code == 0, history.output
+    assert "applied" in history.output or "add" in history.output
+    diff = runner.invoke(app, ["library", "diff", str(tmp_path / "run" / "library.json"), "--from", "0", "--to", str(result.library.version)])
+    assert diff.exit_code == 0, diff.output
+    assert result.library.experiences[0].text[:30] in diff.output.replace("\n", " ")

@@ -57,6 +57,13 @@ def assert_same_run(out: Path, reference_out: Path, library, reference_library) 
     assert comparable_rows(out) == comparable_rows(reference_out)
     for name in ("summaries", "group_ops", "consolidation"):
         assert stage_rows(out, name) == stage_rows(reference_out, name)
+    # the library's own op log: no record lost or written twice by the interruption
+    assert history_rows(out) == history_rows(reference_out)
+    assert any(r["kind"] == "applied" for r in history_rows(out))
+
+
+def history_rows(out: Path) -> list[dict]:
+    return [{k: v for k, v in r.items() if k != "time"} for r in read_jsonl(out / "library.history" / "ops.jsonl")]
 
 
 def assert_nothing_paid_twice(first: World, second: World) -> None:

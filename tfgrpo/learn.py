@@ -113,7 +113,7 @@ async def learn_async(config: LearnConfig, *, client: LLMClient | None = None, c
     plans = plan_steps(problems, config)
     state = run.start(config)
     if state.completed_step == 0:
-        run.save_initial_library(initial)
+        run.save_initial_library(initial, state)
     library = run.load_step_library(state.completed_step)
 
     owns_client = client is None
@@ -308,6 +308,7 @@ class Engine:
                 "consolidation": [{**context, **consolidation.to_row(), "apply": applied.log_records()}] if consolidation.reply else [],
             },
             step_metrics=counters.as_dict(),
+            library_records=applied.log_records(),
         )
         self.run.log(counters.one_line())
         self.console.print(counters.one_line(), highlight=False)

@@ -24,6 +24,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from experiences.history import History
 from experiences.model import Library
 from experiences.atomic import append_lines, atomic_write_text
 from tfgrpo.config import ConfigError, dump_config, read_yaml
@@ -57,6 +58,8 @@ class RunDir:
         self.events_path = self.root / "events.log"
         self.state_path = self.root / "state.json"
         self.store_dir = self.root / "store"
+        # `tfgrpo library history|diff|rollback runs/X/library.json` work on a learn run's library.
+        self.history = History.for_library(self.library_path)
 
     # -- paths --------------------------------------------------------------------------------------
     def step_library_path(self, step: int) -> Path:
@@ -68,6 +71,7 @@ class RunDir:
     def _logs(self) -> dict[str, Path]:
         logs = {"rollouts.jsonl": self.rollouts_path}
         logs.update({f"stages/{name}.jsonl": self.stage_path(name) for name in STAGE_LOGS})
+        logs["library.history/ops.jsonl"] = self.history.ops_path
         return logs
 
     # -- opening ------------------------------------------------------------------------------------
@@ -126,11 +130,17 @@ class RunDir:
         rollout_rows: list[dict[str, Any]],
         stage_rows: dict[str, list[dict[str, Any]]],
         step_metrics: dict[str, Any],
+        library_records: list[dict[str, Any]] = (),
     ) -> None:
-        """Append the step's logs, snapshot its library, then (last, atomically) mark it completed."""
+        """Append the step's logs, snapshot its library, then (last, atomically) mark it completed.
+
+        `library_records` (applied / rejected / evicted operations) go to the library's op log, and the
+        library version gets its snapshot there.
+        """
         append_lines(self.rollouts_path, [_json_line(r) for r in rollout_rows])
         for name in STAGE_LOGS:
             append_lines(self.stage_path(name), [_json_line(r) for r in stage_rows.get(name, [])])
+        self.history.commit(library, records=library_records, step=step)
         library.save(self.step_library_path(step))
         library.save(self.library_path)
         state.completed_step = step
@@ -138,7 +148,11 @@ class RunDir:
         state.steps.append(step_metrics)
         self.save_state(state)
 
-    def save_initial_library(self, library: Library) -> None:
+    def save_initial_library(self, library: Library, state: RunState) -> None:
+        self.history.ensure_baseline(library)
+        # The baseline record belongs to step 0: a resume must not cut it from the op log.
+        state.offsets["library.history/ops.jsonl"] = self.history.ops_path.stat().st_size
+        self.save_state(state)
         library.save(self.step_library_path(0))
         library.save(self.library_path)
 
