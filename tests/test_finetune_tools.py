@@ -134,7 +134,8 @@ def test_grpo_rollouts_call_the_sandbox_and_train_on_the_trajectory(tool_tokeniz
             (FIRST_CODE, "fresh\n", None), (SECOND_CODE, "42\n", None)]
         roles = [m["role"] for m in rollout["messages"]]
         assert roles[:4] == ["assistant", "tool", "assistant", "tool"]
-        assert rollout["messages"][0]["tool_calls"][0]["function"] == {"name": "python", "arguments": {"code": FIRST_CODE}}
+        first_call = rollout["messages"][0]["tool_calls"][0]["function"]
+        assert first_call == {"name": "python", "arguments": {"code": FIRST_CODE}}
         assert [m["content"] for m in rollout["messages"] if m["role"] == "tool"] == ["fresh", "42"]
         # ... and its output is inside the token sequence that was scored and trained on
         assert "<tool_response>\nfresh\n</tool_response>" in rollout["text"]

@@ -48,7 +48,7 @@ def register(app: typer.Typer) -> None:
         reward: Annotated[Optional[str], typer.Option("--reward", help="RL reward: a rewards/ name (math, ...) or "
                                                       "a reward-model folder.")] = None,
         tools: Annotated[Optional[list[str]], typer.Option("--tools", help="GRPO/GSPO multi-turn rollouts with "
-                                                            "tools, e.g. python (repeatable or comma-separated).")] = None,
+                                                            "tools, e.g. python (repeatable or a,b).")] = None,
         max_turns: Annotated[Optional[int], typer.Option("--max-turns", help="Model turns per trajectory with "
                                                          "tools (final answer included).")] = None,
         seed: SeedOpt = None,
