@@ -9,6 +9,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from tfgrpo.llm.types import Completion
@@ -46,11 +47,23 @@ class ResponseCache:
         return Completion.model_validate_json(row[0])
 
     def put(self, key: str, model: str, completion: Completion) -> None:
-        payload = completion.model_dump_json()
+        self.put_many(model, [(key, completion)])
+
+    def put_many(self, model: str, items: Sequence[tuple[str, Completion]]) -> None:
+        """Store samples in one transaction, committed before returning: a sample handed to a caller
+        is already on disk (WAL), so a crash or Ctrl-C never makes a resumed run pay for it twice.
+
+        Committing per call, not per event-loop turn or per stage, is deliberate: a commit costs
+        ~20-30 us here (~3 % of a learn epoch at 50 ms latency), while a deferred one would hold the
+        write lock (or hide rows) from another connection to the same file opened in the meantime.
+        """
+        if not items:
+            return
+        now = time.time()
+        rows = [(key, model, completion.model_dump_json(), now) for key, completion in items]
         with self._lock:
-            self._conn.execute(
-                "INSERT OR REPLACE INTO completions (key, model, payload, created) VALUES (?, ?, ?, ?)",
-                (key, model, payload, time.time()),
+            self._conn.executemany(
+                "INSERT OR REPLACE INTO completions (key, model, payload, created) VALUES (?, ?, ?, ?)", rows
             )
             self._conn.commit()
 
