@@ -13,13 +13,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from eval.datasets import Problem, load_dataset_rows
+from experiences import Injection
 from eval.errors import EvalError
 from tfgrpo.agent import AgentConfig
 from tfgrpo.config import LLMConfig, dump_config
 from tfgrpo.llm.client import LLMClient
+from tfgrpo.llm.errors import AllRequestsFailedError
 from tfgrpo.llm.types import SamplingParams
 
 
@@ -44,6 +46,16 @@ class EvalConfig(BaseModel):
     system_template: str | None = Field(None, description="Rollout system template; None = the one export ships.")
     user_template: str = "rollout_user"
     label: str | None = Field(None, description="Name of this system in compare reports.")
+
+
+    @model_validator(mode="after")
+    def _one_injection(self) -> EvalConfig:
+        if self.library and self.system_prompt:
+            raise ValueError("give --library or --system-prompt, not both (the system prompt would replace the library)")
+        if self.inject != "all" and not self.library:
+            raise ValueError(f"inject {self.inject!r} selects from a library: add --library")
+        Injection.parse(self.inject)
+        return self
 
 
 class EvalResult(BaseModel):
@@ -126,6 +138,12 @@ async def evaluate_async(config: EvalConfig, *, client: LLMClient | None = None,
     ordered = [row for p in problems for row in rows_by_problem[p.id]]
     tmp_path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in ordered), encoding="utf-8")
     tmp_path.replace(samples_path)
+    failures = [r["error"] for r in ordered if r.get("error")]
+    if ordered and len(failures) == len(ordered):
+        raise AllRequestsFailedError(
+            f"every sample of the eval failed ({len(failures)} calls), e.g. {failures[0]}; check the endpoint and rerun "
+            "(answered calls are cached)"
+        )
     try:
         metrics = summarize(ordered, seed=config.seed, answer_checker=is_equivalent if config.reward == "math" else None)
     except ValueError as exc:

@@ -179,3 +179,22 @@ def test_judge_reward_goes_through_the_client(tmp_path, dataset):
     result = run(config, ScriptedBackend(respond))
     assert result.metrics["mean_at_k"] == pytest.approx(1 / NUM_PROBLEMS)  # the judge accepts only problem 3
     assert result.metrics["usage"]["by_tag"]["judge"]["calls"] == NUM_PROBLEMS
+
+
+def test_conflicting_injection_options_are_refused():
+    from tfgrpo.config import ConfigError, build_config
+
+    with pytest.raises(ConfigError, match="not both"):
+        build_config(EvalConfig, None, {"library": "a.json", "system_prompt": "p.txt"})
+    with pytest.raises(ConfigError, match="add --library"):
+        build_config(EvalConfig, None, {"inject": "topk:4"})
+    with pytest.raises(ConfigError, match="topk"):
+        build_config(EvalConfig, None, {"library": "a.json", "inject": "topk:abc"})
+
+
+def test_an_eval_where_every_call_failed_says_why(tmp_path, dataset):
+    from tfgrpo.llm.errors import AllRequestsFailedError, ServerError
+
+    config = EvalConfig(data=str(dataset), out=str(tmp_path / "down"), samples=1, limit=2, llm=LLMConfig(max_retries=0))
+    with pytest.raises(AllRequestsFailedError, match="ServerError"):
+        run(config, ScriptedBackend(lambda r, i: ServerError("503 unavailable", status=503)))

@@ -276,3 +276,60 @@ def test_no_ground_truth_learns_from_unlabelled_data(tmp_path):
     assert len(rows) == 8 and all(r["answer"] is None for r in rows)
     with pytest.raises(DatasetError, match="missing key 'answer'"):
         learn(config.model_copy(update={"ground_truth": True, "out": str(tmp_path / "gt")}), client=client, console=Console(file=io.StringIO()))
+
+
+def test_a_permanent_error_stops_the_run_instead_of_failing_every_sample(tmp_path):
+    """A bad key or unknown model is the user's to fix: one clear error, not a 'completed' run of failures."""
+    from tfgrpo.llm.errors import PermanentError
+
+    world = World()
+    data = write_problems(tmp_path / "train.jsonl", [(1, 2), (3, 4)])
+    config = LearnConfig(data=str(data), out=str(tmp_path / "run"), dedup=False, group_size=2, epochs=1)
+    backend = ScriptedBackend(lambda request, index: PermanentError("401 invalid API key"))
+    client = build_client(config.llm, backends=[backend], cache_path=Path(config.out) / "cache.sqlite")
+    with pytest.raises(PermanentError, match="invalid API key"):
+        learn(config, client=client, console=Console(file=io.StringIO()))
+    assert len(backend.calls) <= 4  # no retries of a permanent error
+    assert json.loads((Path(config.out) / "state.json").read_text())["status"] == "failed"
+    assert world  # the run directory stays resumable once the key is fixed
+
+
+def test_a_step_where_every_call_failed_is_an_error_not_a_result(tmp_path):
+    from tfgrpo.llm.errors import AllRequestsFailedError
+
+    world = World(kinds={"1+2": "down", "3+4": "down"})
+    world.reply_for = lambda messages, index: __import__("learn_world").ServerError("scripted outage", status=503)
+    with pytest.raises(AllRequestsFailedError, match="every rollout of step 1 failed"):
+        run_learn(tmp_path, world, [(1, 2), (3, 4)], group_size=2, epochs=1)
+
+
+def test_unscorable_rollouts_are_left_out_of_group_statistics(tmp_path, monkeypatch):
+    """A reward of None is no evidence: the group's mean/std use the scored rollouts only, and it is counted."""
+    import tfgrpo.scoring
+    from rewards import Score, get_reward
+
+    math = get_reward("math")
+
+    class CannotTell:  # None for an answer without a box, else the math reward
+        name = "cannot-tell"
+
+        def score(self, completions, **columns):
+            scores = math.score(completions, **columns)
+            return [s if "\\boxed" in c else Score(None, None, "no box") for c, s in zip(completions, scores)]
+
+    monkeypatch.setattr(tfgrpo.scoring, "build_reward", lambda name, client=None, **kw: CannotTell())
+    world = World(kinds={"1+2": "right"})
+    base = world.reply_for
+
+    def sometimes_unscorable(messages, index):
+        reply = base(messages, index)
+        if isinstance(reply, str) and "\\boxed" in reply and index % 4 == 3:
+            return "I would rather not say."
+        return reply
+
+    world.reply_for = sometimes_unscorable
+    result, backend, config = run_learn(tmp_path, world, [(1, 2)], group_size=4, epochs=1)
+    step = result.metrics["steps"][0]
+    assert (step["rollouts_scored"], step["rollouts_unscored"]) == (3, 1)
+    # three right answers and one unscorable: homogeneous, not a mixed group with a spurious 0
+    assert step["groups_skipped_homogeneous"] == 1 and step["groups_kept"] == 0

@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tfgrpo.llm.errors import BudgetExceededError, LLMError
+from tfgrpo.llm.errors import PER_REQUEST_FAILURES
 from tfgrpo.llm.types import Completion, Message, SamplingParams
 from tfgrpo.prompts import render_prompt
 from tfgrpo.tools.base import Tool, ToolError, ToolResult
@@ -237,9 +237,7 @@ async def run_agent(
             try:
                 (completion,) = await client.chat(conversation, n=1, sampling=sampling, tools=schemas, tag=tag,
                                                   sample_offset=sample_index)
-            except BudgetExceededError:
-                raise
-            except LLMError as exc:
+            except PER_REQUEST_FAILURES as exc:
                 trajectory.stop_reason, trajectory.error = "error", f"{type(exc).__name__}: {exc}"
                 break
             turn = _turn(index, completion)

@@ -35,7 +35,7 @@ from tfgrpo.injection import Injector
 from tfgrpo.learn_config import LearnConfig
 from tfgrpo.learn_metrics import StepCounters, run_metrics
 from tfgrpo.llm.client import LLMClient
-from tfgrpo.llm.errors import BudgetExceededError
+from tfgrpo.llm.errors import AllRequestsFailedError, BudgetExceededError
 from tfgrpo.rollout import PromptSpec, Rollout, sample_group, score_group
 from tfgrpo.rundir import RunDir, RunState
 from tfgrpo.stages import gather_all
@@ -230,6 +230,12 @@ class Engine:
 
         # Stage 0: rollouts of every query at once, scored, groups filtered.
         groups = await self.rollouts(plan, library, label)
+        failed = [r for g in groups for r in g.rollouts if not r.ok]
+        if failed and len(failed) == sum(len(g.rollouts) for g in groups):
+            raise AllRequestsFailedError(
+                f"every rollout of step {plan.step} failed ({len(failed)} calls), e.g. {failed[0].error}; "
+                "check the endpoint, then continue with --resume"
+            )
         kept = [g for g in groups if g.status == "kept"]
         for group in groups:
             for rollout in group.rollouts:
@@ -351,7 +357,11 @@ class Engine:
                 group.status = "no_majority"
                 return
         score_group(self.reward, group.rollouts, group.gold, {"problem": group.problem.problem})
-        rewards = [r.reward or 0.0 for r in valid]  # unscorable counts as no credit
+        # An unscorable rollout (reward None) is no evidence either way: left out like a failed call.
+        rewards = [r.reward for r in valid if r.reward is not None]
+        if len(rewards) < min(2, self.config.group_size):
+            group.status = "too_few_valid"
+            return
         group.mean, group.std = statistics.fmean(rewards), statistics.pstdev(rewards)
         if self.config.group_size > 1 and group.std <= self.config.std_threshold:
             group.status = "homogeneous"

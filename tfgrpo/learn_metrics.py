@@ -1,6 +1,6 @@
 """What a learn run counts, per step, per epoch and in total: the keys of its `metrics.json`.
 
-    steps[]:   step, epoch, batch, queries, rollouts, rollouts_failed, rollouts_scored, accuracy,
+    steps[]:   step, epoch, batch, queries, rollouts, rollouts_failed, rollouts_unscored, rollouts_scored, accuracy,
                groups_{total,kept,skipped_homogeneous,skipped_too_few_valid,skipped_no_majority,skipped_no_summaries},
                summaries, summaries_failed, group_calls_failed, ops_proposed, ops_final, ops_applied,
                ops_rejected, ops_evicted, parse_retries, parse_failures, consolidation_failed,
@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 SUMMED = (
-    "queries", "rollouts", "rollouts_failed", "rollouts_scored", "correct", "groups_total", "groups_kept",
+    "queries", "rollouts", "rollouts_failed", "rollouts_unscored", "rollouts_scored", "correct", "groups_total", "groups_kept",
     "groups_skipped_homogeneous", "groups_skipped_too_few_valid", "groups_skipped_no_majority",
     "groups_skipped_no_summaries", "summaries", "summaries_failed", "group_calls_failed", "ops_proposed", "ops_final",
     "ops_applied", "ops_rejected", "ops_evicted", "parse_retries", "parse_failures", "consolidation_failed",
@@ -33,6 +33,7 @@ class StepCounters:
     queries: int
     rollouts: int = 0
     rollouts_failed: int = 0
+    rollouts_unscored: int = 0
     rollouts_scored: int = 0
     correct: int = 0
     groups_total: int = 0
@@ -79,6 +80,8 @@ class StepCounters:
                 elif rollout.reward is not None:
                     self.rollouts_scored += 1
                     self.correct += rollout.reward >= 0.5
+                else:
+                    self.rollouts_unscored += 1
             self.groups_kept += group.status == "kept"
             self.groups_skipped_homogeneous += group.status == "homogeneous"
             self.groups_skipped_too_few_valid += group.status == "too_few_valid"
@@ -135,7 +138,7 @@ class StepCounters:
         return (
             f"step {self.step} (epoch {self.epoch}, batch {self.batch}): accuracy {accuracy}, groups kept "
             f"{self.groups_kept}/{self.groups_total}, ops proposed {self.ops_proposed} / final {self.ops_final} / "
-            f"applied {self.ops_applied}, failed calls {self.api_failures}, library v{self.library_version} "
+            f"applied {self.ops_applied}, failed rollouts {self.rollouts_failed}, library v{self.library_version} "
             f"({self.library_size} items), {self.wall_time_s:.1f}s"
         )
 
@@ -210,7 +213,7 @@ def epoch_table(metrics: dict[str, Any]) -> Any:
         )
     totals = metrics["totals"]
     table.caption = (
-        f"{totals['rollouts']} rollouts ({totals['rollouts_failed']} failed calls), groups kept {totals['groups_kept']}/"
+        f"{totals['rollouts']} rollouts ({totals['rollouts_failed']} failed calls, {totals['rollouts_unscored']} unscored), groups kept {totals['groups_kept']}/"
         f"{totals['groups_total']}, ops proposed {totals['ops_proposed']} → applied {totals['ops_applied']}, "
         f"parse retries {totals['parse_retries']} (failures {totals['parse_failures']}), tokens "
         f"{totals['prompt_tokens']:,} in / {totals['completion_tokens']:,} out, ${totals['cost_usd']:.4f}, "

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tfgrpo.llm.client import LLMClient
-from tfgrpo.llm.errors import BudgetExceededError, LLMError
+from tfgrpo.llm.errors import PER_REQUEST_FAILURES
 from tfgrpo.llm.types import SamplingParams
 from tfgrpo.prompts import render_prompt
 
@@ -107,7 +107,7 @@ async def sample_group(
     """G samples of one prompt, one call per sample, so one failed call loses one rollout, not the group.
 
     A call that still fails after the client's retries becomes a rollout with `error` set (excluded
-    from scoring by callers); a budget stop propagates. Sample indices run from `sample_offset`
+    from scoring by callers); a budget stop or a configuration error (bad key, unknown model) propagates. Sample indices run from `sample_offset`
     (cache keys include them: a later epoch draws fresh samples, a rerun the same ones).
     """
 
@@ -128,9 +128,7 @@ async def sample_group(
                     rollout.error = trajectory.error or "trajectory failed"
                 return rollout
             (completion,) = await client.chat(messages, n=1, sampling=sampling, tag=tag, sample_offset=cache_index)
-        except BudgetExceededError:
-            raise
-        except LLMError as exc:
+        except PER_REQUEST_FAILURES as exc:
             rollout.error = f"{type(exc).__name__}: {exc}"
             return rollout
         rollout.completion = completion.text

@@ -72,7 +72,14 @@ def register(app: typer.Typer) -> None:
         if settings.llm.api_key == "***":  # the saved config hides the key: take it from --api-key or the environment
             settings.llm.api_key = None
         console = Console(stderr=True)
-        result = learn(settings, console=console)
+        from tfgrpo.llm.errors import LLMError
+
+        try:
+            result = learn(settings, console=console)
+        except LLMError as exc:
+            console.print(f"[bold red]error:[/] {exc}", highlight=False)
+            console.print(f"Completed steps are saved; once fixed, continue with: [bold]tfgrpo learn --out {settings.out} --resume[/]")
+            raise typer.Exit(2) from None
         if result.metrics.get("epochs") is not None:
             console.print(epoch_table(result.metrics))
         console.print(f"library: [bold]{result.out / 'library.json'}[/] ({len(result.library)} experiences)")

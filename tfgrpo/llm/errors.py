@@ -64,3 +64,12 @@ class BudgetExceededError(LLMError):
         super().__init__(f"budget of ${budget_usd:.4f} reached (spent ${spent_usd:.4f}); no further LLM calls")
         self.spent_usd = spent_usd
         self.budget_usd = budget_usd
+
+
+class AllRequestsFailedError(LLMError):
+    """Every request of a step or an eval failed: the endpoint is down or misconfigured, not the model wrong."""
+
+
+#: Failures that concern one request, not the run: recorded on that sample (excluded, counted) while
+#: the run goes on. Everything else (a bad key, an unknown model, a missing adapter, the budget) stops it.
+PER_REQUEST_FAILURES: tuple[type[LLMError], ...] = (RequestFailedError, ContextWindowExceededError)

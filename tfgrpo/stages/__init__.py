@@ -13,7 +13,6 @@ request is deterministic (same messages, sample 0), so a resumed run finds every
 from __future__ import annotations
 
 import asyncio
-import functools
 from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -22,7 +21,7 @@ from experiences.model import Library
 from experiences.ops import Operation, Rejection
 from experiences.parse import parse_operations
 from tfgrpo.llm.client import LLMClient
-from tfgrpo.llm.errors import BudgetExceededError, LLMError
+from tfgrpo.llm.errors import PER_REQUEST_FAILURES, BudgetExceededError
 from tfgrpo.llm.types import SamplingParams
 from tfgrpo.prompts import load_template
 
@@ -98,9 +97,7 @@ async def request_operations(
 async def _ask(client: LLMClient, messages: list[dict[str, str]], *, sampling: SamplingParams, tag: str, out: OpsReply) -> str | None:
     try:
         (completion,) = await client.chat(messages, sampling=sampling, tag=tag)
-    except BudgetExceededError:
-        raise
-    except LLMError as exc:
+    except PER_REQUEST_FAILURES as exc:
         out.error = f"{type(exc).__name__}: {exc}"
         return None
     out.prompt_tokens += completion.usage.prompt_tokens
@@ -108,14 +105,9 @@ async def _ask(client: LLMClient, messages: list[dict[str, str]], *, sampling: S
     return completion.text
 
 
-@functools.lru_cache(maxsize=32)
-def _compiled(name_or_path: str) -> Any:
-    return load_template(name_or_path)
-
-
 def render_stage_prompt(name_or_path: str, **variables: Any) -> str:
-    """Render a stage template, compiled once per run (compiling costs ~10 ms; a step renders hundreds)."""
-    return _compiled(name_or_path).render(**variables).strip()
+    """Render a stage template (compiled once and cached by `load_template`; an edited file recompiles)."""
+    return load_template(name_or_path).render(**variables).strip()
 
 
 async def gather_all(coroutines: Iterable[Awaitable[T]]) -> list[T]:

@@ -13,7 +13,7 @@ from typing import Any
 
 from experiences.apply import approximate_tokens
 from tfgrpo.llm.client import LLMClient
-from tfgrpo.llm.errors import BudgetExceededError, LLMError
+from tfgrpo.llm.errors import PER_REQUEST_FAILURES
 from tfgrpo.llm.types import SamplingParams
 from tfgrpo.rollout import Rollout
 from tfgrpo.stages import gather_all, render_stage_prompt
@@ -92,9 +92,7 @@ async def summarize_rollouts(
         try:
             (completion,) = await client.chat(prompts[indices[0]][0], sampling=sampling, tag="summary")
             return completion.text.strip(), None
-        except BudgetExceededError:
-            raise
-        except LLMError as exc:
+        except PER_REQUEST_FAILURES as exc:
             return None, f"{type(exc).__name__}: {exc}"
         finally:
             if on_done is not None:
