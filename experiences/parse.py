@@ -5,7 +5,7 @@ blocks; comments, trailing commas, single quotes, one object instead of a list),
 implementation's aliases (`operation`, `ADD/UPDATE/DELETE/NONE`, `content`, `modified_from`,
 `merged_from`) onto the wire format, and validates each item on its own: an item is either a complete,
 valid operation or a rejection with a reason, never half of one. `ParseResult.feedback()` is the text
-to send back to the LLM for one retry.
+to send back to the LLM for one retry (templates/feedback.jinja).
 
 Which JSON counts when a reply holds several: fenced blocks win over bare JSON, and the last value
 that looks like operations wins (models draft, then correct themselves). A list cut off by the end of
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -23,6 +24,7 @@ from pydantic import BaseModel, Field
 from experiences import jsonscan
 from experiences.model import Library, count_words
 from experiences.ops import OPTIONS, AddOp, DeleteOp, MergeOp, ModifyOp, Operation, Rejection
+from experiences.render import bundled_template
 
 DEFAULT_MAX_WORDS = 32
 
@@ -38,10 +40,6 @@ OPTION_ALIASES = {
     **{name: "merge" for name in ("merge", "combine", "consolidate")},
     **{name: "none" for name in ("none", "noop", "no-op", "no_op", "keep", "skip", "no_change", "nothing")},
 }
-WIRE_EXAMPLE = (
-    '[{"option": "add", "experience": "..."}, {"option": "modify", "id": "G1", "experience": "..."}, '
-    '{"option": "delete", "id": "G2"}, {"option": "merge", "ids": ["G3", "G4"], "experience": "..."}]'
-)
 
 
 class ParseResult(BaseModel):
@@ -61,20 +59,18 @@ class ParseResult(BaseModel):
         """Text for one retry: what was wrong, item by item, and the expected format. '' when all is well."""
         if self.ok:
             return ""
-        if not self.found:
-            why = " (the reply was cut off)" if self.truncated else ""
-            return (
-                f"I could not find a JSON list of operations in your reply{why}. Reply with only a JSON list "
-                f"such as {WIRE_EXAMPLE}, or [] if nothing should change."
-            )
         total = len(self.operations) + len(self.rejected) + self.skipped
-        lines = [f"{len(self.rejected)} of the {total} operations in your reply could not be used:"]
-        lines += [f"- {rejection.describe()}" for rejection in self.rejected]
-        lines.append(
-            "Reply with a JSON list containing only these operations, corrected "
-            f"(options: {', '.join(OPTIONS)}; format: {WIRE_EXAMPLE})."
+        return _feedback_template().render(
+            found=self.found, truncated=self.truncated, rejections=self.rejected, total=total, options=OPTIONS
         )
-        return "\n".join(lines)
+
+
+@lru_cache(maxsize=1)
+def _feedback_template():  # -> jinja2.Template; compiled on the first retry, then reused
+    import jinja2
+
+    environment = jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False)
+    return environment.from_string(bundled_template("feedback.jinja"))
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +19,10 @@ from rewards.errors import RewardError
 
 Complete = Callable[[list[dict[str, str]]], str]
 
-_DEFAULT_TEMPLATE = Path(__file__).with_name("templates") / "judge.jinja"
+_TEMPLATES = Path(__file__).with_name("templates")
+_DEFAULT_TEMPLATE = _TEMPLATES / "judge.jinja"
+_DEFAULT_SYSTEM_TEMPLATE = _TEMPLATES / "judge_system.jinja"
 _VERDICT = re.compile(r"verdict\s*[:=]\s*\**\s*(correct|incorrect)\b", re.IGNORECASE)
-_SYSTEM = "You are a careful, strict grader."
 
 
 def parse_verdict(reply: str) -> bool | None:
@@ -45,23 +47,24 @@ class JudgeReward(Reward):
         complete: sync callable taking chat messages (list of {"role", "content"}) and returning the reply.
         answer_key / question_key: dataset columns of the reference and the question (the question falls
             back to the prompt's last user message).
-        template: path of a jinja2 template with `question`, `reference`, `response` (default: bundled).
+        template: path of a jinja2 template for the user message, with `question`, `reference`,
+            `response` (default: bundled templates/judge.jinja).
+        system_template: path of a jinja2 template for the system message, no variables (default: bundled
+            templates/judge_system.jinja).
         concurrency: judge calls in flight at once.
     """
 
     name = "judge"
 
     def __init__(self, complete: Complete, *, answer_key: str = "answer", question_key: str = "problem",
-                 template: str | Path | None = None, concurrency: int = 8, max_response_chars: int = 8000) -> None:
+                 template: str | Path | None = None, system_template: str | Path | None = None,
+                 concurrency: int = 8, max_response_chars: int = 8000) -> None:
         super().__init__()
         if not callable(complete):
             raise RewardError("judge reward needs `complete`, a callable messages -> reply text")
-        import jinja2
-
-        path = Path(template) if template is not None else _DEFAULT_TEMPLATE
-        if not path.is_file():
-            raise RewardError(f"judge template not found: {path}")
-        self._template = jinja2.Template(path.read_text(encoding="utf-8"), undefined=jinja2.StrictUndefined)
+        self._template = _load_template(Path(template) if template is not None else _DEFAULT_TEMPLATE)
+        system_path = Path(system_template) if system_template is not None else _DEFAULT_SYSTEM_TEMPLATE
+        self._system = _render_system(_load_template(system_path), system_path)  # no variables: render once
         self.complete = complete
         self.answer_key = answer_key
         self.question_key = question_key
@@ -72,7 +75,7 @@ class JudgeReward(Reward):
         if len(response) > self.max_response_chars:  # keep the ending: that is where the answer is
             response = "..." + response[-self.max_response_chars :]
         user = self._template.render(question=question, reference=reference, response=response)
-        return [{"role": "system", "content": _SYSTEM}, {"role": "user", "content": user}]
+        return [{"role": "system", "content": self._system}, {"role": "user", "content": user}]
 
     def score(self, completions: Sequence[Any], prompts: Sequence[Any] | None = None, **columns: Any) -> list[Score]:
         n = len(completions)
@@ -96,6 +99,33 @@ class JudgeReward(Reward):
                 justification = reply.strip().splitlines()[0][:160] if reply.strip() else ""
                 scores.append(Score(1.0 if verdict else 0.0, None, f"judge: {'correct' if verdict else 'incorrect'} ({justification})"))
         return scores
+
+
+def _load_template(path: Path):  # -> jinja2.Template
+    if not path.is_file():
+        raise RewardError(f"judge template not found: {path}")
+    import jinja2
+
+    try:
+        return _compile(path.read_text(encoding="utf-8"))
+    except jinja2.TemplateSyntaxError as exc:
+        raise RewardError(f"bad judge template {path} (line {exc.lineno}): {exc.message}") from None
+
+
+@lru_cache(maxsize=16)
+def _compile(source: str):  # -> jinja2.Template; cached: every JudgeReward built from the same file shares one
+    import jinja2
+
+    return jinja2.Template(source, undefined=jinja2.StrictUndefined)
+
+
+def _render_system(template: Any, path: Path) -> str:
+    import jinja2
+
+    try:
+        return template.render()
+    except jinja2.UndefinedError as exc:
+        raise RewardError(f"judge system template {path} takes no variables: {exc.message}") from None
 
 
 def _per_row(values: Any, n: int) -> list[Any]:

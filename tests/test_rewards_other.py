@@ -156,6 +156,34 @@ def test_judge_errors_propagate_never_become_zero():
         JudgeReward("not callable")  # type: ignore[arg-type]
 
 
+def test_judge_honours_user_templates_and_reports_bad_ones(tmp_path):
+    user = tmp_path / "judge.jinja"
+    user.write_text("Q={{ question }} | gold={{ reference }} | got={{ response }}", encoding="utf-8")
+    system = tmp_path / "system.jinja"
+    system.write_text("You grade chemistry answers.\n", encoding="utf-8")
+    seen = []
+
+    def complete(messages):
+        seen.append(messages)
+        return "VERDICT: CORRECT"
+
+    reward = get_reward("judge", complete=complete, template=str(user), system_template=system)
+    assert reward(completions=["H2O"], answer=["water"], problem=["What is water?"]) == [1.0]
+    assert seen == [[{"role": "system", "content": "You grade chemistry answers."},
+                     {"role": "user", "content": "Q=What is water? | gold=water | got=H2O"}]]
+    default = JudgeReward(complete).messages("q", "r", "s")
+    assert default[0] == {"role": "system", "content": "You are a careful, strict grader."}
+
+    with pytest.raises(RewardError, match="judge template not found: .*missing.jinja"):
+        JudgeReward(complete, template=tmp_path / "missing.jinja")
+    broken = tmp_path / "broken.jinja"
+    broken.write_text("ok\n{% if question %}unclosed", encoding="utf-8")
+    with pytest.raises(RewardError, match=r"bad judge template .*broken.jinja \(line 2\)"):
+        JudgeReward(complete, template=broken)
+    with pytest.raises(RewardError, match="takes no variables"):
+        JudgeReward(complete, system_template=user)
+
+
 # ---- majority ----------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("answers", "expected"),
