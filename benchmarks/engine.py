@@ -85,7 +85,12 @@ def serve(port: int, latency_s: float, ready: multiprocessing.Event) -> None:
         ready.set()
         await asyncio.Event().wait()
 
-    asyncio.run(main())
+    try:  # the server must never be the bottleneck: uvloop where installed (aiohttp's usual pairing)
+        import uvloop
+    except ImportError:
+        asyncio.run(main())
+    else:
+        uvloop.run(main())
 
 
 def free_port() -> int:

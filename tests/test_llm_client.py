@@ -189,3 +189,54 @@ async def test_a_shared_failure_reaches_every_waiter():
     outcomes = await asyncio.gather(*(client.chat(MESSAGES) for _ in range(3)), return_exceptions=True)
     assert all(isinstance(o, PermanentError) for o in outcomes)
     assert len(backend.calls) == 1
+
+
+async def test_backoff_without_retry_after_grows_exponentially():
+    stamps = []
+
+    def failing_twice(request, index):
+        stamps.append(asyncio.get_running_loop().time())
+        return ServerError("503", status=503) if len(stamps) <= 2 else "ok"
+
+    client = LLMClient(ScriptedBackend(failing_twice), max_retries=2, backoff_initial_s=0.02, backoff_max_s=0.05)
+    out = await client.chat(MESSAGES)
+    assert out[0].text == "ok"
+    gaps = [b - a for a, b in zip(stamps, stamps[1:])]
+    assert gaps[0] >= 0.02 and gaps[1] >= 0.04  # initial, then doubled (plus jitter, capped at the max)
+
+
+@pytest.mark.parametrize("timeout_context", [True, False], ids=["asyncio.timeout", "wait_for"])
+async def test_timeout_either_way(monkeypatch, timeout_context):
+    """Python 3.11+ bounds a call with asyncio.timeout; 3.10 falls back to asyncio.wait_for."""
+    import tfgrpo.llm.client as client_module
+
+    if not timeout_context:
+        monkeypatch.setattr(client_module, "_timeout", None)
+    backend = ScriptedBackend(echo, latency_s=0.5)
+    client = client_for(backend, max_retries=0, timeout_s=0.05)
+    with pytest.raises(RequestFailedError, match="RequestTimeoutError"):
+        await client.chat(MESSAGES)
+
+
+async def test_the_backends_completion_objects_are_not_modified(tmp_path):
+    from tfgrpo.llm.types import Completion, Usage
+
+    shared = Completion(text="same", usage=Usage(prompt_tokens=4, completion_tokens=6))
+    client = client_for(ScriptedBackend(lambda r, i: shared), pricing=Pricing(1_000_000, 1_000_000), cache=ResponseCache(tmp_path / "c.sqlite"))
+    out = await client.chat(MESSAGES, n=3, sample_offset=2)
+    assert [c.index for c in out] == [2, 3, 4]
+    assert all(c.cost_usd == pytest.approx(10.0) and not c.cached for c in out)
+    assert (shared.index, shared.cost_usd, shared.cached) == (0, 0.0, False)
+    assert len(client.cache) == 3
+
+
+async def test_samples_are_durable_when_chat_returns(tmp_path):
+    """Every sample is committed before `chat` returns it: another connection (a resumed process)
+    sees all of them at once, so a crash right after a call never makes it paid twice."""
+    import sqlite3
+
+    path = tmp_path / "c.sqlite"
+    client = client_for(ScriptedBackend(echo), cache=ResponseCache(path))
+    await client.chat(MESSAGES, n=4)
+    with sqlite3.connect(path) as other:
+        assert other.execute("SELECT COUNT(*) FROM completions").fetchone()[0] == 4

@@ -1,8 +1,8 @@
 """Any OpenAI-compatible server (OpenAI, vLLM `vllm serve`, DeepSeek, llama.cpp server, Ollama, ...).
 
 One backend instance per base URL: its `endpoint` is the URL, so the client layer can route across
-replicas and bound concurrency per server. The SDK's own retries are off (`max_retries=0`): the client
-layer retries once, for every backend, from the typed errors raised here.
+replicas and bound concurrency per server. Nothing here retries: the client layer retries once, for
+every backend, from the typed errors raised here.
 
 Servers that ignore `n` (llama.cpp's server, some proxies) answer with fewer choices than asked. The
 first time that happens the backend remembers it for this endpoint and from then on sends `n` parallel
@@ -10,13 +10,15 @@ single-sample requests instead. When a `seed` is set, a call whose first sample 
 (`sample_offset` + position) is sent with `seed + i`, so samples fetched one by one differ from each
 other but stay reproducible.
 
-Transport: the `openai` SDK still resolves the configuration (the key or `OPENAI_API_KEY`, the base URL
-or `OPENAI_BASE_URL`, organisation and project), but the chat-completions POST itself goes over one
-keep-alive `aiohttp` session (the transport behind the SDK's own `openai[aiohttp]` extra) and the JSON
-reply is read as plain dicts. Measured on 2 CPU cores against a local server, the SDK's `create` costs
-~2 ms of CPU per request (httpx2 + its request and response models), aiohttp + `json` ~0.2 ms: at 64
-requests in flight that difference is what kept a learn epoch at 3-5x its critical path
-(benchmarks/engine.py). Failures map to the same typed errors as before (errors_map.map_status_error).
+Transport: the chat-completions POST goes over one keep-alive `aiohttp` session (the transport the
+`openai` SDK itself offers as its `openai[aiohttp]` extra) and the JSON reply is read as plain dicts;
+the key, base URL, organisation and project come from the arguments or the SDK's own variables
+(`OPENAI_API_KEY`, `OPENAI_BASE_URL`, `OPENAI_ORG_ID`, `OPENAI_PROJECT_ID`). Measured on 2 CPU cores
+against a local server (benchmarks/engine.py), the SDK's `create` costs ~2 ms of CPU per request
+(httpx2, its request and response models), aiohttp + `json` ~0.2 ms; at 64 requests in flight that
+difference kept a learn epoch at 3-5x its critical path. Not importing the SDK also saves ~0.6 s of
+start-up and halves the heap every full garbage collection walks. HTTP failures map to the typed errors
+through `errors_map.map_status_error`, as the SDK's exceptions did.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import json
+import os
 import time
 from typing import Any
 
@@ -150,10 +153,9 @@ class ChatCompletionsBackend(Backend):
 
 
 class OpenAIBackend(ChatCompletionsBackend):
-    """Chat completions against one OpenAI-compatible base URL (configuration by the `openai` SDK,
-    requests over one aiohttp keep-alive session; see the module docstring for why)."""
+    """Chat completions against one OpenAI-compatible base URL, over one aiohttp keep-alive session."""
 
-    #: the SDK's own default pool size (max_connections); the client layer bounds what is in flight
+    #: the SDK's default pool size (max_connections); the client layer bounds what is in flight
     max_connections = 1000
 
     def __init__(
@@ -167,11 +169,15 @@ class OpenAIBackend(ChatCompletionsBackend):
     ) -> None:
         if not model:
             raise BackendUnavailableError("the openai backend needs a model name (--model)")
+        try:
+            import aiohttp  # noqa: F401 - a dependency of litellm, always installed with tfgrpo
+        except ImportError as exc:
+            raise BackendUnavailableError("the openai backend needs aiohttp: pip install aiohttp") from exc
         super().__init__(model, endpoint=(base_url or DEFAULT_BASE_URL).rstrip("/"), extra_body=extra_body)
         self.timeout_s = timeout_s
-        self._client = _make_client(base_url, api_key, timeout_s)
-        self._url = str(self._client.base_url).rstrip("/") + "/chat/completions"
-        self._headers = _request_headers(self._client)
+        root = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
+        self._url = root + "/chat/completions"
+        self._headers = _request_headers(_api_key(api_key, base_url))
         self._session: Any = None  # aiohttp.ClientSession, opened in the event loop that first sends
         self._session_loop: asyncio.AbstractEventLoop | None = None
 
@@ -179,7 +185,7 @@ class OpenAIBackend(ChatCompletionsBackend):
         import aiohttp
 
         body = dict(arguments)
-        body.update(body.pop("extra_body", None) or {})  # what the SDK does with extra_body
+        body.update(body.pop("extra_body", None) or {})  # merged into the body, as the SDK does
         try:
             async with self._http().post(self._url, data=json.dumps(body), headers=self._headers) as response:
                 status = response.status
@@ -215,39 +221,38 @@ class OpenAIBackend(ChatCompletionsBackend):
         return self._session
 
     async def aclose(self) -> None:
+        """Close the connections; a later call opens a new session."""
         session, self._session, self._session_loop = self._session, None, None
         if session is not None and not session.closed:
             await session.close()
-        await self._client.close()
 
 
-def _make_client(base_url: str | None, api_key: str | None, timeout_s: float) -> Any:
-    import openai
+def _api_key(api_key: str | None, base_url: str | None) -> str:
+    """The key given, else OPENAI_API_KEY; local servers (a base URL) accept any key."""
+    if api_key is None:
+        api_key = os.environ.get("OPENAI_API_KEY")
+    if api_key is not None:
+        return api_key
+    if base_url is None:
+        raise BackendUnavailableError(
+            "no API key for api.openai.com: pass --api-key or set OPENAI_API_KEY "
+            "(or point --base-url at a local OpenAI-compatible server)"
+        )
+    return PLACEHOLDER_API_KEY
 
-    try:
-        # api_key=None lets the SDK read OPENAI_API_KEY, the usual place users keep it.
-        return openai.AsyncOpenAI(base_url=base_url, api_key=api_key, timeout=timeout_s, max_retries=0)
-    except openai.OpenAIError as exc:
-        if base_url is None:
-            raise BackendUnavailableError(
-                "no API key for api.openai.com: pass --api-key or set OPENAI_API_KEY "
-                "(or point --base-url at a local OpenAI-compatible server)"
-            ) from exc
-        return openai.AsyncOpenAI(base_url=base_url, api_key=PLACEHOLDER_API_KEY, timeout=timeout_s, max_retries=0)
 
-
-def _request_headers(client: Any) -> dict[str, str]:
-    """The headers the SDK would send for a static key (auth, organisation, project, user agent)."""
+def _request_headers(api_key: str) -> dict[str, str]:
+    """What the SDK sends with a static key: bearer auth, JSON, organisation and project when set."""
     headers = {
-        "Authorization": f"Bearer {client.api_key}",
+        "Authorization": f"Bearer {api_key}",
         "Content-Type": "application/json",
         "Accept": "application/json",
-        "User-Agent": client.user_agent,
+        "User-Agent": "tfgrpo (OpenAI-compatible chat completions; aiohttp)",
     }
-    if client.organization:
-        headers["OpenAI-Organization"] = client.organization
-    if client.project:
-        headers["OpenAI-Project"] = client.project
+    if os.environ.get("OPENAI_ORG_ID"):
+        headers["OpenAI-Organization"] = os.environ["OPENAI_ORG_ID"]
+    if os.environ.get("OPENAI_PROJECT_ID"):
+        headers["OpenAI-Project"] = os.environ["OPENAI_PROJECT_ID"]
     return headers
 
 
