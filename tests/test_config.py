@@ -44,3 +44,21 @@ def test_missing_and_malformed_files_are_clear(tmp_path):
 def test_dump_hides_api_keys():
     text = dump_config(LLMConfig(backend="openai", model="m", api_key="sk-secret"))
     assert "sk-secret" not in text and "***" in text
+
+
+def test_a_partial_section_keeps_the_fields_own_defaults(tmp_path):
+    """`--max-tokens 16` on chat must not turn its greedy default (temperature 0) into 0.7."""
+    config = build_config(ChatConfig, None, {"sampling": {"max_tokens": 16}})
+    assert config.sampling.temperature == 0.0 and config.sampling.max_tokens == 16
+    path = tmp_path / "c.yaml"
+    path.write_text("sampling:\n  top_p: 0.9\n")
+    assert build_config(ChatConfig, path, {}).sampling.temperature == 0.0
+    assert build_config(ChatConfig, path, {}).sampling.top_p == 0.9
+
+
+def test_learn_stage_sampling_stays_greedy_when_only_its_length_changes():
+    from tfgrpo.learn_config import LearnConfig
+
+    config = build_config(LearnConfig, None, {"data": "easy", "stage_sampling": {"max_tokens": 256}, "rollout_sampling": {"max_tokens": 64}})
+    assert config.stage_sampling.temperature == 0.0 and config.stage_sampling.max_tokens == 256
+    assert config.rollout_sampling.temperature == 0.7

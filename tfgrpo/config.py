@@ -103,9 +103,34 @@ def drop_unset(values: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def nested_defaults(model_cls: type[BaseModel]) -> dict[str, Any]:
+    """The defaults of every sub-model field, as dicts.
+
+    A partial section (`sampling: {max_tokens: 64}`) must be laid over the *field's* default (say,
+    temperature 0 for the stages), not over the sub-model's class defaults, which pydantic would use.
+    """
+    from pydantic_core import PydanticUndefined
+
+    out: dict[str, Any] = {}
+    for name, field in model_cls.model_fields.items():
+        if field.default_factory is not None:
+            value = field.default_factory()
+        elif field.default is not PydanticUndefined:
+            value = field.default
+        else:
+            continue
+        if isinstance(value, BaseModel):
+            out[name] = value.model_dump()
+    return out
+
+
 def build_config(model_cls: type[ModelT], config_file: str | Path | None, overrides: dict[str, Any]) -> ModelT:
-    """YAML file (optional) < command-line overrides, validated into `model_cls`."""
+    """Field defaults < YAML file (optional) < command-line overrides, validated into `model_cls`."""
     data = read_yaml(config_file) if config_file else {}
+    for key in nested_defaults(model_cls):
+        if key in data and not isinstance(data[key], dict) and data[key] is not None:
+            raise ConfigError(f"{config_file}: '{key}' must be a mapping of keys to values")
+    data = deep_merge(nested_defaults(model_cls), data)
     data = deep_merge(data, drop_unset(overrides))
     try:
         return model_cls.model_validate(data)
