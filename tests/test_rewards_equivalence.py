@@ -29,10 +29,18 @@ def strict_verifier():
         yield pool
 
 
+# Per hostile input, against `quick_verifier` (0.5 s CPU budget, 1.5 s wall backstop; measured 0.7-0.9 s
+# per timed-out input on a busy 2-core machine). A deadline regressed to math-verify's own 5 s costs
+# 5.1-6 s per such input, so it fails this bound; 2.5 s above the backstop absorbs a loaded CI machine.
+# func_only: the pool's startup (a cold zygote imports sympy) is in the fixture, outside the bound.
+HOSTILE_BOUND_S = 4.0
+
+
 @pytest.fixture(scope="module")
 def quick_verifier():
     # per-input hostile tests check "bounded and scored 0", so a shorter budget keeps the suite quick
     with Verifier(timeout_s=0.5) as pool:
+        assert pool.check("1", "1").equal is True  # start the zygote and a worker here, not in a bounded test
         yield pool
 
 
@@ -81,26 +89,21 @@ def test_extraction_table(completion, expected):
     assert extract_answer(completion) == expected
 
 
-@pytest.mark.timeout(20)
-@pytest.mark.parametrize(("family", "answer"), cases.HOSTILE_ANSWERS, ids=[f for f, _ in cases.HOSTILE_ANSWERS])
-def test_hostile_answer_is_scored_zero_within_the_deadline(quick_verifier, family, answer):
+@pytest.mark.timeout(HOSTILE_BOUND_S, func_only=True)
+@pytest.mark.parametrize(("index", "answer"), list(enumerate(a for _, a in cases.HOSTILE_ANSWERS)),
+                         ids=[f"{f}-{i}" for i, (f, _) in enumerate(cases.HOSTILE_ANSWERS)])
+def test_hostile_answer_is_scored_zero_within_the_deadline_without_blocking_others(quick_verifier, index, answer):
+    # One hostile answer per test (so the bound is per input), batched with an ordinary one: the batch
+    # is still scored, and the pool survives the kill. Ordinary pairs differ per test (no cache hits)
+    # and cost milliseconds, far inside the 0.5 s budget even on a crowded machine.
     reward = MathReward(verifier=quick_verifier)
-    (score,) = reward.score([f"so \\boxed{{{answer}}}"], answer=["1"])
-    assert score.value == 0.0, score
+    completions = [f"so \\boxed{{{answer}}}", f"\\boxed{{{(2 * index + 3) / 2}}}"]
+    scores = reward.score(completions, answer=["1", f"\\frac{{{2 * index + 3}}}{{2}}"])
+    assert [score.value for score in scores] == [0.0, 1.0], scores
+    assert quick_verifier.check(f"\\frac{{1}}{{{index + 3}}}", f"{1 / (index + 3):.6f}").equal is True
 
 
-@pytest.mark.timeout(60)
-def test_hostile_batch_does_not_block_ordinary_answers(quick_verifier):
-    hostile = [answer for _, answer in cases.HOSTILE_ANSWERS]
-    completions = [f"\\boxed{{{a}}}" for a in hostile] + ["\\boxed{x^2+2x+1}", "\\boxed{\\sqrt{8}}"]
-    golds = ["1"] * len(hostile) + ["(x+1)^2", "2\\sqrt{2}"]
-    values = MathReward(verifier=quick_verifier)(completions=completions, answer=golds)
-    assert values == [0.0] * len(hostile) + [1.0, 1.0]
-    # the pool survived the kills: a fresh comparison still works
-    assert quick_verifier.check("\\frac{1}{3}", "0.333333").equal is True
-
-
-@pytest.mark.timeout(30)
+@pytest.mark.timeout(HOSTILE_BOUND_S, func_only=True)
 @pytest.mark.parametrize(("shape", "completion"), cases.LONG_COMPLETIONS, ids=[s for s, _ in cases.LONG_COMPLETIONS])
 def test_200kb_completions_are_scored(quick_verifier, shape, completion):
     assert len(completion) >= 190_000
