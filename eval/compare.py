@@ -142,8 +142,8 @@ def load_learn_run(run_dir: str | Path) -> tuple[list[dict[str, Any]], dict[str,
     if not isinstance(steps, list) or not steps:
         raise RunDirError(f"{metrics_path}: not a learn run (needs a non-empty 'steps' list)")
     for index, step in enumerate(steps):
-        if not isinstance(step, dict) or "rollout_accuracy" not in step:
-            raise RunDirError(f"{metrics_path}: steps[{index}] needs a 'rollout_accuracy'")
+        if not isinstance(step, dict) or "accuracy" not in step:
+            raise RunDirError(f"{metrics_path}: steps[{index}] needs an 'accuracy' (rollout accuracy)")
     # totals may sit at the top level or under "totals"; keep the scalars for the report's learn table
     source = {**metrics, **metrics["totals"]} if isinstance(metrics.get("totals"), dict) else metrics
     totals = {key: value for key, value in source.items() if key != "steps" and isinstance(value, (int, float, str))}

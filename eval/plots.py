@@ -70,7 +70,7 @@ def plot_heatmap(systems: Sequence[str], problem_ids: Sequence[str], matrix: Seq
 def plot_learning_curve(steps: Sequence[Mapping[str, Any]], path: Path) -> Path:
     """Rollout accuracy (left axis) and library size (right axis) per learn step."""
     x = [row.get("step", index) for index, row in enumerate(steps)]
-    accuracy = [row.get("rollout_accuracy") for row in steps]
+    accuracy = [row.get("accuracy") for row in steps]
     size = [row.get("library_size") for row in steps]
     figure = _figure(6.0, 3.6)
     axes = figure.add_subplot()

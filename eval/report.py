@@ -164,7 +164,7 @@ def build_tables(comparison: Comparison) -> list[Table]:
                 headers=["Steps", "Rollout accuracy (first → last step)", "Library size (last step)", *comparison.learn_totals.keys()],
                 rows=[[
                     str(len(comparison.learn_steps)),
-                    f"{_pct(first.get('rollout_accuracy'))} → {_pct(last.get('rollout_accuracy'))}",
+                    f"{_pct(first.get('accuracy'))} → {_pct(last.get('accuracy'))}",
                     str(last.get("library_size", "–")),
                     *[str(v) for v in comparison.learn_totals.values()],
                 ]],

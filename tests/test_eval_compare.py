@@ -122,7 +122,7 @@ def test_compare_writes_a_report_that_renders(tmp_path):
     tuned = _write_run(tmp_path / "tuned", _samples(WEAK, seed=1), label="lora", provenance={"finetune_method": "sft", "finetune_wall_s": 7200})
     learn = tmp_path / "learn"
     learn.mkdir()
-    steps = [{"step": i, "epoch": 0, "rollout_accuracy": 0.2 + 0.1 * i, "library_size": 2 * i} for i in range(4)]
+    steps = [{"step": i, "epoch": 0, "accuracy": 0.2 + 0.1 * i, "library_size": 2 * i} for i in range(4)]
     (learn / "metrics.json").write_text(json.dumps({"steps": steps, "totals": {"cost_usd": 0.18}}), encoding="utf-8")
 
     comparison, files = compare_runs([base, library, tuned], tmp_path / "report", learn_run=learn, n_bootstrap=1000)
