@@ -6,12 +6,13 @@ cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} TOKENIZERS_PARALLELISM=false
 TFGRPO=${TFGRPO:-.venv/bin/tfgrpo}
 OUT=${OUT:-runs/quickstart}
-SAMPLING="--max-tokens 192"
-STAGES="--stage-max-tokens 256"  # summaries and operations: a 135M model rambles to the limit
+SAMPLING="--max-tokens 128"
+STAGES="--stage-max-tokens 192"  # summaries and operations: a 135M model rambles to the limit
+EVAL_CACHE="--cache $OUT/eval-cache.sqlite"  # both evals share it: identical prompts are generated once
 
 $TFGRPO learn --data easy --out "$OUT/learn" --group-size 4 --epochs 1 --batch-size 4 --limit 8 $SAMPLING $STAGES
-$TFGRPO eval --data easy --out "$OUT/eval-baseline" --samples 4 --label baseline $SAMPLING
-$TFGRPO eval --data easy --out "$OUT/eval-library" --samples 4 --library "$OUT/learn/library.json" --label library $SAMPLING
+$TFGRPO eval --data easy --out "$OUT/eval-baseline" --samples 4 --label baseline $SAMPLING $EVAL_CACHE
+$TFGRPO eval --data easy --out "$OUT/eval-library" --samples 4 --library "$OUT/learn/library.json" --label library $SAMPLING $EVAL_CACHE
 $TFGRPO export "$OUT/learn/library.json" --format system-prompt --out "$OUT/system_prompt.txt"
 $TFGRPO compare "$OUT/eval-baseline" "$OUT/eval-library" --learn-run "$OUT/learn" --out "$OUT/report"
 echo "report: $OUT/report/report.md (and report.html); shipped prompt: $OUT/system_prompt.txt"
