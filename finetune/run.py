@@ -46,6 +46,9 @@ METHOD_SPECS: dict[str, MethodSpec] = {
     "gspo": MethodSpec("grpo", "GSPOFinetuneConfig", "build_grpo_trainer", "prompts"),
 }
 
+FINETUNE_EXTRA_PACKAGES = ("trl", "peft", "datasets")
+FINETUNE_EXTRA_HINT = "install the finetune extra: pip install 'tfgrpo[finetune]'"
+
 # Keys of the YAML file that are not config fields but choose the data.
 DATA_OPTIONS = ("success_threshold", "prompt_source", "max_pairs_per_group")
 
@@ -56,8 +59,20 @@ def method_spec(method: str) -> MethodSpec:
     return METHOD_SPECS[method]
 
 
+def require_finetune_extra() -> None:
+    """The optional `finetune` extra (trl, peft, datasets) is installed, or one line saying how to get it."""
+    for package in FINETUNE_EXTRA_PACKAGES:
+        try:
+            importlib.import_module(package)
+        except ModuleNotFoundError as exc:
+            if (exc.name or package).split(".")[0] != package:
+                raise  # the package is there but broken: its own traceback says why
+            raise FinetuneError(f"{FINETUNE_EXTRA_HINT} (no {package})") from None
+
+
 def load_method(method: str) -> tuple[type, Any]:
     spec = method_spec(method)
+    require_finetune_extra()  # before finetune.<module>, which imports trl at its top
     module = importlib.import_module(f"finetune.{spec.module}")
     return getattr(module, spec.config_class), getattr(module, spec.builder)
 
@@ -76,7 +91,15 @@ def build_method_config(method: str, options: dict[str, Any]) -> Any:
 
 
 def build_dataset_rows(kind: str, data: str | Path, data_options: dict[str, Any]) -> list[dict[str, Any]]:
-    """Rows in TRL's format for a method's data kind, from rollouts, problems or prepared TRL rows."""
+    """Rows in TRL's format for a method's data kind, from rollouts, problems (a file or a bundled dataset
+    name such as `math_l5_train200`) or prepared TRL rows."""
+    bundled = data_builders.bundled_dataset_name(data)
+    if bundled is not None:
+        if kind != "prompts":
+            raise FinetuneDataError(f"{bundled}: a bundled dataset holds problems without completions; only the RL "
+                                    "methods (ppo, grpo, gspo) train on it, sft/dpo/ipo/cdpo/kto/orpo need a learn "
+                                    "run's rollouts.jsonl (or TRL-format rows)")
+        return data_builders.prompt_examples(data_builders.load_bundled_problems(bundled))
     path = data_builders.resolve_data_file(data)
     found = data_builders.detect_kind(path)
     threshold = float(data_options.get("success_threshold", 1.0))
@@ -133,19 +156,19 @@ def run_finetune(
     options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Train `method` on `data`, save into `out`, return the summary written to finetune_summary.json."""
+    started = time.perf_counter()
+    spec = method_spec(method)
+    _, builder = load_method(method)  # also checks that trl / peft / datasets are installed
     from datasets import Dataset
 
     from finetune import adapters
     from finetune.models import (count_parameters, device_training_defaults, load_model, load_tokenizer,
                                  resolve_model_source)
 
-    started = time.perf_counter()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     options = dict(options or {})
     data_options = {key: options.pop(key) for key in DATA_OPTIONS if key in options}
-    spec = method_spec(method)
-    _, builder = load_method(method)
     if spec.module != "grpo" and any(options.get(key) for key in ("tools", "tool_options", "max_turns")):
         raise FinetuneError(f"{method}: tools (multi-turn rollouts) work with grpo and gspo only")
 

@@ -94,3 +94,67 @@ def test_lora_sft_on_embedded_smollm2(run_dir, tmp_path):
     losses = [json.loads(line)["loss"] for line in (out / "metrics.jsonl").read_text().splitlines()
               if "loss" in json.loads(line)]
     assert len(losses) == 3 and all(0 < loss < 20 for loss in losses)  # a pretrained model starts low
+
+
+def test_missing_finetune_extra_is_one_line_before_anything_runs(run_dir, tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(__import__("sys").modules, "trl", None)  # `import trl` now fails as if not installed
+    code = run_cli("finetune", "sft", "--data", str(run_dir), "--out", str(tmp_path / "o"))
+    err = capsys.readouterr().err
+    assert code == 2
+    assert [line for line in err.splitlines() if line.strip()] == [
+        "error: install the finetune extra: pip install 'tfgrpo[finetune]' (no trl)"
+    ]
+    assert not (tmp_path / "o").exists()
+
+
+def test_header_is_printed_only_for_a_valid_method(run_dir, tmp_path, capsys):
+    assert run_cli("finetune", "sftx", "--data", str(run_dir), "--out", str(tmp_path / "o")) == 2
+    err = capsys.readouterr().err
+    assert "unknown method 'sftx'" in err and "finetune sftx" not in err
+
+
+def test_bundled_dataset_name_feeds_rl_methods_only(tiny_dir, tmp_path, capsys):
+    assert run_cli("finetune", "sft", "--model", str(tiny_dir), "--data", "math_l5_train200",
+                   "--out", str(tmp_path / "o")) == 2
+    assert "holds problems without completions" in capsys.readouterr().err
+    out = tmp_path / "grpo"
+    assert run_cli("finetune", "grpo", "--model", str(tiny_dir), "--data", "math_l5_train200", "--out", str(out),
+                   "--max-steps", "1", "--batch-size", "2", "--group-size", "2",
+                   "--set", "max_completion_length=4") == 0
+    assert json.loads((out / "finetune_summary.json").read_text())["samples"] == 200
+
+
+def _reward_model(path, sign):
+    """A tiny sequence classifier (num_labels=1) scoring sign * w·h: two of them give opposite rewards."""
+    from transformers import AutoModelForSequenceClassification
+
+    from tests.tiny_models import build_tiny_tokenizer, tiny_config
+
+    tokenizer = build_tiny_tokenizer(save_dir=path)
+    config = tiny_config(tokenizer, "qwen2")
+    config.num_labels = 1
+    torch.manual_seed(0)
+    model = AutoModelForSequenceClassification.from_config(config)
+    with torch.no_grad():
+        model.score.weight.normal_(0.0, 3.0).mul_(sign)  # same draw, then mirrored
+    model.save_pretrained(str(path))
+    return path
+
+
+def test_ppo_with_an_external_reward_model(tiny_dir, tmp_path):
+    """`--reward DIR`: TRL scores completions with the reward model; mirroring its head mirrors the reward."""
+    first_step = {}
+    for name, sign in (("rm_plus", 1.0), ("rm_minus", -1.0)):
+        reward_dir = _reward_model(tmp_path / name, sign)
+        out = tmp_path / f"ppo-{name}"
+        assert run_cli("finetune", "ppo", "--model", str(tiny_dir), "--data", "easy", "--out", str(out),
+                       "--reward", str(reward_dir), "--max-steps", "2", "--batch-size", "4",
+                       "--set", "max_completion_length=6") == 0
+        logs = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+        steps = [entry for entry in logs if f"rewards/{name}/mean" in entry]
+        assert len(steps) == 2
+        assert all(entry["ppo/score"] == pytest.approx(entry[f"rewards/{name}/mean"], abs=1e-5) for entry in steps)
+        first_step[name] = steps[0][f"rewards/{name}/mean"]
+    # same seed, same first completions: the reward comes from the model, sign and all
+    assert abs(first_step["rm_plus"]) > 1e-3
+    assert first_step["rm_minus"] == pytest.approx(-first_step["rm_plus"], rel=1e-4)

@@ -90,3 +90,20 @@ def test_errors_name_file_and_line(tmp_path):
     only_wrong.write_text(json.dumps(rollout("a", 0, 0.0)) + "\n")
     with pytest.raises(FinetuneDataError, match="no usable sft examples"):
         build_dataset_rows("sft", only_wrong, {})
+
+
+def test_bundled_dataset_names_give_rl_prompts(tmp_path, monkeypatch):
+    from eval.datasets import load_dataset_rows
+
+    rows = build_dataset_rows("prompts", "math_l5_train200", {})
+    gold = load_dataset_rows("math_l5_train200")
+    assert len(rows) == 200 and [r["answer"] for r in rows] == [p.answer for p in gold]
+    assert rows[0]["prompt"] == [{"role": "user", "content": data.render_prompt(gold[0].problem)}]
+    assert len(build_dataset_rows("prompts", "dapo100", {})) == 100  # the bundled row limit applies
+    with pytest.raises(FinetuneDataError, match="only the RL methods"):
+        build_dataset_rows("sft", "easy", {})
+    with pytest.raises(FinetuneDataError, match="nor a bundled dataset: .*math_l5_train200"):
+        build_dataset_rows("prompts", "no_such_set", {})
+    monkeypatch.chdir(tmp_path)  # a local file of that name wins over the bundled set
+    (tmp_path / "easy").write_text(json.dumps({"problem": "local", "answer": "1"}) + "\n")
+    assert [r["answer"] for r in build_dataset_rows("prompts", "easy", {})] == ["1"]

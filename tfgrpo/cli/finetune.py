@@ -31,7 +31,8 @@ def register(app: typer.Typer) -> None:
     def finetune_command(
         method: Annotated[str, typer.Argument(help=METHOD_HELP)],
         data: Annotated[Optional[str], typer.Option("--data", "-d", help="A learn run dir (its rollouts.jsonl), a "
-                                                    "problem/answer JSONL (RL methods) or TRL-format JSONL.")] = None,
+                                                    "problem/answer JSONL or bundled name such as math_l5_train200 "
+                                                    "(RL methods), or TRL-format JSONL.")] = None,
         out: Annotated[Optional[str], typer.Option("--out", "-o", help="Output folder (adapter or model, "
                                                    "metrics.jsonl, finetune_summary.json).")] = None,
         model: ModelOpt = None,
@@ -77,14 +78,17 @@ def register(app: typer.Typer) -> None:
             raise ConfigError("finetune needs --data and --out (or `data:` and `out:` in --config)")
 
         from finetune.errors import FinetuneError
-        from finetune.run import run_finetune
+        from finetune.run import load_method, run_finetune
 
         console = Console(stderr=True)
-        console.print(f"[bold]finetune {method}[/] model={model or 'embedded SmolLM2'} data={data} out={out}")
         try:
+            load_method(method)  # an unknown method or a missing finetune extra fails before anything is printed
+            console.print(f"[bold]finetune {method}[/] model={model or 'embedded SmolLM2'} data={data} out={out}")
             summary = run_finetune(method, data=data, out=out, model=model, options=options)
         except FinetuneError as exc:  # the user's input: one line, no traceback
-            raise ConfigError(str(exc)) from None
+            from rich.markup import escape
+
+            raise ConfigError(escape(str(exc))) from None  # the error printer reads markup: keep '[finetune]'
         console.print(
             f"[green]done[/] {summary['steps']} steps on {summary['samples']} samples in {summary['wall_time_s']:.1f}s"
             f" -> {out} ({'adapter' if summary['adapter'] else 'full model'}; finetune_summary.json, metrics.jsonl)"
