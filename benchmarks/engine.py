@@ -1,6 +1,6 @@
 """How close does one learn epoch come to its critical path? (`python benchmarks/engine.py`)
 
-A local OpenAI-compatible server (aiohttp, in its own process) answers every request after a fixed
+A local OpenAI-compatible server (aiohttp on uvloop where installed, in its own process) answers every request after a fixed
 latency with scripted replies: rollouts are right or wrong in turn (every group is mixed, so every
 group is kept), summaries and group analyses are short, each group proposes one operation, and the
 consolidation keeps them all. One epoch of N queries x G rollouts runs through the `openai` backend at
@@ -175,6 +175,8 @@ def main() -> None:
     parser.add_argument("--latency-ms", type=float, nargs="+", default=[50.0])
     parser.add_argument("--verbose", action="store_true", help="also print the time of each stage")
     args = parser.parse_args()
+    # Shared machines: say how busy this one was, since every ratio depends on it.
+    print(f"{os.cpu_count()} CPU cores, load average {', '.join(f'{x:.2f}' for x in os.getloadavg())} (1, 5, 15 min) at start", flush=True)
     print("| queries x G | concurrency | latency | calls (rollout / summary / group / consolidate) | critical-path bound | client-only floor | measured epoch | ratio to bound | ratio to floor |")
     print("|---|---|---|---|---|---|---|---|---|")
     for latency_ms in args.latency_ms:
