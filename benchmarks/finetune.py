@@ -1,12 +1,14 @@
 """Step time of our `finetune/` wrappers vs the same TRL trainer configured by hand, per method.
 
-    OMP_NUM_THREADS=1 python benchmarks/finetune.py [--steps 30] [--methods sft,dpo,...]
+    OMP_NUM_THREADS=1 python benchmarks/finetune.py [--steps 20] [--rounds 6] [--methods sft,dpo,...]
 
-Same tiny random-init model (Qwen2, hidden 64, 2 layers), same data, same LoRA, same hyper-parameters;
-the median optimizer-step time after warm-up is compared. Target: overhead <= 5 %. PPO is compared with
-the GRPOTrainer it builds on, so its extra cost is the critic (value head, GAE, reference pass), which is
-the algorithm, not wrapper overhead; it is reported separately.
-"""
+Same tiny random-init model (Qwen2, hidden 64, 2 layers), same data, same LoRA, same hyper-parameters.
+Each round trains both sides once (order alternating ABBA...), and each run reports its median optimizer
+step in wall time and in process CPU time (`time.process_time`, all threads): CPU time is what the step
+costs, and is far less disturbed than wall time by other jobs on shared cores. The overhead is the median
+of the per-round paired ratios, with its spread. Target: overhead <= 5 %. PPO is compared with the
+GRPOTrainer it builds on, so its extra cost is the critic (value head, GAE, reference pass), which is the
+algorithm, not wrapper overhead; it is reported separately."""
 
 from __future__ import annotations
 
@@ -17,6 +19,8 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import argparse  # noqa: E402
+import contextlib  # noqa: E402
+import io  # noqa: E402
 import logging  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
@@ -52,18 +56,21 @@ def digit_reward(completions, **_):
 
 
 def step_timer():
+    """Wall time and process CPU time (all threads) of every optimizer step."""
     from transformers import TrainerCallback
 
     class StepTimer(TrainerCallback):
         def __init__(self):
-            self.times: list[float] = []
-            self._start = 0.0
+            self.wall: list[float] = []
+            self.cpu: list[float] = []
+            self._start = (0.0, 0.0)
 
         def on_step_begin(self, args, state, control, **kwargs):
-            self._start = time.perf_counter()
+            self._start = (time.perf_counter(), time.process_time())
 
         def on_step_end(self, args, state, control, **kwargs):
-            self.times.append(time.perf_counter() - self._start)
+            self.wall.append(time.perf_counter() - self._start[0])
+            self.cpu.append(time.process_time() - self._start[1])
 
     return StepTimer()
 
@@ -111,6 +118,7 @@ def by_hand(method, model, tokenizer, options):
 
 
 def median_step(build, method, model_dir, tokenizer, options, steps, warmup=3):
+    """(median wall s, median CPU s) per optimizer step of one training run, after `warmup` steps."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -120,15 +128,27 @@ def median_step(build, method, model_dir, tokenizer, options, steps, warmup=3):
         trainer = build(method, model, tokenizer, {**options, "output_dir": out, "max_steps": steps + warmup})
         timer = step_timer()
         trainer.add_callback(timer)
-        trainer.train()
-    return statistics.median(timer.times[warmup:])
+        with contextlib.redirect_stdout(io.StringIO()):  # TRL prints every run's log dicts; keep the table readable
+            trainer.train()
+    return statistics.median(timer.wall[warmup:]), statistics.median(timer.cpu[warmup:])
+
+
+def summarise(ours_runs: list[float], hand_runs: list[float]) -> tuple[str, str, str]:
+    """Median [min-max] over rounds of both sides, and the median of the per-round paired ratios [min-max]:
+    pairing cancels the slow minutes a busy neighbour causes, which hit both runs of a round alike."""
+    def cell(xs):
+        return f"{statistics.median(xs) * 1e3:.1f} [{min(xs) * 1e3:.1f}–{max(xs) * 1e3:.1f}]"
+
+    ratios = [100 * (a / b - 1) for a, b in zip(ours_runs, hand_runs, strict=True)]
+    overhead = f"{statistics.median(ratios):+.1f} % [{min(ratios):+.1f}, {max(ratios):+.1f}]"
+    return cell(ours_runs), cell(hand_runs), overhead
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--methods", default="sft,dpo,cdpo,kto,orpo,grpo,gspo,ppo")
-    parser.add_argument("--rounds", type=int, default=3, help="alternate ours/hand this many times; keep the best")
+    parser.add_argument("--rounds", type=int, default=6, help="paired rounds per method (order ABBA...)")
     cli = parser.parse_args()
     logging.disable(logging.WARNING)
 
@@ -144,17 +164,29 @@ def main() -> None:
         "gspo": dict(per_device_train_batch_size=8, num_generations=4, max_completion_length=16),
         "ppo": dict(per_device_train_batch_size=8, max_completion_length=16),
     }
-    lines = [f"{'method':<7} {'ours ms':>9} {'TRL ms':>9} {'overhead':>9}"]
+    lines = [
+        f"Median step over {cli.rounds} paired rounds of {cli.steps} steps (+3 warm-up) each, [min–max] over rounds; "
+        f"overhead = median of per-round ours/TRL - 1 [min, max]. OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}.",
+        "",
+        "| method | ours wall ms | TRL wall ms | wall overhead | ours CPU ms | TRL CPU ms | CPU overhead |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for method in cli.methods.split(","):
         options = dict(per_method[method])
-        hand_options = dict(options)
-        ours_times, hand_times = [], []
-        for _ in range(cli.rounds):  # interleave, so a busy neighbour on the shared cores hits both sides
-            ours_times.append(median_step(ours, method, model_dir, tokenizer, options, cli.steps))
-            hand_times.append(median_step(by_hand, method, model_dir, tokenizer, hand_options, cli.steps))
-        mine, theirs = min(ours_times), min(hand_times)
-        note = "  (value head + GAE + ref pass vs GRPOTrainer G=2)" if method == "ppo" else ""
-        lines.append(f"{method:<7} {mine * 1e3:>9.1f} {theirs * 1e3:>9.1f} {100 * (mine / theirs - 1):>+8.1f}%{note}")
+        runs = {"ours": [], "hand": []}
+        for round_index in range(cli.rounds):
+            # ABBA: alternate which side goes first, so a drift in machine load does not favour one side
+            order = (("ours", ours), ("hand", by_hand)) if round_index % 2 == 0 else (("hand", by_hand), ("ours", ours))
+            for side, build in order:
+                runs[side].append(median_step(build, method, model_dir, tokenizer, options, cli.steps))
+        wall = summarise([w for w, _ in runs["ours"]], [w for w, _ in runs["hand"]])
+        cpu = summarise([c for _, c in runs["ours"]], [c for _, c in runs["hand"]])
+        name = f"{method}*" if method == "ppo" else method
+        lines.append(f"| {name} | {' | '.join(wall)} | {' | '.join(cpu)} |")
+        print(lines[-1], file=sys.stderr, flush=True)  # progress; the table is printed at the end
+    lines.append("")
+    lines.append("*PPO vs the GRPOTrainer it extends (G=2): its extra cost is the critic (value head, GAE, an extra "
+                 "policy + reference pass), i.e. the algorithm, not wrapper overhead.")
     print("\n".join(lines), flush=True)  # after training: TRL prints its own summaries while it runs
 
 
