@@ -347,3 +347,16 @@ def test_backend_does_not_import_the_openai_sdk():
         "assert 'openai' not in sys.modules, 'the openai SDK was imported'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_https_verifies_certificates_with_a_bundle(monkeypatch):
+    import ssl
+
+    from tfgrpo.llm.backends.openai_backend import _ssl_context
+
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    context = _ssl_context("https://api.openai.com/v1/chat/completions")
+    assert context.verify_mode == ssl.CERT_REQUIRED and context.check_hostname
+    assert context.get_ca_certs(), "a CA bundle (certifi's) is loaded even where the system store is empty"
+    assert _ssl_context("http://127.0.0.1:8000/v1/chat/completions") is True  # plain HTTP: nothing to verify

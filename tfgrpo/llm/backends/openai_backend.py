@@ -211,7 +211,7 @@ class OpenAIBackend(ChatCompletionsBackend):
         loop = asyncio.get_running_loop()
         if self._session is None or self._session.closed or self._session_loop is not loop:
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=self.max_connections),
+                connector=aiohttp.TCPConnector(limit=self.max_connections, ssl=_ssl_context(self._url)),
                 timeout=aiohttp.ClientTimeout(total=self.timeout_s),
                 # HTTP(S)_PROXY / NO_PROXY are honoured (as by the SDK's httpx client), but looked up
                 # once here: aiohttp's trust_env looks them (and ~/.netrc) up in a thread per request.
@@ -254,6 +254,22 @@ def _request_headers(api_key: str) -> dict[str, str]:
     if os.environ.get("OPENAI_PROJECT_ID"):
         headers["OpenAI-Project"] = os.environ["OPENAI_PROJECT_ID"]
     return headers
+
+
+def _ssl_context(url: str) -> Any:
+    """Certificates as the SDK's httpx client verifies them: SSL_CERT_FILE / SSL_CERT_DIR when set, else
+    certifi's bundle (so HTTPS works where the system store is missing); True (aiohttp's default) for http."""
+    if not url.startswith("https:"):
+        return True
+    import ssl
+
+    if os.environ.get("SSL_CERT_FILE") or os.environ.get("SSL_CERT_DIR"):
+        return ssl.create_default_context()
+    try:
+        import certifi
+    except ImportError:
+        return ssl.create_default_context()
+    return ssl.create_default_context(cafile=certifi.where())
 
 
 def _env_proxy(url: str) -> str | None:
