@@ -33,6 +33,10 @@ def main(argv: list[str] | None = None) -> None:
         app(args=argv, standalone_mode=True)
     except user_facing_errors() as exc:  # a clear message, never a traceback, for the user's own mistakes
         from rich.console import Console
+        from rich.markup import escape
 
-        Console(stderr=True).print(f"[bold red]error:[/] {exc}", highlight=False, markup=True)
+        # Escaped: messages quote user text ("tfgrpo[finetune]", "[G3]") that is not markup. Not wrapped at 80
+        # columns when stderr is a file, so a one-line error stays one line in logs.
+        console = Console(stderr=True, soft_wrap=True)
+        console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
         sys.exit(2)
