@@ -53,9 +53,10 @@ class ResponseCache:
         """Store samples in one transaction, committed before returning: a sample handed to a caller
         is already on disk (WAL), so a crash or Ctrl-C never makes a resumed run pay for it twice.
 
-        Committing per call, not per event-loop turn or per stage, is deliberate: a commit costs
-        ~20-30 us here (~3 % of a learn epoch at 50 ms latency), while a deferred one would hold the
-        write lock (or hide rows) from another connection to the same file opened in the meantime.
+        Committing per call, not per event-loop turn or per stage, is deliberate: insert + commit cost
+        ~30-50 us (at most ~6 % of a learn epoch at 50 ms latency, docs/learn.md "Throughput"), while a
+        deferred commit would hold the write lock (or hide rows) from another connection to the same file
+        opened in the meantime.
         """
         if not items:
             return

@@ -169,8 +169,9 @@ class LLMClient:
     def _retry_delay(self, error: TransientError, attempt: int) -> float:
         """Seconds to wait after failed attempt number `attempt`: the server's Retry-After when it
         gave one (capped), else tenacity's exponential backoff with jitter."""
-        if error.retry_after is not None:
-            return min(float(error.retry_after), self._retry_after_max_s)
+        retry_after = getattr(error, "retry_after", None)
+        if retry_after is not None:
+            return min(float(retry_after), self._retry_after_max_s)
         state = RetryCallState(retry_object=None, fn=None, args=(), kwargs={})  # type: ignore[arg-type]
         state.attempt_number = attempt
         return self._backoff(state)
