@@ -260,9 +260,6 @@ def test_no_key_for_the_public_api_is_a_clear_error(monkeypatch):
         OpenAIBackend("gpt-4o-mini")
 
 
-# -- the aiohttp transport -----------------------------------------------------------------------------
-
-
 async def test_key_and_base_url_from_the_sdk_variables(fault_server, monkeypatch):
     """No arguments: OPENAI_BASE_URL and OPENAI_API_KEY, the variables the openai SDK reads, are used."""
     monkeypatch.setenv("OPENAI_BASE_URL", fault_server.base_url)
@@ -274,89 +271,3 @@ async def test_key_and_base_url_from_the_sdk_variables(fault_server, monkeypatch
         await backend.aclose()
     assert completion.text == "scripted reply 0"
     assert fault_server.requests[0].path == "/v1/chat/completions"
-
-
-def test_request_headers_carry_key_organisation_and_project(monkeypatch):
-    from tfgrpo.llm.backends.openai_backend import _api_key, _request_headers
-
-    monkeypatch.setenv("OPENAI_ORG_ID", "org-1")
-    monkeypatch.setenv("OPENAI_PROJECT_ID", "proj-2")
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    headers = _request_headers(_api_key("sk-given", None))
-    assert headers["Authorization"] == "Bearer sk-given"
-    assert headers["OpenAI-Organization"] == "org-1" and headers["OpenAI-Project"] == "proj-2"
-    assert _api_key(None, "http://127.0.0.1:1/v1") == "EMPTY"  # a local server takes any key
-
-
-def test_proxy_from_the_environment_is_honoured_unless_bypassed(monkeypatch):
-    from tfgrpo.llm.backends.openai_backend import _env_proxy
-
-    for name in ("http_proxy", "https_proxy", "all_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"):
-        monkeypatch.delenv(name, raising=False)
-    assert _env_proxy("http://models.example/v1/chat/completions") is None
-    monkeypatch.setenv("HTTP_PROXY", "http://proxy.example:3128")
-    assert _env_proxy("http://models.example/v1/chat/completions") == "http://proxy.example:3128"
-    monkeypatch.setenv("NO_PROXY", "models.example")
-    assert _env_proxy("http://models.example/v1/chat/completions") is None
-
-
-async def test_extra_body_is_merged_into_the_request(fault_server):
-    backend = OpenAIBackend("fake-model", base_url=fault_server.base_url, api_key="sk-test", extra_body={"top_k": 5})
-    try:
-        await backend.forward(ask())
-    finally:
-        await backend.aclose()
-    sent = fault_server.requests[0].body
-    assert sent["top_k"] == 5 and "extra_body" not in sent
-
-
-async def test_backend_reopens_its_session_after_aclose(fault_server):
-    backend = OpenAIBackend("fake-model", base_url=fault_server.base_url, api_key="sk-test")
-    await backend.forward(ask())
-    await backend.aclose()
-    try:
-        [completion] = await backend.forward(ask())
-    finally:
-        await backend.aclose()
-    assert completion.text == "scripted reply 0"
-    assert len(fault_server.requests) == 2
-
-
-async def test_plain_text_error_body_still_names_the_context_window(fault_server):
-    with pytest.raises(ContextWindowExceededError):
-        await forward_one(fault_server, Reply(status=400, body="error: maximum context length is 2048 tokens"))
-
-
-async def test_tool_calls_keep_only_the_fields_the_server_set(fault_server):
-    call = {"id": "call_1", "type": "function", "function": {"name": "add", "arguments": "{}"}, "index": None}
-    body = {"choices": [{"index": 0, "message": {"role": "assistant", "content": None, "tool_calls": [call]}, "finish_reason": "tool_calls"}]}
-    [completion] = await forward_one(fault_server, Reply(body=body))
-    assert completion.tool_calls == [{"id": "call_1", "type": "function", "function": {"name": "add", "arguments": "{}"}}]
-    assert completion.usage.prompt_tokens == 0  # no usage in the body: zero, not an error
-
-
-def test_backend_does_not_import_the_openai_sdk():
-    """~0.6 s of start-up and half the heap a full garbage collection walks (see the module docstring)."""
-    import subprocess
-    import sys
-
-    code = (
-        "import sys\n"
-        "from tfgrpo.llm.backends.openai_backend import OpenAIBackend\n"
-        "OpenAIBackend('m', base_url='http://127.0.0.1:9/v1')\n"
-        "assert 'openai' not in sys.modules, 'the openai SDK was imported'\n"
-    )
-    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
-
-
-def test_https_verifies_certificates_with_a_bundle(monkeypatch):
-    import ssl
-
-    from tfgrpo.llm.backends.openai_backend import _ssl_context
-
-    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
-    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
-    context = _ssl_context("https://api.openai.com/v1/chat/completions")
-    assert context.verify_mode == ssl.CERT_REQUIRED and context.check_hostname
-    assert context.get_ca_certs(), "a CA bundle (certifi's) is loaded even where the system store is empty"
-    assert _ssl_context("http://127.0.0.1:8000/v1/chat/completions") is True  # plain HTTP: nothing to verify
