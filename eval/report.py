@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+from typing import Any
 from pathlib import Path
 
 from pydantic import BaseModel
@@ -157,20 +158,46 @@ def build_tables(comparison: Comparison) -> list[Table]:
     if comparison.learn_steps:
         last = comparison.learn_steps[-1]
         first = comparison.learn_steps[0]
+        totals = comparison.learn_totals
+        shown = {key: label for key, label in _LEARN_TOTALS.items() if key in totals}
         tables.append(
             Table(
                 key="learn",
                 title=f"Learn run {comparison.learn_run}",
-                headers=["Steps", "Rollout accuracy (first → last step)", "Library size (last step)", *comparison.learn_totals.keys()],
+                headers=["Steps", "Rollout accuracy (first → last step)", "Library size (last step)", *shown.values()],
                 rows=[[
                     str(len(comparison.learn_steps)),
                     f"{_pct(first.get('accuracy'))} → {_pct(last.get('accuracy'))}",
                     str(last.get("library_size", "–")),
-                    *[str(v) for v in comparison.learn_totals.values()],
+                    *[_learn_value(key, totals[key]) for key in shown],
                 ]],
+                note="All counters are in the learn run's metrics.json (`totals`, `steps[]`).",
             )
         )
     return tables
+
+
+# The learn totals a reader needs to judge a run; metrics.json has the rest.
+_LEARN_TOTALS = {
+    "rollouts": "Rollouts",
+    "rollouts_failed": "Failed calls",
+    "groups_kept": "Groups kept",
+    "groups_total": "Groups",
+    "ops_proposed": "Ops proposed",
+    "ops_applied": "Ops applied",
+    "parse_failures": "Unparsable replies",
+    "completion_tokens": "Tokens out",
+    "cost_usd": "Cost",
+    "wall_time_s": "Wall time",
+}
+
+
+def _learn_value(key: str, value: Any) -> str:
+    if key == "cost_usd":
+        return _usd(value)
+    if key == "wall_time_s":
+        return _duration(value)
+    return str(value)
 
 
 def _verdict(diff: float, p_value: float) -> str:

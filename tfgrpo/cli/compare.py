@@ -31,10 +31,16 @@ def register(app: typer.Typer) -> None:
             if table.key == "per_problem":
                 continue  # long; it is in the report files
             rich_table = RichTable(title=table.title, title_justify="left")
-            for header in table.headers:
-                rich_table.add_column(header)
-            for row in table.rows:
-                rich_table.add_row(*row)
+            if len(table.rows) == 1 and len(table.headers) > 6:  # one wide record reads better as a list
+                rich_table.add_column("")
+                rich_table.add_column("")
+                for header, value in zip(table.headers, table.rows[0]):
+                    rich_table.add_row(header, value)
+            else:
+                for header in table.headers:
+                    rich_table.add_column(header)
+                for row in table.rows:
+                    rich_table.add_row(*row)
             console.print(rich_table)
             if table.note and table.key != "cost":
                 console.print(f"[dim]{table.note}[/]", highlight=False)
