@@ -18,7 +18,7 @@ from tfgrpo.agent import (
 from tfgrpo.llm.backends.scripted import ScriptedBackend
 from tfgrpo.llm.cache import ResponseCache
 from tfgrpo.llm.client import LLMClient
-from tfgrpo.llm.errors import BudgetExceededError, PermanentError
+from tfgrpo.llm.errors import BudgetExceededError, InvalidRequestError, PermanentError
 from tfgrpo.llm.types import Completion
 from tfgrpo.tools import Tool, ToolError, ToolResult
 from tfgrpo.tools.python_sandbox import PythonTool
@@ -159,10 +159,15 @@ async def test_a_misconfigured_tool_stops_the_run_instead_of_blaming_the_model()
 
 async def test_llm_failure_ends_the_trajectory_with_an_error_and_budget_stop_propagates():
     client, _ = scripted_client([calls_reply(tool_call("calculator", {"a": 1, "op": "+", "b": 1})),
-                                 PermanentError("400 bad request")])
+                                 InvalidRequestError("400 bad request")])
     trajectory = await run_agent(client, PROBLEM, tools=[CalculatorTool()], max_turns=3)
     assert trajectory.stop_reason == "error" and "400 bad request" in trajectory.error
     assert len(trajectory.turns) == 1 and trajectory.num_tool_calls == 1
+
+    # a bad key is not this trajectory's failure: it stops the run
+    client, _ = scripted_client([PermanentError("401 invalid API key")])
+    with pytest.raises(PermanentError, match="401"):
+        await run_agent(client, PROBLEM, tools=[CalculatorTool()], max_turns=3)
 
     client, _ = scripted_client([BudgetExceededError(1.0, 1.0)])
     with pytest.raises(BudgetExceededError):

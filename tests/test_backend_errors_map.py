@@ -10,6 +10,7 @@ from tfgrpo.llm.backends.errors_map import is_context_window_message, map_status
 from tfgrpo.llm.backends.usage import share_usage, split_evenly
 from tfgrpo.llm.errors import (
     ContextWindowExceededError,
+    InvalidRequestError,
     PermanentError,
     RateLimitError,
     RequestTimeoutError,
@@ -51,7 +52,7 @@ def test_parse_retry_after_http_date():
         (529, "overloaded", ServerError),
         (400, "This model's maximum context length is 4096 tokens", ContextWindowExceededError),
         (400, "Requested tokens (5000) exceed context window of 2048", ContextWindowExceededError),
-        (400, "temperature must be <= 2", PermanentError),
+        (400, "temperature must be <= 2", InvalidRequestError),  # this request; a step where all fail stops
         (401, "bad key", PermanentError),
         (404, "no such model", PermanentError),
     ],

@@ -86,9 +86,7 @@ def register(app: typer.Typer) -> None:
             console.print(f"[bold]finetune {method}[/] model={model or 'embedded SmolLM2'} data={data} out={out}")
             summary = run_finetune(method, data=data, out=out, model=model, options=options)
         except FinetuneError as exc:  # the user's input: one line, no traceback
-            from rich.markup import escape
-
-            raise ConfigError(escape(str(exc))) from None  # the error printer reads markup: keep '[finetune]'
+            raise ConfigError(str(exc)) from None
         console.print(
             f"[green]done[/] {summary['steps']} steps on {summary['samples']} samples in {summary['wall_time_s']:.1f}s"
             f" -> {out} ({'adapter' if summary['adapter'] else 'full model'}; finetune_summary.json, metrics.jsonl)"

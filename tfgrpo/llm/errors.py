@@ -44,7 +44,12 @@ class PermanentError(LLMError):
     """A failure retrying cannot fix: bad request, authentication, unknown model."""
 
 
-class ContextWindowExceededError(PermanentError):
+class InvalidRequestError(PermanentError):
+    """HTTP 400/413/422: the server refused this request's content (unlike a bad key or model name, which
+    every request would hit)."""
+
+
+class ContextWindowExceededError(InvalidRequestError):
     """The prompt does not fit the model's context window."""
 
 
@@ -72,4 +77,4 @@ class AllRequestsFailedError(LLMError):
 
 #: Failures that concern one request, not the run: recorded on that sample (excluded, counted) while
 #: the run goes on. Everything else (a bad key, an unknown model, a missing adapter, the budget) stops it.
-PER_REQUEST_FAILURES: tuple[type[LLMError], ...] = (RequestFailedError, ContextWindowExceededError)
+PER_REQUEST_FAILURES: tuple[type[LLMError], ...] = (RequestFailedError, InvalidRequestError)

@@ -17,6 +17,7 @@ from tfgrpo.llm.errors import (
     ContextWindowExceededError,
     LLMError,
     MalformedResponseError,
+    InvalidRequestError,
     PermanentError,
     RateLimitError,
     RequestTimeoutError,
@@ -109,6 +110,8 @@ def map_status_error(status: int | None, message: str, headers: Mapping[str, str
         return PermanentError(f"{detail} (check the API key)")
     if status == 404:
         return PermanentError(f"{detail} (check the model name and base URL)")
+    if status in (400, 413, 422):
+        return InvalidRequestError(detail)
     return PermanentError(detail)
 
 
