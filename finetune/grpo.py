@@ -58,7 +58,7 @@ class GRPOFinetuneConfig(trl.GRPOConfig, AdapterArguments):
     tool_options: dict[str, Any] | None = field(
         default=None,
         metadata={"help": "Keyword arguments per tool, e.g. {python: {timeout_s: 5, memory_mb: 1024}} (the sandbox "
-                  "limits of docs/tools.md)."},
+                  "limits in the README, "Agentic rollouts")."},
     )
     max_turns: int | None = field(
         default=None,
