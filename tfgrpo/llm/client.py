@@ -17,7 +17,13 @@ from tenacity import RetryCallState, wait_exponential_jitter
 from tfgrpo.llm.accounting import Accounting, Pricing
 from tfgrpo.llm.base import Backend
 from tfgrpo.llm.cache import ResponseCache
-from tfgrpo.llm.errors import BudgetExceededError, RequestFailedError, RequestTimeoutError, TransientError
+from tfgrpo.llm.errors import (
+    BudgetExceededError,
+    MalformedResponseError,
+    RequestFailedError,
+    RequestTimeoutError,
+    TransientError,
+)
 from tfgrpo.llm.types import ChatRequest, Completion, Message, SamplingParams
 
 T = TypeVar("T")
@@ -212,8 +218,6 @@ class LLMClient:
         finally:
             self._in_flight[backend.endpoint] -= 1
         if len(completions) != request.n:
-            from tfgrpo.llm.errors import MalformedResponseError
-
             raise MalformedResponseError(f"{backend.endpoint} returned {len(completions)} samples, {request.n} asked")
         priced = []
         for position, completion in enumerate(completions):
