@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from eval.datasets import iter_jsonl_objects
 from eval.errors import RunDirError
 from eval.metrics import N_BOOTSTRAP, aggregate, summarize
 from eval.stats import PairedComparison, compare_paired
@@ -78,19 +79,7 @@ class Comparison(BaseModel):
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    rows = []
-    with path.open(encoding="utf-8") as handle:
-        for line_number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise RunDirError(f"{path}:{line_number}: not valid JSON ({exc.msg})") from None
-            if not isinstance(row, dict):
-                raise RunDirError(f"{path}:{line_number}: expected a JSON object")
-            rows.append(row)
-    return rows
+    return [row for _, row in iter_jsonl_objects(path, error=RunDirError)]
 
 
 def read_json(path: Path) -> dict[str, Any]:

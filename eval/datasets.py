@@ -137,8 +137,10 @@ def load_dataset_rows(
     return problems
 
 
-def _iter_jsonl(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
-    with path.open(encoding="utf-8") as handle:
+def iter_jsonl_objects(path: Path, *, error: type[Exception] = DatasetError) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) of each non-empty line; a line that is not a JSON object raises `error`
+    naming the file and line (eval, compare and finetune read their JSONL through this)."""
+    with Path(path).open(encoding="utf-8") as handle:
         for line_number, line in enumerate(handle, start=1):
             if not line.strip():
                 continue
@@ -146,10 +148,15 @@ def _iter_jsonl(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise DatasetError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+                raise error(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
             if not isinstance(row, dict):
-                raise DatasetError(f"{where}: expected a JSON object, got {type(row).__name__}")
-            yield where, row
+                raise error(f"{where}: expected a JSON object, got {type(row).__name__}")
+            yield line_number, row
+
+
+def _iter_jsonl(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    for line_number, row in iter_jsonl_objects(path):
+        yield f"{path}:{line_number}", row
 
 
 _HF_FORMATS = {".json": "json", ".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}

@@ -18,7 +18,6 @@ Pass `prompt_source="messages"` to keep the exact prompts the rollouts saw.
 from __future__ import annotations
 
 import itertools
-import json
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -33,20 +32,12 @@ DataKind = Literal["rollouts", "problems", "prepared"]
 
 def read_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line number, row) of each non-empty line; a bad line raises an error naming file and line."""
+    from eval.datasets import iter_jsonl_objects
+
     path = Path(path)
     if not path.is_file():
         raise FinetuneDataError(f"data file not found: {path}")
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise FinetuneDataError(f"{path}:{number}: not valid JSON ({exc.msg})") from None
-            if not isinstance(row, dict):
-                raise FinetuneDataError(f"{path}:{number}: each line must be a JSON object")
-            yield number, row
+    yield from iter_jsonl_objects(path, error=FinetuneDataError)
 
 
 def bundled_dataset_name(data: str | Path) -> str | None:
