@@ -35,6 +35,7 @@ def register(app: typer.Typer) -> None:
         seed: opt.SeedOpt = None,
         temperature: Annotated[Optional[float], typer.Option("--temperature", help="Rollout temperature (default 0.7).")] = None,
         max_tokens: Annotated[Optional[int], typer.Option("--max-tokens", help="Max new tokens per rollout.")] = None,
+        top_p: opt.TopPOpt = None,
         stage_max_tokens: Annotated[Optional[int], typer.Option("--stage-max-tokens", help="Max new tokens per summary / operations reply.")] = None,
         max_ops: Annotated[Optional[int], typer.Option("--max-ops", help="Operations proposed per group, at most (default 3).")] = None,
         dedup: Annotated[Optional[bool], typer.Option("--dedup/--no-dedup", help="Show near-duplicates (vector store) to consolidation.")] = None,
@@ -63,7 +64,7 @@ def register(app: typer.Typer) -> None:
             "max_ops_per_group": max_ops, "inject": inject, "dedup": dedup, "agent": {"tools": tools, "max_turns": max_turns, "protocol": protocol},
             "val_samples": val_samples, "limit": limit, "init_library": init_library, "resume": resume or None,
             "llm": opt.llm_overrides(backend, model, base_url, api_key, adapter, concurrency, budget_usd=budget_usd),
-            "rollout_sampling": {"temperature": temperature, "max_tokens": max_tokens},
+            "rollout_sampling": {"temperature": temperature, "max_tokens": max_tokens, "top_p": top_p},
             "stage_sampling": {"max_tokens": stage_max_tokens},
         }
         settings = build_config(LearnConfig, config, overrides) if config or data else None
