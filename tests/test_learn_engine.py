@@ -333,3 +333,15 @@ def test_unscorable_rollouts_are_left_out_of_group_statistics(tmp_path, monkeypa
     assert (step["rollouts_scored"], step["rollouts_unscored"]) == (3, 1)
     # three right answers and one unscorable: homogeneous, not a mixed group with a spurious 0
     assert step["groups_skipped_homogeneous"] == 1 and step["groups_kept"] == 0
+
+
+def test_library_token_budget_evicts_and_counts(tmp_path):
+    """`max_library_tokens`: the rendered library stays within budget; evictions are counted and logged."""
+    from experiences import render
+
+    result, backend, config = run_learn(tmp_path, World(), [(1, 2), (3, 4), (5, 6)], group_size=2, epochs=1,
+                                        batch_size=1, max_library_tokens=12)
+    assert len(render(result.library)) / 4 <= 12
+    assert result.metrics["totals"]["ops_evicted"] >= 1
+    ops = read_jsonl(Path(config.out) / "library.history" / "ops.jsonl")
+    assert any(r["kind"] == "evicted" for r in ops)

@@ -295,7 +295,8 @@ class Engine:
             provenance={"run": self.run.root.name, "epoch": plan.epoch, "step": plan.step, "batch": plan.batch,
                         "query_ids": [a.query_id for a in analyses if a.reply.operations]},
             max_words=config.max_words,
-            budget=Budget(max_items=config.max_experiences) if config.max_experiences else None,
+            budget=Budget(max_items=config.max_experiences, max_prompt_tokens=config.max_library_tokens)
+            if config.max_experiences or config.max_library_tokens else None,
         )
         counters.count_consolidation(consolidation, applied)
         counters.lap("consolidation")

@@ -74,6 +74,9 @@ class LearnConfig(BaseModel):
     max_experiences: int | None = Field(
         None, ge=1, description="Library size cap; beyond it the lowest-value experiences are evicted (None = no cap)."
     )
+    max_library_tokens: int | None = Field(
+        None, ge=1, description="Library budget in prompt tokens (≈ chars/4); the lowest-value experiences are evicted beyond it."
+    )
     dedup: bool = Field(True, description="Look up near-duplicate experiences with the vector store before stage 3.")
     rollout_sampling: SamplingParams = Field(default_factory=lambda: SamplingParams(temperature=0.7, max_tokens=2048))
     stage_sampling: SamplingParams = Field(default_factory=lambda: SamplingParams(temperature=0.0, max_tokens=2048))
@@ -104,7 +107,7 @@ RESUME_LOCKED_KEYS = (
     "data", "problem_key", "answer_key", "id_key", "limit", "init_library", "group_size", "batch_size", "seed",
     "reward", "ground_truth", "std_threshold", "max_ops_per_group", "max_words", "trajectory_token_budget", "inject",
     "dedup_threshold", "dedup", "rollout_sampling", "stage_sampling", "templates", "system_prompt", "agent",
-    "on_consolidation_failure", "llm.backend", "llm.model", "llm.adapter",
+    "on_consolidation_failure", "max_experiences", "max_library_tokens", "llm.backend", "llm.model", "llm.adapter",
 )
 
 
