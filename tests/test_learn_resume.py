@@ -154,3 +154,23 @@ def test_more_epochs_on_resume_extend_a_finished_run(tmp_path, reference):
     assert result.status == "completed"
     assert_nothing_paid_twice(first, second)
     assert_same_run(Path(config.out), ref_out, result.library, ref_result.library)
+
+
+def test_resume_with_vector_store_dedup_on(tmp_path):
+    """With the default chromadb dedup (near-duplicates shown to consolidation), a resumed run still ends
+    with the reference run's library, logs and op log, paying for nothing twice."""
+    ref_config = make_config(tmp_path / "ref" / "run", dedup=True)
+    ref_world = World()
+    reference = run(ref_config, ref_world)
+    assert reference.status == "completed"
+
+    config = make_config(tmp_path / "crash" / "run", dedup=True)
+    first = World(crash_at=40)
+    with pytest.raises(SimulatedCrash):
+        run(config, first)
+    second = World()
+    result = run(config.model_copy(update={"resume": True}), second)
+    assert result.status == "completed"
+    assert_nothing_paid_twice(first, second)
+    assert len(first.answered) + len(second.answered) == len(ref_world.answered)
+    assert_same_run(Path(config.out), Path(ref_config.out), result.library, reference.library)
