@@ -10,7 +10,10 @@ SAMPLING="--max-tokens 128"
 STAGES="--stage-max-tokens 192"  # summaries and operations: a 135M model rambles to the limit
 EVAL_CACHE="--cache $OUT/eval-cache.sqlite"  # both evals share it: identical prompts are generated once
 
-$TFGRPO learn --data easy --out "$OUT/learn" --group-size 4 --epochs 1 --batch-size 4 --limit 8 $SAMPLING $STAGES
+# A second run resumes the finished learn run: everything is replayed from the caches, for free.
+RESUME=$([ -f "$OUT/learn/state.json" ] && echo --resume || true)
+
+$TFGRPO learn --data easy --out "$OUT/learn" --group-size 4 --epochs 1 --batch-size 4 --limit 8 $SAMPLING $STAGES $RESUME
 $TFGRPO eval --data easy --out "$OUT/eval-baseline" --samples 4 --label baseline $SAMPLING $EVAL_CACHE
 $TFGRPO eval --data easy --out "$OUT/eval-library" --samples 4 --library "$OUT/learn/library.json" --label library $SAMPLING $EVAL_CACHE
 $TFGRPO export "$OUT/learn/library.json" --format system-prompt --out "$OUT/system_prompt.txt"

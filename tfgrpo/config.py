@@ -59,11 +59,14 @@ class LLMConfig(BaseModel):
 def format_validation_error(error: ValidationError, *, source: str = "config") -> str:
     lines = [f"invalid {source}:"]
     for item in error.errors():
-        key = ".".join(str(p) for p in item["loc"]) or "(root)"
+        key = ".".join(str(p) for p in item["loc"])
         if item["type"] == "extra_forbidden":
             lines.append(f"  - unknown key '{key}'")
+        elif not key:  # a check across fields: its message says it all (the input is the whole config)
+            lines.append(f"  - {item['msg'].removeprefix('Value error, ')}")
         else:
-            lines.append(f"  - {key}: {item['msg']} (got {item.get('input')!r})")
+            got = repr(item.get("input"))
+            lines.append(f"  - {key}: {item['msg']} (got {got if len(got) <= 80 else got[:77] + '...'})")
     return "\n".join(lines)
 
 

@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 FORMAT_HELP = "md | txt | json | yaml | system-prompt (default: from the --out suffix)."
+IMPORT_FORMAT_HELP = "md | txt | json | yaml | system-prompt; txt also reads a plain list of lines (default: from the source file's suffix)."
 
 
 def register(app: typer.Typer) -> None:
@@ -30,7 +31,7 @@ def register(app: typer.Typer) -> None:
     def import_command(
         source: Annotated[Path, typer.Argument(help="An exported file, or a plain text file with one lesson per line.", show_default=False)],
         out: Annotated[Path, typer.Option("--out", "-o", help="Library JSON file to write.")],
-        fmt: Annotated[Optional[str], typer.Option("--format", "-f", help=FORMAT_HELP)] = None,
+        fmt: Annotated[Optional[str], typer.Option("--format", "-f", help=IMPORT_FORMAT_HELP)] = None,
         force: Annotated[Optional[bool], typer.Option("--force", help="Overwrite --out if it exists.")] = None,
     ) -> None:
         """Read experiences from md / txt / json / yaml / system-prompt files or a plain list of lines into a library."""
