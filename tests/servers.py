@@ -206,3 +206,10 @@ def completion_body(request: dict[str, Any], *, text: str = "scripted reply", ig
 
 
 __all__ = ["FaultServer", "RecordedRequest", "Reply", "completion_body", "free_port", "llama_server"]
+
+
+def ask(question: str = "What is the capital of France?", **fields):
+    """A one-message ChatRequest, for backend tests."""
+    from tfgrpo.llm.types import ChatRequest, Message
+
+    return ChatRequest(messages=[Message(role="user", content=question)], **fields)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.servers import FaultServer, Reply, llama_server
+from tests.servers import FaultServer, Reply, ask
 from tfgrpo.llm.backends.litellm_backend import LiteLLMBackend
 from tfgrpo.llm.errors import (
     ContextWindowExceededError,
@@ -16,26 +16,9 @@ from tfgrpo.llm.errors import (
     ServerError,
     TransientError,
 )
-from tfgrpo.llm.types import ChatRequest, Message, SamplingParams
+from tfgrpo.llm.types import SamplingParams
 
 pytestmark = pytest.mark.timeout(120)
-
-
-def ask(question: str = "What is the capital of France?", **fields) -> ChatRequest:
-    return ChatRequest(messages=[Message(role="user", content=question)], **fields)
-
-
-@pytest.fixture(scope="module")
-def llama_url():
-    pytest.importorskip("llama_cpp", reason="needs the llamacpp extra (CI installs it)")
-    with llama_server(n_ctx=1024) as url:
-        yield url
-
-
-@pytest.fixture
-def fault_server():
-    with FaultServer() as server:
-        yield server
 
 
 async def test_llama_server_through_litellm(llama_url):

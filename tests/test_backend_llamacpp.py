@@ -6,16 +6,13 @@ import asyncio
 
 import pytest
 
+from tests.servers import ask
 from tfgrpo.llm.backends.llamacpp_backend import LlamaCppBackend
 from tfgrpo.llm.embedded import EMBEDDED_MODEL_NAME
 from tfgrpo.llm.errors import BackendUnavailableError, ContextWindowExceededError
-from tfgrpo.llm.types import ChatRequest, Message, SamplingParams
+from tfgrpo.llm.types import SamplingParams
 
 pytestmark = pytest.mark.timeout(120)
-
-
-def ask(question: str = "What is the capital of France?", **fields) -> ChatRequest:
-    return ChatRequest(messages=[Message(role="user", content=question)], **fields)
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from tests.servers import FaultServer, Reply, free_port, llama_server
+from tests.servers import FaultServer, Reply, ask, free_port
 from tfgrpo.llm.backends.openai_backend import OpenAIBackend
 from tfgrpo.llm.client import LLMClient
 from tfgrpo.llm.errors import (
@@ -26,26 +26,9 @@ from tfgrpo.llm.errors import (
     ServerError,
     TransientError,
 )
-from tfgrpo.llm.types import ChatRequest, Message, SamplingParams
+from tfgrpo.llm.types import SamplingParams
 
 pytestmark = pytest.mark.timeout(120)
-
-
-def ask(question: str = "What is the capital of France?", **fields) -> ChatRequest:
-    return ChatRequest(messages=[Message(role="user", content=question)], **fields)
-
-
-@pytest.fixture(scope="module")
-def llama_url():
-    pytest.importorskip("llama_cpp", reason="needs the llamacpp extra (CI installs it)")
-    with llama_server(n_ctx=1024) as url:
-        yield url
-
-
-@pytest.fixture
-def fault_server():
-    with FaultServer() as server:
-        yield server
 
 
 # -- the real server ---------------------------------------------------------------------------------

@@ -30,7 +30,6 @@ from typing import Any, TypeVar
 from eval.datasets import Problem, load_dataset_rows
 from experiences.apply import Budget, apply_operations
 from experiences.model import Library
-from tfgrpo.config import ConfigError
 from tfgrpo.injection import Injector
 from tfgrpo.learn_config import LearnConfig
 from tfgrpo.learn_metrics import StepCounters, run_metrics

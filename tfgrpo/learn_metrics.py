@@ -218,7 +218,7 @@ def epoch_table(metrics: dict[str, Any]) -> Any:
         f"parse retries {totals['parse_retries']} (failures {totals['parse_failures']}), tokens "
         f"{totals['prompt_tokens']:,} in / {totals['completion_tokens']:,} out, ${totals['cost_usd']:.4f}, "
         f"{totals['wall_time_s']:.1f}s; final library v{totals['library_version']} with {totals['library_size']} experiences"
-        + (f"; * = best epoch on validation" if metrics.get("best_epoch") else "")
+        + ("; * = best epoch on validation" if metrics.get("best_epoch") else "")
     )
     return table
 
