@@ -61,6 +61,9 @@ def run_tests(code: str, tests: Sequence[str], *, timeout_s: float = 5.0, memory
     failures = [line for line in lines if line != "PASS"]
     if timed_out:
         failures.append(f"timed out after {timeout_s:g} s")
+    elif process.returncode in (-signal.SIGXCPU, -signal.SIGKILL) and passed + len(failures) < len(tests):
+        # the kernel's CPU-time limit fired first (busy code on a machine with idle wall-clock time)
+        failures.append(f"timed out after {timeout_s:g} s of CPU time")
     elif process.returncode not in (0, None) and passed + len(failures) < len(tests):
         failures.append(f"exited with code {process.returncode}: {stderr.decode(errors='replace')[-200:].strip()}")
     return passed, failures
