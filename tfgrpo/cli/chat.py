@@ -43,7 +43,7 @@ def register(app: typer.Typer) -> None:
         completion = run_chat(settings, prompt)
         typer.echo(completion.text)
         if show_usage:
-            Console(stderr=True).print(
+            Console(stderr=True, soft_wrap=True).print(
                 f"[dim]{settings.llm.backend} · {completion.usage.prompt_tokens} prompt + "
                 f"{completion.usage.completion_tokens} completion tokens · {completion.latency_s:.2f}s · ${completion.cost_usd:.6f}"
                 f"{' · cached' if completion.cached else ''}[/dim]"

@@ -53,7 +53,7 @@ def register(app: typer.Typer) -> None:
             "sampling": opt.sampling_overrides(temperature, top_p, max_tokens, seed),
         }
         settings = build_config(EvalConfig, config, overrides)
-        console = Console(stderr=True)
+        console = Console(stderr=True, soft_wrap=True)
         try:
             result = evaluate(settings, console=console)
         except KeyboardInterrupt:

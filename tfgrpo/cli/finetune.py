@@ -80,7 +80,7 @@ def register(app: typer.Typer) -> None:
         from finetune.errors import FinetuneError
         from finetune.run import load_method, run_finetune
 
-        console = Console(stderr=True)
+        console = Console(stderr=True, soft_wrap=True)
         try:
             load_method(method)  # an unknown method or a missing finetune extra fails before anything is printed
             console.print(f"[bold]finetune {method}[/] model={model or 'embedded SmolLM2'} data={data} out={out}")

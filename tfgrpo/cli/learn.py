@@ -72,7 +72,7 @@ def register(app: typer.Typer) -> None:
             raise ConfigError("--data is required (a bundled name like 'easy' or a JSONL file), or --config learn.yaml")
         if settings.llm.api_key == "***":  # the saved config hides the key: take it from --api-key or the environment
             settings.llm.api_key = None
-        console = Console(stderr=True)
+        console = Console(stderr=True, soft_wrap=True)
         from tfgrpo.llm.errors import LLMError
 
         try:

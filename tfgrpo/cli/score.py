@@ -57,7 +57,7 @@ def register(app: typer.Typer) -> None:
         source = Path(input_path)
         if not source.is_file():
             raise RewardError(f"input file not found: {input_path}")
-        console = Console(stderr=True)
+        console = Console(stderr=True, soft_wrap=True)
         summary = ScoreSummary()
         with source.open(encoding="utf-8") as lines:
             sink = open(out, "w", encoding="utf-8") if out else sys.stdout  # noqa: SIM115
