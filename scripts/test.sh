@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# CI's test command (README's second line runs it after scripts/install.sh): the whole pytest suite,
+# then the docs site built with --strict, so a broken link or a stale config reference fails the run.
+# Extra arguments go to pytest (e.g. `bash scripts/test.sh -m "not slow"`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} TOKENIZERS_PARALLELISM=${TOKENIZERS_PARALLELISM:-false}
+.venv/bin/python -m pytest -q "$@"
+.venv/bin/mkdocs build --strict -q --site-dir "${DOCS_SITE_DIR:-site}"
