@@ -1,0 +1,210 @@
+"""mkdocs hook: configuration reference tables generated from the config classes at build time.
+
+A page writes a marker such as
+
+    <!-- config-reference: tfgrpo.learn_config.LearnConfig -->
+
+and the build replaces it with a heading, the class's docstring and one table row per field (key, type,
+default, description), read from the pydantic model (`Field(description=...)`) or, for the fine-tuning
+configs, from the dataclass fields our classes declare (`metadata["help"]`). A nested pydantic model
+(`llm: LLMConfig`) links to its own table, which is appended to the page unless a marker placed it.
+A marker naming a class that no longer exists fails the build, so the reference cannot go stale.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+import re
+import sys
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+import yaml
+from mkdocs.exceptions import PluginError
+from pydantic import BaseModel
+
+MARKER = re.compile(r"^<!--\s*config-reference:\s*(?P<path>[\w.]+)\s*-->\s*$", re.MULTILINE)
+OUR_PACKAGES = ("tfgrpo", "experiences", "rewards", "eval", "finetune")
+CONSTRAINTS = {"Ge": "≥", "Gt": ">", "Le": "≤", "Lt": "<"}
+
+
+class ConfigReferenceError(PluginError):
+    """A marker names a class that cannot be imported or is not a config class."""
+
+
+def on_config(config: Any) -> Any:
+    # Document this checkout, not whatever copy of the packages the environment has installed.
+    root = str(Path(config.config_file_path).resolve().parent)
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    return config
+
+
+def on_page_markdown(markdown: str, page: Any, **_: Any) -> str:
+    return render_markers(markdown)
+
+
+def render_markers(markdown: str) -> str:
+    """`markdown` with every config-reference marker replaced by its tables (nested models appended)."""
+    placed = [resolve(match["path"]) for match in MARKER.finditer(markdown)]
+    if not placed:
+        return markdown
+    rendered: set[type] = set(placed)
+    pending: list[type] = []
+
+    def section(match: re.Match[str]) -> str:
+        return class_section(resolve(match["path"]), pending)
+
+    markdown = MARKER.sub(section, markdown)
+    appended: list[str] = []
+    while pending:
+        nested = pending.pop(0)
+        if nested not in rendered:
+            rendered.add(nested)
+            appended.append(class_section(nested, pending))
+    return markdown.rstrip("\n") + ("\n\n" + "\n\n".join(appended) if appended else "") + "\n"
+
+
+def resolve(path: str) -> type:
+    module_name, _, class_name = path.rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module_name), class_name)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigReferenceError(f"config-reference: cannot import {path} ({exc}); fix the marker") from exc
+    if not (is_model(cls) or dataclasses.is_dataclass(cls)):
+        raise ConfigReferenceError(f"config-reference: {path} is neither a pydantic model nor a dataclass")
+    return cls
+
+
+def anchor(cls: type) -> str:
+    return cls.__name__.lower()
+
+
+def class_section(cls: type, pending: list[type]) -> str:
+    doc = inspect.cleandoc(cls.__doc__ or "").split("\n\n")[0].replace("\n", " ")
+    if is_model(cls) and doc.startswith("Usage docs:"):  # pydantic's own BaseModel docstring
+        doc = ""
+    head = f"### {cls.__name__} {{ #{anchor(cls)} }}\n\n`{cls.__module__}.{cls.__name__}`" + (f": {doc}" if doc else "")
+    rows = model_rows(cls, pending) if is_model(cls) else dataclass_rows(cls)
+    table = "| key | type | default | description |\n|---|---|---|---|\n" + "\n".join(
+        "| " + " | ".join(cell(value) for value in row) + " |" for row in rows
+    )
+    return head + "\n\n" + table + "\n" + inherited_note(cls)
+
+
+def model_rows(cls: type[BaseModel], pending: list[type]) -> list[tuple[str, str, str, str]]:
+    rows = []
+    for name, field in cls.model_fields.items():
+        description = field.description or ""
+        nested = nested_model(field.annotation)
+        if nested is not None:
+            pending.append(nested)
+            link = f"see [{nested.__name__}](#{anchor(nested)})"
+            description = f"{description} ({link})" if description else link.capitalize()
+        constraint = " ".join(f"{symbol} {getattr(m, kind.lower())}" for m in field.metadata
+                              for kind, symbol in CONSTRAINTS.items() if type(m).__name__ == kind)
+        type_text = f"`{type_name(field.annotation)}`" + (f" {constraint}" if constraint else "")
+        if field.is_required():
+            default = "required"
+        else:
+            default = format_default(field.get_default(call_default_factory=True))
+        rows.append((f"`{name}`", type_text, default, description))
+    return rows
+
+
+def dataclass_rows(cls: type) -> list[tuple[str, str, str, str]]:
+    """The fields our own classes declare (TRL's hundreds of inherited ones are linked, not listed)."""
+    ours = [base for base in reversed(cls.__mro__) if base.__module__.split(".")[0] in OUR_PACKAGES]
+    declared = {name for base in ours for name in inspect.get_annotations(base)}
+    upstream = upstream_base(cls)
+    upstream_defaults = {f.name: field_default(f) for f in dataclasses.fields(upstream)} if upstream else {}
+    rows = []
+    for field in dataclasses.fields(cls):
+        if field.name not in declared:
+            continue
+        default = field_default(field)
+        description = field.metadata.get("help", "")
+        if field.name in upstream_defaults and upstream_defaults[field.name] != default:
+            description += f" (TRL's default: {format_default(upstream_defaults[field.name])})"
+        rows.append((f"`{field.name}`", f"`{type_name(field.type)}`", format_default(default), description))
+    return rows
+
+
+def inherited_note(cls: type) -> str:
+    upstream = upstream_base(cls)
+    if upstream is None:
+        return ""
+    package = upstream.__module__.split(".")[0]
+    version = getattr(sys.modules.get(package), "__version__", "")
+    built_with = f" ({package} {version} at build time)" if version else ""
+    return f"\nEvery field of `{package}.{upstream.__name__}`{built_with} is accepted as well.\n"
+
+
+def upstream_base(cls: type) -> type | None:
+    """The first third-party dataclass a config extends (e.g. `trl.SFTConfig`), if any."""
+    for base in cls.__mro__[1:]:
+        if dataclasses.is_dataclass(base) and base.__module__.split(".")[0] not in OUR_PACKAGES:
+            return base
+    return None
+
+
+def field_default(field: dataclasses.Field[Any]) -> Any:
+    if field.default is not dataclasses.MISSING:
+        return field.default
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return dataclasses.MISSING
+
+
+def is_model(value: Any) -> bool:
+    return isinstance(value, type) and issubclass(value, BaseModel)
+
+
+def nested_model(annotation: Any) -> type[BaseModel] | None:
+    if is_model(annotation):
+        return annotation
+    for argument in typing.get_args(annotation):
+        found = nested_model(argument)
+        if found is not None:
+            return found
+    return None
+
+
+def type_name(annotation: Any) -> str:
+    if isinstance(annotation, str):
+        return annotation
+    if annotation is type(None):
+        return "None"
+    if isinstance(annotation, type) and not typing.get_args(annotation):
+        return annotation.__name__
+    origin = typing.get_origin(annotation)
+    arguments = typing.get_args(annotation)
+    if origin is typing.Literal:
+        return " | ".join(repr(a) for a in arguments)
+    if origin in (typing.Union, types.UnionType):
+        return " | ".join(type_name(a) for a in arguments)
+    if origin is not None:
+        return f"{getattr(origin, '__name__', str(origin))}[{', '.join(type_name(a) for a in arguments)}]"
+    return re.sub(r"\b(?:[A-Za-z_]\w*\.)+([A-Za-z_]\w*)", r"\1", str(annotation).replace("typing.", ""))
+
+
+def format_default(value: Any) -> str:
+    if value is dataclasses.MISSING:
+        return "required"
+    if isinstance(value, BaseModel):
+        value = value.model_dump(mode="json")
+    if isinstance(value, tuple):
+        value = list(value)
+    try:
+        text = yaml.safe_dump(value, default_flow_style=True, width=10_000).strip().removesuffix("...").strip()
+    except yaml.YAMLError:  # an object YAML cannot write (an enum, a path): its repr says enough
+        text = repr(value)
+    return f"`{text}`"
+
+
+def cell(text: str) -> str:
+    return " ".join(str(text).split()).replace("|", "\\|")
