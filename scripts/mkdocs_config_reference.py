@@ -103,8 +103,8 @@ def model_rows(cls: type[BaseModel], pending: list[type]) -> list[tuple[str, str
         nested = nested_model(field.annotation)
         if nested is not None:
             pending.append(nested)
-            link = f"see [{nested.__name__}](#{anchor(nested)})"
-            description = f"{description} ({link})" if description else link.capitalize()
+            link = f"[{nested.__name__}](#{anchor(nested)})"
+            description = f"{description} (see {link})" if description else f"See {link}."
         constraint = " ".join(f"{symbol} {getattr(m, kind.lower())}" for m in field.metadata
                               for kind, symbol in CONSTRAINTS.items() if type(m).__name__ == kind)
         type_text = f"`{type_name(field.annotation)}`" + (f" {constraint}" if constraint else "")
@@ -195,16 +195,21 @@ def type_name(annotation: Any) -> str:
 def format_default(value: Any) -> str:
     if value is dataclasses.MISSING:
         return "required"
-    if isinstance(value, BaseModel):
-        value = value.model_dump(mode="json")
+    if isinstance(value, BaseModel):  # a small model in full; a large one only where it differs from its defaults
+        full = value.model_dump(mode="json")
+        value = full if len(full) <= 6 else value.model_dump(mode="json", exclude_defaults=True)
+        if not value:
+            return "its defaults"
     if isinstance(value, tuple):
         value = list(value)
     try:
-        text = yaml.safe_dump(value, default_flow_style=True, width=10_000).strip().removesuffix("...").strip()
+        text = yaml.safe_dump(value, default_flow_style=True, sort_keys=False, width=10_000).strip().removesuffix("...").strip()
     except yaml.YAMLError:  # an object YAML cannot write (an enum, a path): its repr says enough
         text = repr(value)
     return f"`{text}`"
 
 
 def cell(text: str) -> str:
-    return " ".join(str(text).split()).replace("|", "\\|")
+    """One table cell: on one line, with `|` escaped outside code spans (inside them it is literal)."""
+    parts = " ".join(str(text).split()).split("`")
+    return "`".join(part if index % 2 else part.replace("|", "\\|") for index, part in enumerate(parts))

@@ -1,0 +1,119 @@
+"""The README stays short and CI-runnable, its links resolve, and the docs' configuration reference is
+generated from the config classes themselves (the full site is built by `mkdocs build --strict` in
+scripts/test.sh)."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from eval.runner import EvalConfig
+from tfgrpo.config import LLMConfig
+from tfgrpo.learn_config import LearnConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+
+
+def load_hook():
+    spec = importlib.util.spec_from_file_location("mkdocs_config_reference", ROOT / "scripts/mkdocs_config_reference.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def table_rows(markdown: str, heading: str) -> dict[str, list[str]]:
+    """Rows of the table under `### heading`, keyed by the field name."""
+    section = markdown.split(f"### {heading} ", 1)[1].split("\n### ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        match = re.match(r"^\| `(\w+)` \| (.*) \|$", line)
+        if match:
+            rows[match[1]] = split_cells(match[2])
+    return rows
+
+
+def split_cells(row: str) -> list[str]:
+    """Cells of a table row: `|` separates cells except inside a code span or escaped."""
+    cells, current, in_code, previous = [], "", False, ""
+    for char in row:
+        if char == "`":
+            in_code = not in_code
+        if char == "|" and not in_code and previous != "\\":
+            cells.append(current.strip())
+            current = ""
+        else:
+            current += char
+        previous = char
+    return cells + [current.strip()]
+
+
+def test_readme_is_short_and_has_the_ci_test_line():
+    assert len(README.read_bytes()) <= 10 * 1024
+    ci_script = (ROOT / ".ci/run").read_text()
+    pattern = re.search(r"grep -m1 -E '([^']+)' README.md", ci_script)[1]
+    found = subprocess.run(["grep", "-m1", "-E", pattern, str(README)], capture_output=True, text=True, check=True)
+    assert found.stdout.strip() == "bash scripts/install.sh && bash scripts/test.sh"
+    test_script = (ROOT / "scripts/test.sh").read_text()
+    assert "pytest" in test_script and "mkdocs build --strict" in test_script
+
+
+def test_readme_links_point_to_existing_files():
+    links = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", README.read_text(encoding="utf-8"))
+    assert links, "the README links to the docs"
+    missing = [link for link in links if "://" not in link and not (ROOT / link).exists()]
+    assert not missing
+
+
+def test_learn_reference_lists_every_field_with_its_default_and_description():
+    hook = load_hook()
+    markdown = hook.render_markers("<!-- config-reference: tfgrpo.learn_config.LearnConfig -->\n")
+    rows = table_rows(markdown, "LearnConfig")
+    assert list(rows) == list(LearnConfig.model_fields)
+    assert rows["data"][1] == "required"
+    assert rows["group_size"] == ["`int` ≥ 1", "`5`", LearnConfig.model_fields["group_size"].description]
+    assert rows["on_consolidation_failure"][0] == "`'skip' | 'apply_proposed'`"
+    assert rows["stage_sampling"][1] == "`{temperature: 0.0, top_p: 1.0, max_tokens: 2048, stop: null, seed: null}`"
+    # Nested models link to their own tables, appended once although several fields use them.
+    assert "[LLMConfig](#llmconfig)" in rows["llm"][2]
+    for nested in ("LLMConfig", "SamplingParams", "StageTemplates", "AgentConfig"):
+        assert markdown.count(f"### {nested} {{ #{nested.lower()} }}") == 1
+    assert list(table_rows(markdown, "LLMConfig")) == list(LLMConfig.model_fields)
+
+
+def test_a_model_placed_by_a_marker_is_not_appended_again():
+    hook = load_hook()
+    markdown = hook.render_markers(
+        "<!-- config-reference: eval.runner.EvalConfig -->\n\n## Backend\n\n<!-- config-reference: tfgrpo.config.LLMConfig -->\n"
+    )
+    assert markdown.count("### LLMConfig ") == 1
+    assert markdown.index("## Backend") < markdown.index("### LLMConfig ")
+    assert list(table_rows(markdown, "EvalConfig")) == list(EvalConfig.model_fields)
+
+
+def test_a_stale_marker_fails_the_build_in_one_line():
+    hook = load_hook()
+    with pytest.raises(hook.ConfigReferenceError, match="cannot import tfgrpo.config.NoSuchConfig"):
+        hook.render_markers("<!-- config-reference: tfgrpo.config.NoSuchConfig -->")
+    with pytest.raises(hook.ConfigReferenceError, match="neither a pydantic model nor a dataclass"):
+        hook.render_markers("<!-- config-reference: tfgrpo.config.read_yaml -->")
+
+
+def test_finetune_reference_lists_our_fields_and_the_trl_defaults_we_change():
+    pytest.importorskip("trl")
+    from finetune.adapters import AdapterArguments
+    from finetune.grpo import GSPOFinetuneConfig
+
+    hook = load_hook()
+    markdown = hook.render_markers("<!-- config-reference: finetune.grpo.GSPOFinetuneConfig -->")
+    rows = table_rows(markdown, "GSPOFinetuneConfig")
+    ours = {f.name for f in dataclasses.fields(AdapterArguments)} | {"reward", "tools", "max_turns", "epsilon", "beta"}
+    assert ours <= set(rows)
+    assert len(rows) < 40, "TRL's inherited fields are referred to, not listed"
+    assert rows["beta"][1] == "`0.04`" and "TRL's default: `0.0`" in rows["beta"][2]
+    assert "Every field of `trl.GRPOConfig`" in markdown
