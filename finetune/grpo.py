@@ -58,7 +58,7 @@ class GRPOFinetuneConfig(trl.GRPOConfig, AdapterArguments):
     tool_options: dict[str, Any] | None = field(
         default=None,
         metadata={"help": "Keyword arguments per tool, e.g. {python: {timeout_s: 5, memory_mb: 1024}} (the sandbox "
-                  "limits in the README's 'Agentic rollouts' section)."},
+                  "limits in docs/agent.md)."},
     )
     max_turns: int | None = field(
         default=None,

@@ -73,7 +73,7 @@ def resolve(path: str) -> type:
     module_name, _, class_name = path.rpartition(".")
     try:
         cls = getattr(importlib.import_module(module_name), class_name)
-    except (ImportError, AttributeError) as exc:
+    except (ImportError, AttributeError, RuntimeError) as exc:  # RuntimeError: a lazy module (trl) failing
         raise ConfigReferenceError(f"config-reference: cannot import {path} ({exc}); fix the marker") from exc
     if not (is_model(cls) or dataclasses.is_dataclass(cls)):
         raise ConfigReferenceError(f"config-reference: {path} is neither a pydantic model nor a dataclass")
@@ -89,11 +89,12 @@ def class_section(cls: type, pending: list[type]) -> str:
     if is_model(cls) and doc.startswith("Usage docs:"):  # pydantic's own BaseModel docstring
         doc = ""
     head = f"### {cls.__name__} {{ #{anchor(cls)} }}\n\n`{cls.__module__}.{cls.__name__}`" + (f": {doc}" if doc else "")
-    rows = model_rows(cls, pending) if is_model(cls) else dataclass_rows(cls)
+    rows = model_rows(cls, pending) if is_model(cls) else dataclass_rows(cls, pending)
     table = "| key | type | default | description |\n|---|---|---|---|\n" + "\n".join(
         "| " + " | ".join(cell(value) for value in row) + " |" for row in rows
     )
-    return head + "\n\n" + table + "\n" + inherited_note(cls)
+    body = table + "\n" if rows else "No fields of its own.\n"
+    return head + "\n\n" + body + inherited_note(cls)
 
 
 def model_rows(cls: type[BaseModel], pending: list[type]) -> list[tuple[str, str, str, str]]:
@@ -116,11 +117,16 @@ def model_rows(cls: type[BaseModel], pending: list[type]) -> list[tuple[str, str
     return rows
 
 
-def dataclass_rows(cls: type) -> list[tuple[str, str, str, str]]:
-    """The fields our own classes declare (TRL's hundreds of inherited ones are linked, not listed)."""
-    ours = [base for base in reversed(cls.__mro__) if base.__module__.split(".")[0] in OUR_PACKAGES]
-    declared = {name for base in ours for name in inspect.get_annotations(base)}
+def dataclass_rows(cls: type, pending: list[type]) -> list[tuple[str, str, str, str]]:
+    """The fields our own classes declare (TRL's hundreds of inherited ones are referred to, not listed).
+
+    A mixin of ours (a base that does not extend the upstream config, e.g. `AdapterArguments`) gets its own
+    table, linked from the note below this one instead of being repeated in every method's table."""
     upstream = upstream_base(cls)
+    ours = [base for base in reversed(cls.__mro__) if base.__module__.split(".")[0] in OUR_PACKAGES]
+    mixins = [base for base in ours if base is not cls and upstream is not None and not issubclass(base, upstream)]
+    pending.extend(mixins)
+    declared = {name for base in ours if base not in mixins for name in inspect.get_annotations(base)}
     upstream_defaults = {f.name: field_default(f) for f in dataclasses.fields(upstream)} if upstream else {}
     rows = []
     for field in dataclasses.fields(cls):
@@ -141,7 +147,14 @@ def inherited_note(cls: type) -> str:
     package = upstream.__module__.split(".")[0]
     version = getattr(sys.modules.get(package), "__version__", "")
     built_with = f" ({package} {version} at build time)" if version else ""
-    return f"\nEvery field of `{package}.{upstream.__name__}`{built_with} is accepted as well.\n"
+    public = sys.modules.get(package)
+    name = f"{package}.{upstream.__name__}" if getattr(public, upstream.__name__, None) is upstream else (
+        f"{upstream.__module__}.{upstream.__name__}")
+    mixins = [base for base in cls.__mro__[1:] if base.__module__.split(".")[0] in OUR_PACKAGES
+              and dataclasses.is_dataclass(base) and not issubclass(base, upstream)]
+    parts = [f"the fields of [{base.__name__}](#{anchor(base)})" for base in mixins]
+    parts.append(f"every field of `{name}`{built_with}")
+    return f"\nAlso accepted: {' and '.join(parts)}.\n"
 
 
 def upstream_base(cls: type) -> type | None:

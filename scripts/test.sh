@@ -4,6 +4,6 @@
 # Extra arguments go to pytest (e.g. `bash scripts/test.sh -m "not slow"`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} TOKENIZERS_PARALLELISM=${TOKENIZERS_PARALLELISM:-false}
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} TOKENIZERS_PARALLELISM=${TOKENIZERS_PARALLELISM:-false} NO_MKDOCS_2_WARNING=1
 .venv/bin/python -m pytest -q "$@"
 .venv/bin/mkdocs build --strict -q --site-dir "${DOCS_SITE_DIR:-site}"

@@ -112,8 +112,10 @@ def test_finetune_reference_lists_our_fields_and_the_trl_defaults_we_change():
     hook = load_hook()
     markdown = hook.render_markers("<!-- config-reference: finetune.grpo.GSPOFinetuneConfig -->")
     rows = table_rows(markdown, "GSPOFinetuneConfig")
-    ours = {f.name for f in dataclasses.fields(AdapterArguments)} | {"reward", "tools", "max_turns", "epsilon", "beta"}
-    assert ours <= set(rows)
-    assert len(rows) < 40, "TRL's inherited fields are referred to, not listed"
+    assert {"reward", "tools", "max_turns", "epsilon", "beta"} <= set(rows)
+    assert len(rows) < 20, "TRL's inherited fields are referred to, not listed"
     assert rows["beta"][1] == "`0.04`" and "TRL's default: `0.0`" in rows["beta"][2]
-    assert "Every field of `trl.GRPOConfig`" in markdown
+    assert "Also accepted: the fields of [AdapterArguments](#adapterarguments) and every field of `trl.GRPOConfig`" in markdown
+    # The shared adapter settings get one table of their own, appended once.
+    assert list(table_rows(markdown, "AdapterArguments")) == [f.name for f in dataclasses.fields(AdapterArguments)]
+    assert "lora_r" not in rows

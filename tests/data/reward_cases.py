@@ -1,6 +1,6 @@
 """Answer-equivalence table for the math reward: (gold, predicted answer, equal?, family).
 
-Positives and negatives for every family the README's "what counts as equal" table lists. The
+Positives and negatives for every family docs/rewards.md's "what counts as equal" table lists. The
 predicted side is what extraction hands over (the content of the last box, an answer line, ...).
 """
 

@@ -54,7 +54,7 @@ class ResponseCache:
         is already on disk (WAL), so a crash or Ctrl-C never makes a resumed run pay for it twice.
 
         Committing per call, not per event-loop turn or per stage, is deliberate: insert + commit cost
-        ~30-50 us (at most ~6 % of a learn epoch at 50 ms latency, README, learn "Throughput"), while a
+        ~30-50 us (at most ~6 % of a learn epoch at 50 ms latency, docs/benchmarks.md#engine), while a
         deferred commit would hold the write lock (or hide rows) from another connection to the same file
         opened in the meantime.
         """

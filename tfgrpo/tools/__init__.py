@@ -1,4 +1,4 @@
-"""Tools a model may call during multi-turn rollouts (see the README, "Agentic rollouts")."""
+"""Tools a model may call during multi-turn rollouts (see docs/agent.md)."""
 
 from tfgrpo.tools.base import Tool, ToolError, ToolResult
 from tfgrpo.tools.registry import BUILTIN_TOOLS, ToolRegistry, get_tools, parse_tool_names
