@@ -88,7 +88,8 @@ def class_section(cls: type, pending: list[type]) -> str:
     doc = inspect.cleandoc(cls.__doc__ or "").split("\n\n")[0].replace("\n", " ")
     if is_model(cls) and doc.startswith("Usage docs:"):  # pydantic's own BaseModel docstring
         doc = ""
-    head = f"### {cls.__name__} {{ #{anchor(cls)} }}\n\n`{cls.__module__}.{cls.__name__}`" + (f": {doc}" if doc else "")
+    path = f"`{cls.__module__}.{cls.__name__}`" + (f": {doc}" if doc else "")
+    head = f"### {cls.__name__} {{ #{anchor(cls)} }}\n\n{path}"
     rows = model_rows(cls, pending) if is_model(cls) else dataclass_rows(cls, pending)
     table = "| key | type | default | description |\n|---|---|---|---|\n" + "\n".join(
         "| " + " | ".join(cell(value) for value in row) + " |" for row in rows
@@ -106,8 +107,12 @@ def model_rows(cls: type[BaseModel], pending: list[type]) -> list[tuple[str, str
             pending.append(nested)
             link = f"[{nested.__name__}](#{anchor(nested)})"
             description = f"{description} (see {link})" if description else f"See {link}."
-        constraint = " ".join(f"{symbol} {getattr(m, kind.lower())}" for m in field.metadata
-                              for kind, symbol in CONSTRAINTS.items() if type(m).__name__ == kind)
+        constraint = " ".join(
+            f"{symbol} {getattr(m, kind.lower())}"
+            for m in field.metadata
+            for kind, symbol in CONSTRAINTS.items()
+            if type(m).__name__ == kind
+        )
         type_text = f"`{type_name(field.annotation)}`" + (f" {constraint}" if constraint else "")
         if field.is_required():
             default = "required"
@@ -148,10 +153,18 @@ def inherited_note(cls: type) -> str:
     version = getattr(sys.modules.get(package), "__version__", "")
     built_with = f" ({package} {version} at build time)" if version else ""
     public = sys.modules.get(package)
-    name = f"{package}.{upstream.__name__}" if getattr(public, upstream.__name__, None) is upstream else (
-        f"{upstream.__module__}.{upstream.__name__}")
-    mixins = [base for base in cls.__mro__[1:] if base.__module__.split(".")[0] in OUR_PACKAGES
-              and dataclasses.is_dataclass(base) and not issubclass(base, upstream)]
+    name = (
+        f"{package}.{upstream.__name__}"
+        if getattr(public, upstream.__name__, None) is upstream
+        else (f"{upstream.__module__}.{upstream.__name__}")
+    )
+    mixins = [
+        base
+        for base in cls.__mro__[1:]
+        if base.__module__.split(".")[0] in OUR_PACKAGES
+        and dataclasses.is_dataclass(base)
+        and not issubclass(base, upstream)
+    ]
     parts = [f"the fields of [{base.__name__}](#{anchor(base)})" for base in mixins]
     parts.append(f"every field of `{name}`{built_with}")
     return f"\nAlso accepted: {' and '.join(parts)}.\n"
@@ -216,7 +229,8 @@ def format_default(value: Any) -> str:
     if isinstance(value, tuple):
         value = list(value)
     try:
-        text = yaml.safe_dump(value, default_flow_style=True, sort_keys=False, width=10_000).strip().removesuffix("...").strip()
+        text = yaml.safe_dump(value, default_flow_style=True, sort_keys=False, width=10_000)
+        text = text.strip().removesuffix("...").strip()  # a plain scalar ends with YAML's document end marker
     except yaml.YAMLError:  # an object YAML cannot write (an enum, a path): its repr says enough
         text = repr(value)
     return f"`{text}`"
