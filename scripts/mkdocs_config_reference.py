@@ -9,6 +9,9 @@ default, description), read from the pydantic model (`Field(description=...)`) o
 configs, from the dataclass fields our classes declare (`metadata["help"]`). A nested pydantic model
 (`llm: LLMConfig`) links to its own table, which is appended to the page unless a marker placed it.
 A marker naming a class that no longer exists fails the build, so the reference cannot go stale.
+
+`<!-- cli-reference: tfgrpo.cli.app.app -->` does the same for the command line: one section per
+command of the typer app (sub-commands included) with its help and a table of its options and arguments.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from mkdocs.exceptions import PluginError
 from pydantic import BaseModel
 
 MARKER = re.compile(r"^<!--\s*config-reference:\s*(?P<path>[\w.]+)\s*-->\s*$", re.MULTILINE)
+CLI_MARKER = re.compile(r"^<!--\s*cli-reference:\s*(?P<path>[\w.]+)\s*-->\s*$", re.MULTILINE)
 OUR_PACKAGES = ("tfgrpo", "experiences", "rewards", "eval", "finetune")
 CONSTRAINTS = {"Ge": "≥", "Gt": ">", "Le": "≤", "Lt": "<"}
 
@@ -45,7 +49,7 @@ def on_config(config: Any) -> Any:
 
 
 def on_page_markdown(markdown: str, page: Any, **_: Any) -> str:
-    return render_markers(markdown)
+    return render_markers(CLI_MARKER.sub(lambda match: cli_sections(match["path"]), markdown))
 
 
 def render_markers(markdown: str) -> str:
@@ -69,10 +73,14 @@ def render_markers(markdown: str) -> str:
     return markdown.rstrip("\n") + ("\n\n" + "\n\n".join(appended) if appended else "") + "\n"
 
 
+def import_object(path: str) -> Any:
+    module_name, _, name = path.rpartition(".")
+    return getattr(importlib.import_module(module_name), name)
+
+
 def resolve(path: str) -> type:
-    module_name, _, class_name = path.rpartition(".")
     try:
-        cls = getattr(importlib.import_module(module_name), class_name)
+        cls = import_object(path)
     except (ImportError, AttributeError, RuntimeError) as exc:  # RuntimeError: a lazy module (trl) failing
         raise ConfigReferenceError(f"config-reference: cannot import {path} ({exc}); fix the marker") from exc
     if not (is_model(cls) or dataclasses.is_dataclass(cls)):
@@ -240,3 +248,43 @@ def cell(text: str) -> str:
     """One table cell: on one line, with `|` escaped outside code spans (inside them it is literal)."""
     parts = " ".join(str(text).split()).split("`")
     return "`".join(part if index % 2 else part.replace("|", "\\|") for index, part in enumerate(parts))
+
+
+def cli_sections(path: str) -> str:
+    """One section per command of the typer app at `path`, depth first, in the order `--help` lists them."""
+    import typer.main  # the docs build needs typer only for a page that has a cli-reference marker
+
+    try:
+        root = typer.main.get_command(import_object(path))
+    except (ImportError, AttributeError, RuntimeError) as exc:
+        raise ConfigReferenceError(f"cli-reference: cannot import {path} ({exc}); fix the marker") from exc
+    sections: list[str] = []
+
+    def walk(command: Any, name: str) -> None:
+        subcommands = getattr(command, "commands", {})
+        if name != root.name or not subcommands:
+            sections.append(command_section(command, name))
+        for sub_name, sub in subcommands.items():
+            walk(sub, f"{name} {sub_name}")
+
+    walk(root, root.name or "tfgrpo")
+    return "\n\n".join(sections)
+
+
+def command_section(command: Any, name: str) -> str:
+    context = command.context_class(command, info_name=name.split()[-1])
+    help_text = inspect.cleandoc(command.help or "").split("\n\n")[0].replace("\n", " ")
+    rows = []
+    for param in command.params:
+        if getattr(param, "hidden", False):
+            continue
+        record = param.get_help_record(context)
+        if record is None:  # an argument: click lists it in the usage line only
+            rows.append((f"`{param.name.upper()}`", "argument" + ("" if param.required else " (optional)")))
+        else:
+            rows.append((f"`{record[0]}`", record[1]))
+    table = "| option | meaning |\n|---|---|\n" + "\n".join(f"| {cell(a)} | {cell(b)} |" for a, b in rows)
+    subcommands = getattr(command, "commands", {})
+    if subcommands:
+        table = "Sub-commands: " + ", ".join(f"`{name} {sub}`" for sub in subcommands) + "."
+    return f"### `{name}`\n\n{help_text}\n\n{table}\n"

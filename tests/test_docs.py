@@ -126,3 +126,14 @@ def test_finetune_reference_lists_our_fields_and_the_trl_defaults_we_change():
     # The shared adapter settings get one table of their own, appended once.
     assert list(table_rows(markdown, "AdapterArguments")) == [f.name for f in dataclasses.fields(AdapterArguments)]
     assert "lora_r" not in rows
+
+
+def test_cli_reference_lists_every_command_and_its_options():
+    hook = load_hook()
+    markdown = hook.cli_sections("tfgrpo.cli.app.app")
+    commands = re.findall(r"^### `(tfgrpo[\w ]*)`$", markdown, re.MULTILINE)
+    assert {"tfgrpo learn", "tfgrpo eval", "tfgrpo finetune", "tfgrpo library diff"} <= set(commands)
+    assert "tfgrpo library" in commands and "Sub-commands: `tfgrpo library show`" in markdown
+    learn = markdown.split("### `tfgrpo learn`", 1)[1].split("\n### ", 1)[0]
+    assert "| `-G, --group-size <int>` | Rollouts per query" in learn
+    assert "transformers \\| llamacpp" in learn  # a `|` in help text is escaped, so the table keeps its columns
