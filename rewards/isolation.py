@@ -88,8 +88,8 @@ def bwrap_command(python: str, *, workdir: str, read_only: dict[str, str] | None
             command += ["--symlink", os.readlink(link), link]
         elif os.path.isdir(link):
             command += ["--ro-bind", link, link]
-    command += [arg for path in LOADER_FILES if os.path.exists(path) for arg in ("--ro-bind", path, path)]
-    mounts = [(source, inside, "--ro-bind") for source, inside in python_binds(python)]
+    mounts = [(path, path, "--ro-bind") for path in LOADER_FILES if os.path.exists(path)]
+    mounts += [(source, inside, "--ro-bind") for source, inside in python_binds(python)]
     mounts += [(source, inside, "--ro-bind") for source, inside in (read_only or {}).items()]
     mounts.append((workdir, workdir, "--bind"))
     created: set[str] = set()
