@@ -20,8 +20,10 @@ from tfgrpo.llm.cache import ResponseCache
 from tfgrpo.llm.errors import (
     BudgetExceededError,
     MalformedResponseError,
+    RateLimitError,
     RequestFailedError,
     RequestTimeoutError,
+    ServerError,
     TransientError,
 )
 from tfgrpo.llm.types import ChatRequest, Completion, Message, SamplingParams
@@ -195,6 +197,7 @@ class LLMClient:
                 if attempts > self.max_retries:
                     last_error = exc
                     break
+                self.accounting.record_retry(request.tag, retry_cause(exc))
                 await asyncio.sleep(self._retry_delay(exc, attempts))
         self.accounting.record_failure(request.tag)
         raise RequestFailedError(
@@ -234,6 +237,15 @@ class LLMClient:
             latency_s=latency,
         )
         return priced
+
+
+def retry_cause(error: TransientError) -> str:
+    """The accounting bucket of a retried failure (RETRY_CAUSES)."""
+    for kind, cause in ((RateLimitError, "rate_limit"), (ServerError, "server_error"), (RequestTimeoutError, "timeout"),
+                        (MalformedResponseError, "bad_body")):
+        if isinstance(error, kind):
+            return cause
+    return "connection"
 
 
 async def _within(awaitable: Awaitable[T], timeout_s: float) -> T:
