@@ -7,9 +7,12 @@ import json
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from eval.compare import compare_runs
 from eval.metrics import summarize
+from tests.servers import Reply
+from tfgrpo.cli.app import app
 from tfgrpo.learn_metrics import StepCounters, epoch_table
 from tfgrpo.llm.accounting import TagTotals, retries_line
 from tfgrpo.llm.backends.scripted import ScriptedBackend
@@ -102,3 +105,15 @@ def test_compare_cost_table_has_the_eval_retries(tmp_path: Path):
     assert comparison.systems[0].eval_retries["retries_rate_limit"] == 3
     report = files["markdown"].read_text() if "markdown" in files else next(p for p in files.values() if str(p).endswith(".md")).read_text()
     assert "Eval retries" in report and "5 (429 ×3, timeout ×2)" in report
+
+
+def test_timeout_option_reaches_the_client(fault_server):
+    """`--timeout` on a command that calls a model: a reply slower than it is abandoned and retried."""
+    fault_server.push(Reply(delay_s=3.0, text="too late"))
+    fault_server.default = Reply(text="in time")
+    result = CliRunner().invoke(app, ["chat", "hello", "--backend", "openai", "--base-url", fault_server.base_url,
+                                      "--model", "m", "--api-key", "k", "--timeout", "0.5", "--no-usage"])
+    assert result.exit_code == 0, result.output
+    assert "in time" in result.output and len(fault_server.requests) == 2
+    for command in ("learn", "eval", "score", "chat"):
+        assert "--timeout" in CliRunner().invoke(app, [command, "--help"], terminal_width=200).output, command
