@@ -21,6 +21,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from eval.errors import DatasetError
+from experiences.textfile import iter_lines
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 
@@ -140,18 +141,19 @@ def load_dataset_rows(
 def iter_jsonl_objects(path: Path, *, error: type[Exception] = DatasetError) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line number, object) of each non-empty line; a line that is not a JSON object raises `error`
     naming the file and line (eval, compare and finetune read their JSONL through this)."""
-    with Path(path).open(encoding="utf-8") as handle:
-        for line_number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:{line_number}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise error(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
-            if not isinstance(row, dict):
-                raise error(f"{where}: expected a JSON object, got {type(row).__name__}")
-            yield line_number, row
+    for line_number, line in iter_lines(path, error=error):
+        if not line.strip():
+            continue
+        where = f"{path}:{line_number}"
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise error(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+        except RecursionError:
+            raise error(f"{where}: JSON nested too deeply to read") from None
+        if not isinstance(row, dict):
+            raise error(f"{where}: expected a JSON object, got {type(row).__name__}")
+        yield line_number, row
 
 
 def _iter_jsonl(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:

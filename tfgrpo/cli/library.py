@@ -189,9 +189,11 @@ def register(app: typer.Typer) -> None:
 def _apply_reply(library_path: Path, library, reply_path: Path, max_words, max_items, max_tokens, step, dry_run,
                  history_dir: Path | None) -> None:
     from experiences import Budget, apply_operations, parse_operations
+    from experiences.errors import ExperienceError
+    from experiences.textfile import read_text
 
     words = 32 if max_words is None else max_words
-    parsed = parse_operations(reply_path.read_text(encoding="utf-8"), library, max_words=words)
+    parsed = parse_operations(read_text(reply_path, error=ExperienceError), library, max_words=words)
     budget = Budget(max_items=max_items, max_prompt_tokens=max_tokens) if (max_items or max_tokens) else None
     result = apply_operations(
         library, parsed.operations, step=step, max_words=words, budget=budget,

@@ -47,6 +47,7 @@ def register(app: typer.Typer) -> None:
 
         from rich.console import Console
 
+        from experiences.textfile import iter_lines
         from rewards import get_reward
         from rewards.errors import RewardError
         from rewards.jsonl import ScoreSummary, score_lines
@@ -60,15 +61,15 @@ def register(app: typer.Typer) -> None:
             raise RewardError(f"input file not found: {input_path}")
         console = Console(stderr=True, soft_wrap=True)
         summary = ScoreSummary()
-        with source.open(encoding="utf-8") as lines:
-            sink = open(out, "w", encoding="utf-8") if out else sys.stdout  # noqa: SIM115
-            try:
-                for row in score_lines(lines, reward, source=input_path, completion_key=completion_key,
-                                       answer_key=answer_key, summary=summary):
-                    sink.write(json.dumps(row, ensure_ascii=False) + "\n")
-            finally:
-                if out:
-                    sink.close()
+        lines = (line for _number, line in iter_lines(source, error=RewardError))  # bad bytes / huge rows: one line
+        sink = open(out, "w", encoding="utf-8") if out else sys.stdout  # noqa: SIM115
+        try:
+            for row in score_lines(lines, reward, source=input_path, completion_key=completion_key,
+                                   answer_key=answer_key, summary=summary):
+                sink.write(json.dumps(row, ensure_ascii=False) + "\n")
+        finally:
+            if out:
+                sink.close()
         for problem in summary.malformed:
             console.print(f"[bold red]error:[/] {problem}", highlight=False, markup=True)
         console.print(f"{reward.name}: {summary.line()}" + (f" -> {out}" if out else ""), highlight=False)
