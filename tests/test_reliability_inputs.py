@@ -10,6 +10,7 @@ import pytest
 
 from eval.datasets import load_dataset_rows
 from eval.errors import DatasetError
+from eval.runner import EvalConfig, evaluate
 from experiences import Library
 from experiences.errors import ImportFormatError, LibraryFileError
 from experiences.export import import_library
@@ -90,3 +91,20 @@ def test_a_boolean_is_not_a_number_in_yaml(tmp_path: Path):
         build_config(LearnConfig, config, {})
     config.write_text("data: data.jsonl\ngroup_size: 4\n")
     assert build_config(LearnConfig, config, {}).group_size == 4
+
+
+def test_a_failed_eval_leaves_nothing_behind(tmp_path: Path):
+    """A bad library (or dataset) fails before the first call: no config.yaml, no empty folder."""
+    data = tmp_path / "data.jsonl"
+    data.write_text('{"problem": "1+1?", "answer": "2"}\n')
+    bad_library = tmp_path / "library.json"
+    bad_library.write_bytes(BAD_BYTES)
+    out = tmp_path / "eval-run"
+    with pytest.raises(LibraryFileError):
+        evaluate(EvalConfig(data=str(data), out=str(out), samples=1, library=str(bad_library)))
+    assert not out.exists()
+    bad_data = tmp_path / "bad.jsonl"
+    bad_data.write_bytes(b"\xff\n")
+    with pytest.raises(DatasetError):
+        evaluate(EvalConfig(data=str(bad_data), out=str(out), samples=1))
+    assert not out.exists()
