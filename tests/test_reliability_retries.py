@@ -14,11 +14,12 @@ from eval.metrics import summarize
 from tests.servers import Reply
 from tfgrpo.cli.app import app
 from tfgrpo.learn_metrics import StepCounters, epoch_table
-from tfgrpo.llm.accounting import TagTotals, retries_line
+from tfgrpo.llm.accounting import TagTotals, context_window, retries_line
 from tfgrpo.llm.backends.scripted import ScriptedBackend
 from tfgrpo.llm.client import LLMClient
 from tfgrpo.llm.errors import (
     ConnectionFailedError,
+    ContextWindowExceededError,
     MalformedResponseError,
     RateLimitError,
     RequestFailedError,
@@ -117,3 +118,18 @@ def test_timeout_option_reaches_the_client(fault_server):
     assert "in time" in result.output and len(fault_server.requests) == 2
     for command in ("learn", "eval", "score", "chat"):
         assert "--timeout" in CliRunner().invoke(app, [command, "--help"], terminal_width=200).output, command
+
+
+async def test_a_prompt_that_cannot_fit_the_context_is_refused_before_sending():
+    backend = ScriptedBackend(lambda request, index: "ok")
+    client = LLMClient(backend, context_tokens=1000, max_retries=3)
+    with pytest.raises(ContextWindowExceededError, match="cannot fit scripted's context window of 1,000 tokens; not sent"):
+        await client.chat([{"role": "user", "content": "x" * 50_000}], tag="rollout")
+    assert backend.calls == []  # never sent, never retried
+    [completion] = await client.chat([{"role": "user", "content": "x" * 4_000}])  # might fit: sent
+    assert completion.text == "ok"
+
+
+def test_api_models_know_their_context_window():
+    assert context_window("gpt-4o") and context_window("openai/gpt-4o") == context_window("gpt-4o")
+    assert context_window("my-local-model") is None

@@ -53,6 +53,17 @@ def resolve_pricing(
     return Pricing(known=False)
 
 
+def context_window(model: str | None) -> int | None:
+    """The model's input context in tokens from litellm's bundled table (None when unknown)."""
+    table = _litellm_price_table()
+    for name in _candidate_names(model or ""):
+        entry = table.get(name) or {}
+        window = entry.get("max_input_tokens") or entry.get("max_tokens")
+        if isinstance(window, int) and window > 0:
+            return window
+    return None
+
+
 def _candidate_names(model: str) -> list[str]:
     names = [model]
     if "/" in model:
