@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from eval.datasets import Problem, load_dataset_rows
+from experiences.textfile import MAX_ROW_BYTES
 from experiences import Injection
 from eval.errors import EvalError
 from tfgrpo.agent import AgentConfig
@@ -38,6 +39,9 @@ class EvalConfig(BaseModel):
     inject: str = Field("all", description="'all' or 'topk:K' (the K experiences nearest to each problem).")
     samples: int = Field(4, ge=1, description="K samples per problem (Mean@K).")
     limit: int | None = Field(None, ge=1, description="Evaluate only the first N problems.")
+    max_row_bytes: int = Field(
+        MAX_ROW_BYTES, ge=1024, description="Longest dataset row accepted, in bytes (a longer row is an error naming its line)."
+    )
     reward: str = Field("math", description="Reward name from rewards.get_reward.")
     problem_key: str = "problem"
     answer_key: str = "answer"
@@ -104,7 +108,8 @@ async def evaluate_async(config: EvalConfig, *, client: LLMClient | None = None,
     owns_client = client is None
     with _removed_on_failure(out):  # a command that fails before its first call leaves no folder behind
         problems = load_dataset_rows(
-            config.data, problem_key=config.problem_key, answer_key=config.answer_key, id_key=config.id_key, limit=config.limit
+            config.data, problem_key=config.problem_key, answer_key=config.answer_key, id_key=config.id_key, limit=config.limit,
+            max_row_bytes=config.max_row_bytes,
         )
         out.mkdir(parents=True, exist_ok=True)
         (out / "config.yaml").write_text(dump_config(config), encoding="utf-8")

@@ -108,3 +108,16 @@ def test_a_failed_eval_leaves_nothing_behind(tmp_path: Path):
     with pytest.raises(DatasetError):
         evaluate(EvalConfig(data=str(bad_data), out=str(out), samples=1))
     assert not out.exists()
+
+
+def test_the_row_limit_is_configurable(tmp_path: Path):
+    data = tmp_path / "data.jsonl"
+    data.write_text(json.dumps({"problem": "y" * 3000, "answer": "1"}) + "\n")
+    with pytest.raises(DatasetError, match="data.jsonl:1: row is longer than the limit of 2,048 bytes"):
+        load_dataset_rows(data, max_row_bytes=2048)
+    config = tmp_path / "eval.yaml"
+    config.write_text(f"data: {data}\nout: {tmp_path / 'e'}\nmax_row_bytes: 2048\n")
+    with pytest.raises(DatasetError, match="limit of 2,048 bytes"):
+        evaluate(build_config(EvalConfig, config, {}))
+    assert not (tmp_path / "e").exists()
+    assert build_config(LearnConfig, None, {"data": str(data), "max_row_bytes": 4096}).max_row_bytes == 4096

@@ -183,6 +183,7 @@ def load_problems(config: LearnConfig, spec: str, *, training: bool = True) -> l
     return load_dataset_rows(
         spec, problem_key=config.problem_key, answer_key=config.answer_key, id_key=config.id_key,
         limit=config.limit if training else None, require_answer=config.ground_truth or not training,
+        max_row_bytes=config.max_row_bytes,
     )
 
 
