@@ -14,7 +14,7 @@ import pytest
 from filelock import FileLock
 
 from experiences import History, Library
-from experiences.atomic import CRASH_ENV, CRASH_EXIT_CODE, atomic_write_text, locked, LockTimeoutError
+from experiences.atomic import CRASH_ENV, CRASH_EXIT_CODE, LockTimeoutError, atomic_write_text, locked
 from tfgrpo.config import ConfigError
 from tfgrpo.learn_config import LearnConfig
 from tfgrpo.rundir import RunDir
