@@ -176,3 +176,22 @@ def test_a_live_run_holds_its_lock_until_learn_returns(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="in use"):
         RunDir(out).start(LearnConfig(data=str(data), out=str(out), dedup=False, resume=True))
     run.release()
+
+
+def test_resume_removes_temp_files_a_killed_run_left(tmp_path: Path) -> None:
+    data = tmp_path / "data.jsonl"
+    data.write_text('{"problem": "1+1?", "answer": "2"}\n')
+    out = tmp_path / "run"
+    config = LearnConfig(data=str(data), out=str(out), dedup=False)
+    run = RunDir(out)
+    run.start(config)
+    run.release()
+    left = [out / ".state.json.x1.tmp", out / ".metrics.json.x2.tmp", out / "steps" / "0001" / ".library.json.x3.tmp",
+            out / "library.history" / "snapshots" / ".v0001.json.x4.tmp"]
+    for temp in left:
+        temp.parent.mkdir(parents=True, exist_ok=True)
+        temp.write_text("x" * 1000)
+    resumed = RunDir(out)
+    resumed.start(config.model_copy(update={"resume": True}))
+    resumed.release()
+    assert _temp_files(out) == []

@@ -29,7 +29,7 @@ from pydantic import BaseModel, Field
 
 from experiences.history import History
 from experiences.model import Library
-from experiences.atomic import append_lines, atomic_write_text
+from experiences.atomic import append_lines, atomic_write_text, remove_stale_temps
 from tfgrpo.config import ConfigError, dump_config, read_yaml
 from tfgrpo.learn_config import RESUME_LOCKED_KEYS, LearnConfig
 
@@ -130,8 +130,17 @@ class RunDir:
                 )
         state = RunState.model_validate_json(self.state_path.read_text(encoding="utf-8"))
         self._truncate_logs(state.offsets)
+        self._remove_stale_temps()
         atomic_write_text(self.config_path, dump_config(config))
         return state
+
+    def _remove_stale_temps(self) -> None:
+        """Temp files of atomic writes a killed process left (we hold the run lock: none is in flight)."""
+        for target in (self.state_path, self.metrics_path, self.config_path, self.library_path):
+            remove_stale_temps(target)
+        # a step library's (steps/NNNN/.library.json.*.tmp) and a snapshot's (.v0003.json.*.tmp)
+        for temp in [*self.steps_dir.glob("*/.library.json.*.tmp"), *self.history.snapshot_dir.glob(".v*.json.*.tmp")]:
+            temp.unlink(missing_ok=True)
 
     def _truncate_logs(self, offsets: dict[str, int]) -> None:
         # Rows written by a step that did not complete are dropped; that step is redone from the cache.
