@@ -54,6 +54,8 @@ class SystemSummary(BaseModel):
     eval_tokens: dict[str, Any] = Field(default_factory=dict)
     eval_cost_usd: float | None = None
     eval_wall_s: float | None = None
+    #: retried calls of the eval run by cause (retries_rate_limit, retries_server_error, ...): a flaky provider shows here
+    eval_retries: dict[str, int] = Field(default_factory=dict)
     provenance: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -203,6 +205,8 @@ def build_comparison(
                 eval_tokens=dict(metrics.get("tokens") or {}),
                 eval_cost_usd=metrics.get("cost_usd"),
                 eval_wall_s=metrics.get("wall_s", metrics.get("wall_time_s")),
+                eval_retries={key: value for key, value in ((metrics.get("usage") or {}).get("total") or {}).items()
+                              if key.startswith("retries_")},
                 provenance=run.provenance,
             )
         )

@@ -21,6 +21,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from eval.errors import DatasetError
+from experiences.textfile import MAX_ROW_BYTES, iter_lines
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 
@@ -108,6 +109,7 @@ def load_dataset_rows(
     id_key: str = "id",
     limit: int | None = None,
     require_answer: bool = True,
+    max_row_bytes: int = MAX_ROW_BYTES,
 ) -> list[Problem]:
     """Load problems from a bundled name or a file; `limit` keeps the first N rows."""
     if limit is not None and limit < 1:
@@ -117,7 +119,7 @@ def load_dataset_rows(
         limit = bundled_limit if limit is None else min(limit, bundled_limit)
 
     suffix = "".join(path.suffixes[-1:]).lower()
-    rows = _iter_jsonl(path) if suffix == ".jsonl" else _iter_with_hf_datasets(path, suffix)
+    rows = _iter_jsonl(path, max_row_bytes) if suffix == ".jsonl" else _iter_with_hf_datasets(path, suffix)
 
     problems: list[Problem] = []
     first_seen: dict[str, str] = {}
@@ -137,25 +139,27 @@ def load_dataset_rows(
     return problems
 
 
-def iter_jsonl_objects(path: Path, *, error: type[Exception] = DatasetError) -> Iterator[tuple[int, dict[str, Any]]]:
+def iter_jsonl_objects(path: Path, *, error: type[Exception] = DatasetError,
+                       max_row_bytes: int = MAX_ROW_BYTES) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line number, object) of each non-empty line; a line that is not a JSON object raises `error`
     naming the file and line (eval, compare and finetune read their JSONL through this)."""
-    with Path(path).open(encoding="utf-8") as handle:
-        for line_number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:{line_number}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise error(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
-            if not isinstance(row, dict):
-                raise error(f"{where}: expected a JSON object, got {type(row).__name__}")
-            yield line_number, row
+    for line_number, line in iter_lines(path, error=error, max_row_bytes=max_row_bytes):
+        if not line.strip():
+            continue
+        where = f"{path}:{line_number}"
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise error(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+        except RecursionError:
+            raise error(f"{where}: JSON nested too deeply to read") from None
+        if not isinstance(row, dict):
+            raise error(f"{where}: expected a JSON object, got {type(row).__name__}")
+        yield line_number, row
 
 
-def _iter_jsonl(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
-    for line_number, row in iter_jsonl_objects(path):
+def _iter_jsonl(path: Path, max_row_bytes: int) -> Iterator[tuple[str, dict[str, Any]]]:
+    for line_number, row in iter_jsonl_objects(path, max_row_bytes=max_row_bytes):
         yield f"{path}:{line_number}", row
 
 

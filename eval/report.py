@@ -14,6 +14,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from eval.compare import Comparison, SystemSummary
+from tfgrpo.llm.accounting import retries_line
 
 ALPHA = 0.05
 
@@ -129,7 +130,7 @@ def build_tables(comparison: Comparison) -> list[Table]:
         Table(
             key="cost",
             title="How each system was obtained",
-            headers=["System", "Method", "Model", "Training cost", "Training time", "Training samples", "Eval tokens (prompt / completion)", "Eval cost", "Eval time"],
+            headers=["System", "Method", "Model", "Training cost", "Training time", "Training samples", "Eval tokens (prompt / completion)", "Eval cost", "Eval time", "Eval retries"],
             rows=[
                 [
                     system.name,
@@ -141,10 +142,12 @@ def build_tables(comparison: Comparison) -> list[Table]:
                     f"{system.eval_tokens.get('prompt', '–')} / {system.eval_tokens.get('completion', '–')}",
                     _usd(system.eval_cost_usd),
                     _duration(system.eval_wall_s),
+                    retries_line(system.eval_retries).removeprefix("retried calls: ") if system.eval_retries else "–",
                 ]
                 for system in systems
             ],
-            note="Training columns come from each run's metrics.json `provenance` (learn run cost and time, fine-tuning time).",
+            note="Training columns come from each run's metrics.json `provenance` (learn run cost and time, fine-tuning time). "
+                 "Eval retries: transient failures (429, 5xx, timeout, bad body, connection) absorbed by retries.",
         )
     )
     tables.append(

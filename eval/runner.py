@@ -7,15 +7,19 @@ in the run directory, so an interrupted eval resumes for free and a rerun is ide
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
+import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from eval.datasets import Problem, load_dataset_rows
+from experiences.textfile import MAX_ROW_BYTES
 from experiences import Injection
 from eval.errors import EvalError
 from tfgrpo.agent import AgentConfig
@@ -35,6 +39,9 @@ class EvalConfig(BaseModel):
     inject: str = Field("all", description="'all' or 'topk:K' (the K experiences nearest to each problem).")
     samples: int = Field(4, ge=1, description="K samples per problem (Mean@K).")
     limit: int | None = Field(None, ge=1, description="Evaluate only the first N problems.")
+    max_row_bytes: int = Field(
+        MAX_ROW_BYTES, ge=1024, description="Longest dataset row accepted, in bytes (a longer row is an error naming its line)."
+    )
     reward: str = Field("math", description="Reward name from rewards.get_reward.")
     problem_key: str = "problem"
     answer_key: str = "answer"
@@ -67,6 +74,18 @@ def file_sha256(path: str | Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
+@contextlib.contextmanager
+def _removed_on_failure(out: Path) -> Iterator[None]:
+    """Delete `out` if it did not exist before and the block fails (a folder that existed is left alone)."""
+    existed = out.exists()
+    try:
+        yield
+    except BaseException:
+        if not existed:
+            shutil.rmtree(out, ignore_errors=True)
+        raise
+
+
 def evaluate(config: EvalConfig, *, client: LLMClient | None = None, console: Any | None = None) -> EvalResult:
     """Run an eval end to end and write its run directory."""
     return asyncio.run(evaluate_async(config, client=client, console=console))
@@ -86,18 +105,20 @@ async def evaluate_async(config: EvalConfig, *, client: LLMClient | None = None,
 
     console = console or Console(stderr=True)
     out = Path(config.out)
-    out.mkdir(parents=True, exist_ok=True)
-    problems = load_dataset_rows(
-        config.data, problem_key=config.problem_key, answer_key=config.answer_key, id_key=config.id_key, limit=config.limit
-    )
-    (out / "config.yaml").write_text(dump_config(config), encoding="utf-8")
-    injector = Injector.from_paths(config.library, config.inject, store_dir=out / "store") if config.library else None
-    system_prompt = Path(config.system_prompt).read_text(encoding="utf-8") if config.system_prompt else None
-    prompt = PromptSpec(config.system_template, config.user_template, system_prompt)
-    agent = _agent(config)
     owns_client = client is None
-    client = client or build_client(config.llm, cache_path=out / "cache.sqlite")
-    reward = build_reward(config.reward, client)
+    with _removed_on_failure(out):  # a command that fails before its first call leaves no folder behind
+        problems = load_dataset_rows(
+            config.data, problem_key=config.problem_key, answer_key=config.answer_key, id_key=config.id_key, limit=config.limit,
+            max_row_bytes=config.max_row_bytes,
+        )
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "config.yaml").write_text(dump_config(config), encoding="utf-8")
+        injector = Injector.from_paths(config.library, config.inject, store_dir=out / "store") if config.library else None
+        system_prompt = Path(config.system_prompt).read_text(encoding="utf-8") if config.system_prompt else None
+        prompt = PromptSpec(config.system_template, config.user_template, system_prompt)
+        agent = _agent(config)
+        client = client or build_client(config.llm, cache_path=out / "cache.sqlite")
+        reward = build_reward(config.reward, client)
     started = time.perf_counter()
     rows_by_problem: dict[str, list[dict[str, Any]]] = {}
     samples_path = out / "samples.jsonl"

@@ -17,12 +17,12 @@ a new experience with a fresh id. JSON/YAML: a library object, a list of strings
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any, Literal
 
 from experiences.errors import ImportFormatError, LibraryFileError
+from experiences.textfile import loads_json, read_text
 from experiences.model import Experience, Library, Provenance
 from experiences.render import render, render_system_prompt
 
@@ -75,13 +75,9 @@ def import_library(path: str | Path, fmt: str | None = None) -> Library:
         raise ImportFormatError(f"file not found: {path}")
     if fmt is None:
         fmt = _SUFFIXES.get(path.suffix.lower(), "txt")
-    text = path.read_text(encoding="utf-8")
+    text = read_text(path, error=ImportFormatError)
     if fmt == "json":
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ImportFormatError(f"{path}: not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
-        return library_from_data(data, source=str(path))
+        return library_from_data(loads_json(text, source=str(path), error=ImportFormatError), source=str(path))
     if fmt == "yaml":
         import yaml
 

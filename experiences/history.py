@@ -25,6 +25,7 @@ from experiences.apply import ApplyResult
 from experiences.atomic import append_lines, atomic_write_text
 from experiences.errors import ExperienceError, LibraryFileError, UnknownVersionError
 from experiences.model import Experience, Library
+from experiences.textfile import read_text
 
 logger = logging.getLogger(__name__)
 
@@ -161,7 +162,7 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
     if not path.is_file():
         return []
     rows: list[dict[str, Any]] = []
-    lines = path.read_text(encoding="utf-8").splitlines()
+    lines = read_text(path, error=LibraryFileError, max_bytes=1 << 40).splitlines()  # an op log may grow large
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue

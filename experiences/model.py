@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from experiences.atomic import atomic_write_text
 from experiences.errors import LibraryFileError
+from experiences.textfile import loads_json, read_text
 
 FORMAT = "tfgrpo.library/1"
 DEFAULT_ID_PREFIX = "G"
@@ -196,12 +197,8 @@ class Library(BaseModel):
         path = Path(path)
         if not path.is_file():
             raise LibraryFileError(f"library file not found: {path}")
-        text = path.read_text(encoding="utf-8")
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise LibraryFileError(f"{path}: not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
-        return cls.from_data(data, source=str(path))
+        text = read_text(path, error=LibraryFileError)
+        return cls.from_data(loads_json(text, source=str(path), error=LibraryFileError), source=str(path))
 
     @classmethod
     def from_data(cls, data: Any, *, source: str = "library") -> Library:

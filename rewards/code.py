@@ -2,13 +2,16 @@
 
 Each candidate runs in a fresh `python -I` process, in an empty temporary directory, with limits on
 wall time, CPU time, address space and file size, in its own session (so a fork bomb's children die with
-it). This contains mistakes of an honest policy; it is not a security boundary against hostile code
-(no network or filesystem isolation): run untrusted code inside a container.
+it). With `sandbox="auto"` (default) or `"bubblewrap"` it runs under bubblewrap (`rewards.isolation`):
+its own /proc and PID namespace, no network, a read-only view of only Python, no home or run directory.
+`sandbox="process"` (or auto where bwrap is missing, with a warning) is a plain process: it contains
+mistakes of an honest policy, not hostile code. docs/security.md has the threat model.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import signal
@@ -22,9 +25,30 @@ from typing import Any
 
 from rewards.base import Reward, Score, column, completion_text
 from rewards.errors import RewardError
+from rewards.isolation import bwrap_command, probe_bubblewrap
+
+logger = logging.getLogger(__name__)
 
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n(.*?)```", re.DOTALL)
 _HARNESS = Path(__file__).with_name("_code_harness.py")
+_HARNESS_INSIDE = "/opt/tfgrpo/code_harness.py"
+SANDBOXES = ("auto", "bubblewrap", "process")
+
+
+def resolve_sandbox(sandbox: str) -> str:
+    """"bubblewrap" or "process": what `sandbox` means on this machine (auto falls back loudly)."""
+    if sandbox not in SANDBOXES:
+        raise RewardError(f"code reward: sandbox must be one of {', '.join(SANDBOXES)} (got {sandbox!r})")
+    if sandbox == "process":
+        return sandbox
+    reason = probe_bubblewrap(sys.executable, os.geteuid() != 0)
+    if reason is None:
+        return "bubblewrap"
+    if sandbox == "bubblewrap":
+        raise RewardError(f"code reward: sandbox 'bubblewrap' is unavailable: {reason}")
+    logger.warning("code reward: bubblewrap unavailable (%s); FALLING BACK to a plain process: candidate code "
+                   "can read the host's files and processes (see docs/security.md)", reason)
+    return "process"
 
 
 def extract_code(text: str) -> str:
@@ -36,15 +60,24 @@ def extract_code(text: str) -> str:
     return blocks[-1][1] if blocks else text
 
 
-def run_tests(code: str, tests: Sequence[str], *, timeout_s: float = 5.0, memory_mb: int = 512) -> tuple[int, list[str]]:
-    """(tests passed, failure lines) of `code` against `tests` (each a Python snippet, e.g. an assert)."""
+def run_tests(code: str, tests: Sequence[str], *, timeout_s: float = 5.0, memory_mb: int = 512,
+              sandbox: str = "process") -> tuple[int, list[str]]:
+    """(tests passed, failure lines) of `code` against `tests` (each a Python snippet, e.g. an assert).
+
+    `sandbox`: "bubblewrap" or "process" (see `resolve_sandbox`)."""
     with tempfile.TemporaryDirectory(prefix="tfgrpo-code-") as workdir:
         root = Path(workdir)
         (root / "solution.py").write_text(code, encoding="utf-8")
         (root / "tests.json").write_text(json.dumps(list(tests)), encoding="utf-8")
         results = root / "results.txt"
         results.touch()
-        command = [sys.executable, "-I", str(_HARNESS), "solution.py", "tests.json", str(results),
+        prefix, harness = [], str(_HARNESS)
+        if sandbox == "bubblewrap":
+            # a fresh user namespace: uid 65534 inside, no capability outside; workdir is its only writable place
+            prefix = bwrap_command(sys.executable, workdir=workdir, read_only={str(_HARNESS): _HARNESS_INSIDE},
+                                   user_namespace=True) + ["--chdir", workdir]
+            harness = _HARNESS_INSIDE
+        command = [*prefix, sys.executable, "-I", harness, "solution.py", "tests.json", str(results),
                    str(memory_mb * 1024 * 1024), str(max(1, int(timeout_s + 0.999)))]
         process = subprocess.Popen(command, cwd=root, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                    stderr=subprocess.PIPE, env={"PATH": os.environ.get("PATH", "")},
@@ -77,12 +110,14 @@ class CodeReward(Reward):
         timeout_s: wall-clock limit per candidate (CPU time is limited too).
         memory_mb: address-space limit per candidate.
         workers: candidates run at once (threads waiting on subprocesses).
+        sandbox: "auto" (bubblewrap when it works here, else a plain process with a warning),
+            "bubblewrap" (required), or "process".
     """
 
     name = "code"
 
     def __init__(self, tests_key: str = "tests", *, timeout_s: float = 5.0, memory_mb: int = 512,
-                 all_or_nothing: bool = False, workers: int | None = None) -> None:
+                 all_or_nothing: bool = False, workers: int | None = None, sandbox: str = "auto") -> None:
         super().__init__()
         if timeout_s <= 0 or memory_mb <= 0:
             raise RewardError(f"code reward: timeout_s and memory_mb must be > 0 (got {timeout_s}, {memory_mb})")
@@ -91,9 +126,13 @@ class CodeReward(Reward):
         self.memory_mb = memory_mb
         self.all_or_nothing = all_or_nothing
         self.workers = workers or max(1, min(os.cpu_count() or 1, 8))
+        self.sandbox = sandbox
+        self._resolved_sandbox: str | None = None
 
     def score(self, completions: Sequence[Any], prompts: Sequence[Any] | None = None, **columns: Any) -> list[Score]:
         tests_per_row = column(columns, self.tests_key, len(completions), reward_name=self.name)
+        if self._resolved_sandbox is None:
+            self._resolved_sandbox = resolve_sandbox(self.sandbox)
         with ThreadPoolExecutor(max_workers=self.workers) as pool:
             return list(pool.map(self._one, completions, tests_per_row))
 
@@ -105,7 +144,8 @@ class CodeReward(Reward):
         code = extract_code(completion_text(completion))
         if not code.strip():
             return Score(0.0, None, "no code found")
-        passed, failures = run_tests(code, [str(t) for t in tests], timeout_s=self.timeout_s, memory_mb=self.memory_mb)
+        passed, failures = run_tests(code, [str(t) for t in tests], timeout_s=self.timeout_s, memory_mb=self.memory_mb,
+                                     sandbox=self._resolved_sandbox or "process")
         fraction = passed / len(tests)
         value = float(passed == len(tests)) if self.all_or_nothing else fraction
         reason = f"passed {passed}/{len(tests)} tests"
@@ -114,4 +154,4 @@ class CodeReward(Reward):
         return Score(value, code, reason)
 
 
-__all__ = ["CodeReward", "extract_code", "run_tests"]
+__all__ = ["CodeReward", "extract_code", "resolve_sandbox", "run_tests"]

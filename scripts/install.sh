@@ -8,6 +8,14 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 . .venv/bin/activate
+# bubblewrap: the sandbox of model-written code (python tool, code reward); see docs/security.md.
+if ! command -v bwrap >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    apt-get install -y -q bubblewrap || { apt-get update -q && apt-get install -y -q bubblewrap; }
+  else
+    echo "warning: install bubblewrap (apt-get install bubblewrap) or model code runs in the weaker fallback sandbox" >&2
+  fi
+fi
 python -m pip install -q --upgrade pip
 python -m pip install -q "torch==2.13.0"
 # llama.cpp's default build segfaults on this CPU (AMX path): build a portable one.

@@ -135,11 +135,42 @@ def build_config(model_cls: type[ModelT], config_file: str | Path | None, overri
             raise ConfigError(f"{config_file}: '{key}' must be a mapping of keys to values")
     data = deep_merge(nested_defaults(model_cls), data)
     data = deep_merge(data, drop_unset(overrides))
+    source = f"config {config_file}" if config_file else "options"
+    reject_bools_as_numbers(model_cls, data, source=source)
     try:
         return model_cls.model_validate(data)
     except ValidationError as exc:
-        source = f"config {config_file}" if config_file else "options"
         raise ConfigError(format_validation_error(exc, source=source)) from None
+
+
+def reject_bools_as_numbers(model_cls: type[BaseModel], data: Any, *, source: str, prefix: str = "") -> None:
+    """pydantic (lax mode) reads YAML `group_size: true` as 1: refuse a boolean wherever a number is expected.
+
+    Strict mode for the whole model would also refuse YAML's strings for paths and enums, so only
+    this one coercion is closed, for every int/float field of the model and its nested sections."""
+    if not isinstance(data, dict):
+        return
+    for name, field in model_cls.model_fields.items():
+        if name not in data:
+            continue
+        value, key = data[name], f"{prefix}{name}"
+        kinds = _annotation_types(field.annotation)
+        if isinstance(value, bool) and bool not in kinds and kinds & {int, float}:
+            raise ConfigError(f"{source}: '{key}' must be a number, not {str(value).lower()}")
+        for kind in kinds:
+            if isinstance(kind, type) and issubclass(kind, BaseModel):
+                reject_bools_as_numbers(kind, value, source=source, prefix=f"{key}.")
+
+
+def _annotation_types(annotation: Any) -> set[Any]:
+    """The plain types an annotation admits (`int | None` -> {int, NoneType})."""
+    args = getattr(annotation, "__args__", None)
+    if args and getattr(annotation, "__origin__", None) is not list and getattr(annotation, "__origin__", None) is not dict:
+        found: set[Any] = set()
+        for arg in args:
+            found |= _annotation_types(arg)
+        return found
+    return {annotation}
 
 
 def dump_config(config: BaseModel) -> str:

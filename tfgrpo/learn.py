@@ -96,13 +96,20 @@ def learn(config: LearnConfig, *, client: LLMClient | None = None, console: Any 
 
 
 async def learn_async(config: LearnConfig, *, client: LLMClient | None = None, console: Any | None = None) -> LearnResult:
+    run = RunDir(config.out)
+    try:
+        return await _learn_in(run, config, client=client, console=console)
+    finally:
+        run.release()  # the run lock, taken by run.start()
+
+
+async def _learn_in(run: RunDir, config: LearnConfig, *, client: LLMClient | None, console: Any | None) -> LearnResult:
     from rich.console import Console
 
     from tfgrpo.llm.factory import build_client
     from tfgrpo.scoring import build_reward
 
     console = console or Console(stderr=True)
-    run = RunDir(config.out)
     # Everything that can fail on bad input fails here, before any LLM call.
     problems = load_problems(config, config.data)
     val_problems = load_problems(config, config.val_data, training=False) if config.val_data else []
@@ -176,6 +183,7 @@ def load_problems(config: LearnConfig, spec: str, *, training: bool = True) -> l
     return load_dataset_rows(
         spec, problem_key=config.problem_key, answer_key=config.answer_key, id_key=config.id_key,
         limit=config.limit if training else None, require_answer=config.ground_truth or not training,
+        max_row_bytes=config.max_row_bytes,
     )
 
 

@@ -11,6 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from experiences.textfile import MAX_ROW_BYTES
 from tfgrpo.config import LLMConfig
 from tfgrpo.agent import AgentConfig
 from tfgrpo.llm.types import SamplingParams
@@ -45,6 +46,9 @@ class LearnConfig(BaseModel):
     answer_key: str = Field("answer", description="Column holding the gold answer.")
     id_key: str = Field("id", description="Column holding the problem id (optional in the data; row-NNNN otherwise).")
     limit: int | None = Field(None, ge=1, description="Use only the first N training problems.")
+    max_row_bytes: int = Field(
+        MAX_ROW_BYTES, ge=1024, description="Longest dataset row accepted, in bytes (a longer row is an error naming its line)."
+    )
     init_library: str | None = Field(None, description="Start from this library JSON instead of an empty library.")
 
     # -- model --------------------------------------------------------------------------------------

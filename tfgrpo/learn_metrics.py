@@ -5,6 +5,7 @@
                summaries, summaries_failed, group_calls_failed, ops_proposed, ops_final, ops_applied,
                ops_rejected, ops_evicted, parse_retries, parse_failures, consolidation_failed,
                api_failures, prompt_tokens, completion_tokens, cached_samples, cost_usd, wall_time_s,
+               retries_{rate_limit,server_error,timeout,bad_body,connection} (transient failures retried),
                stage_seconds {rollouts, summaries, group_advantage, consolidation}, library_version, library_size
     epochs[]:  epoch, steps, accuracy (over the epoch's scored rollouts), library_size, val_mean_at_k
     totals:    sums of the step counters + validation cost, rollouts, cost_usd, wall_time_s (all sessions)
@@ -16,12 +17,15 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from tfgrpo.llm.accounting import RETRY_CAUSES, retries_line
+
 SUMMED = (
     "queries", "rollouts", "rollouts_failed", "rollouts_unscored", "rollouts_scored", "correct", "groups_total", "groups_kept",
     "groups_skipped_homogeneous", "groups_skipped_too_few_valid", "groups_skipped_no_majority",
     "groups_skipped_no_summaries", "summaries", "summaries_failed", "group_calls_failed", "ops_proposed", "ops_final",
     "ops_applied", "ops_rejected", "ops_evicted", "parse_retries", "parse_failures", "consolidation_failed",
     "api_failures", "prompt_tokens", "completion_tokens", "cached_samples",
+    *(f"retries_{cause}" for cause in RETRY_CAUSES),
 )
 
 
@@ -57,6 +61,11 @@ class StepCounters:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached_samples: int = 0
+    retries_rate_limit: int = 0
+    retries_server_error: int = 0
+    retries_timeout: int = 0
+    retries_bad_body: int = 0
+    retries_connection: int = 0
     cost_usd: float = 0.0
     wall_time_s: float = 0.0
     library_version: int = 0
@@ -119,6 +128,9 @@ class StepCounters:
         self.prompt_tokens = usage_after.prompt_tokens - usage_before.prompt_tokens
         self.completion_tokens = usage_after.completion_tokens - usage_before.completion_tokens
         self.cached_samples = usage_after.cached_samples - usage_before.cached_samples
+        for cause in RETRY_CAUSES:
+            name = f"retries_{cause}"
+            setattr(self, name, getattr(usage_after, name) - getattr(usage_before, name))
         self.cost_usd = round(usage_after.cost_usd - usage_before.cost_usd, 8)
         self.wall_time_s = round(wall_time_s, 3)
         self.library_version = library.version
@@ -218,6 +230,7 @@ def epoch_table(metrics: dict[str, Any]) -> Any:
         f"parse retries {totals['parse_retries']} (failures {totals['parse_failures']}), tokens "
         f"{totals['prompt_tokens']:,} in / {totals['completion_tokens']:,} out, ${totals['cost_usd']:.4f}, "
         f"{totals['wall_time_s']:.1f}s; final library v{totals['library_version']} with {totals['library_size']} experiences"
+        + f"; {retries_line(totals)}"
         + ("; * = best epoch on validation" if metrics.get("best_epoch") else "")
     )
     return table

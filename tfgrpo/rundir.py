@@ -9,6 +9,8 @@
     RUN/cache.sqlite           every LLM sample, so a resumed run pays for nothing twice
     RUN/events.log             a human-readable log of what happened
     RUN/state.json             resume state: last completed step and the size of every log at that moment
+    RUN/run.lock               held (filelock) by the one process working on the run: a second `learn`
+                               on the same --out (with or without --resume) is refused with one line
 
 Logs are appended once per completed step. If a run dies in the middle of a step, `--resume` cuts every
 log back to the size recorded at the last completed step before redoing that step, so no row is written
@@ -22,11 +24,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from filelock import FileLock, Timeout
 from pydantic import BaseModel, Field
 
 from experiences.history import History
 from experiences.model import Library
-from experiences.atomic import append_lines, atomic_write_text
+from experiences.atomic import append_lines, atomic_write_text, remove_stale_temps
 from tfgrpo.config import ConfigError, dump_config, read_yaml
 from tfgrpo.learn_config import RESUME_LOCKED_KEYS, LearnConfig
 
@@ -58,6 +61,8 @@ class RunDir:
         self.events_path = self.root / "events.log"
         self.state_path = self.root / "state.json"
         self.store_dir = self.root / "store"
+        self.lock_path = self.root / "run.lock"
+        self._lock: FileLock | None = None
         # `tfgrpo library history|diff|rollback runs/X/library.json` work on a learn run's library.
         self.history = History.for_library(self.library_path)
 
@@ -78,12 +83,15 @@ class RunDir:
     def start(self, config: LearnConfig) -> RunState:
         """A fresh run (refusing to overwrite a finished or started one) or, with `resume`, the saved state."""
         if config.resume:
+            if self.root.is_dir():
+                self._acquire()
             return self._reopen(config)
         if self.state_path.exists():
             raise ConfigError(
                 f"{self.root} already holds a learn run; pass --resume to continue it, or choose another --out"
             )
         self.root.mkdir(parents=True, exist_ok=True)
+        self._acquire()
         atomic_write_text(self.config_path, dump_config(config))
         state = RunState(offsets={name: 0 for name in self._logs()})
         for path in self._logs().values():
@@ -91,6 +99,24 @@ class RunDir:
             path.touch()
         self.save_state(state)
         return state
+
+    def _acquire(self) -> None:
+        """Become the run's one writer, or refuse at once: two processes would duplicate rows and lose state."""
+        lock = FileLock(str(self.lock_path))
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            raise ConfigError(
+                f"{self.root} is in use by another live `tfgrpo learn` process ({self.lock_path} is held); "
+                "wait for it to finish (or stop it) before resuming, or choose another --out"
+            ) from None
+        self._lock = lock
+
+    def release(self) -> None:
+        """Let another process open the run (called when learn returns, however it ends)."""
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
 
     def _reopen(self, config: LearnConfig) -> RunState:
         if not self.state_path.is_file():
@@ -104,8 +130,17 @@ class RunDir:
                 )
         state = RunState.model_validate_json(self.state_path.read_text(encoding="utf-8"))
         self._truncate_logs(state.offsets)
+        self._remove_stale_temps()
         atomic_write_text(self.config_path, dump_config(config))
         return state
+
+    def _remove_stale_temps(self) -> None:
+        """Temp files of atomic writes a killed process left (we hold the run lock: none is in flight)."""
+        for target in (self.state_path, self.metrics_path, self.config_path, self.library_path):
+            remove_stale_temps(target)
+        # a step library's (steps/NNNN/.library.json.*.tmp) and a snapshot's (.v0003.json.*.tmp)
+        for temp in [*self.steps_dir.glob("*/.library.json.*.tmp"), *self.history.snapshot_dir.glob(".v*.json.*.tmp")]:
+            temp.unlink(missing_ok=True)
 
     def _truncate_logs(self, offsets: dict[str, int]) -> None:
         # Rows written by a step that did not complete are dropped; that step is redone from the cache.

@@ -112,12 +112,12 @@ def register(app: typer.Typer) -> None:
         history_dir: HistoryOpt = None,
     ) -> None:
         """Restore an old version's experiences as a NEW version (history is never rewritten; ids are not reused)."""
-        from experiences import Library
+        from experiences.transaction import commit_version, open_library
 
         history = _history(library_path, history_dir)
-        current = Library.load(library_path)
-        restored = history.rollback(to_version, current=current)
-        restored.save(library_path)
+        with open_library(library_path, history) as current:
+            restored = history.rollback(to_version, current=current)
+            commit_version(library_path, history, restored)
         typer.echo(f"{library_path}: version {restored.version} = experiences of version {to_version} ({len(restored)} experiences)")
 
     @library_app.command("dedup")
@@ -154,8 +154,12 @@ def register(app: typer.Typer) -> None:
             for experience_id in group.ids:
                 typer.echo(f"  [{experience_id}]. {library.get(experience_id).text}")
         if merge and report.merges:
-            result = apply_operations(library, report.merges, step=library.step, provenance={"operation": "merge"}, max_words=None)
-            _commit(library_path, library, result, history_dir)
+            from experiences.transaction import open_library
+
+            history = _history(library_path, history_dir)
+            with open_library(library_path, history) as library:  # the file may have changed meanwhile
+                result = apply_operations(library, report.merges, step=library.step, provenance={"operation": "merge"}, max_words=None)
+                _commit(library_path, library, result, history_dir)
             typer.echo(f"merged {len(result.applied)} near-exact group(s); {library_path} is now version {result.library.version}")
         elif report.merges:
             typer.echo(f"{len(report.merges)} group(s) are near-exact (>= merge threshold); --merge merges them")
@@ -172,35 +176,45 @@ def register(app: typer.Typer) -> None:
         history_dir: HistoryOpt = None,
     ) -> None:
         """Parse a raw reply, apply the valid operations, save LIB as the next version; print applied and rejected."""
-        from experiences import Budget, Library, apply_operations, parse_operations
         from experiences.errors import ExperienceError
+        from experiences.transaction import open_library
 
         if not reply_path.is_file():
             raise ExperienceError(f"reply file not found: {reply_path}")
-        library = Library.load(library_path)
-        words = 32 if max_words is None else max_words
-        parsed = parse_operations(reply_path.read_text(encoding="utf-8"), library, max_words=words)
-        budget = Budget(max_items=max_items, max_prompt_tokens=max_tokens) if (max_items or max_tokens) else None
-        result = apply_operations(
-            library, parsed.operations, step=step, max_words=words, budget=budget,
-            provenance={"step": step},
-        )
-        result.rejected[:0] = parsed.rejected  # parser rejections first, then apply-time ones
-        if not parsed.found:
-            typer.echo(f"no operations found: {parsed.feedback()}")
-        for item in result.applied:
-            typer.echo(f"applied  {item.operation.describe()} -> {', '.join(item.ids)}")
-        for rejection in result.rejected:
-            typer.echo(f"rejected {rejection.describe()}")
-        for eviction in result.evicted:
-            typer.echo(f"evicted  [{eviction.experience.id}] {eviction.experience.text} ({eviction.reason})")
-        if parsed.skipped:
-            typer.echo(f"skipped  {parsed.skipped} no-op item(s)")
-        if dry_run or not result.changed:
-            typer.echo(f"{library_path} unchanged (version {library.version})" + (" [dry run]" if dry_run and result.changed else ""))
-            return
-        _commit(library_path, library, result, history_dir, step=step)
-        typer.echo(f"{library_path}: version {library.version} -> {result.library.version} ({len(result.library)} experiences)")
+        # the whole read-modify-write under the library's lock: a concurrent apply waits, no update is lost
+        with open_library(library_path, _history(library_path, history_dir)) as library:
+            _apply_reply(library_path, library, reply_path, max_words, max_items, max_tokens, step, dry_run, history_dir)
+
+
+def _apply_reply(library_path: Path, library, reply_path: Path, max_words, max_items, max_tokens, step, dry_run,
+                 history_dir: Path | None) -> None:
+    from experiences import Budget, apply_operations, parse_operations
+    from experiences.errors import ExperienceError
+    from experiences.textfile import read_text
+
+    words = 32 if max_words is None else max_words
+    parsed = parse_operations(read_text(reply_path, error=ExperienceError), library, max_words=words)
+    budget = Budget(max_items=max_items, max_prompt_tokens=max_tokens) if (max_items or max_tokens) else None
+    result = apply_operations(
+        library, parsed.operations, step=step, max_words=words, budget=budget,
+        provenance={"step": step},
+    )
+    result.rejected[:0] = parsed.rejected  # parser rejections first, then apply-time ones
+    if not parsed.found:
+        typer.echo(f"no operations found: {parsed.feedback()}")
+    for item in result.applied:
+        typer.echo(f"applied  {item.operation.describe()} -> {', '.join(item.ids)}")
+    for rejection in result.rejected:
+        typer.echo(f"rejected {rejection.describe()}")
+    for eviction in result.evicted:
+        typer.echo(f"evicted  [{eviction.experience.id}] {eviction.experience.text} ({eviction.reason})")
+    if parsed.skipped:
+        typer.echo(f"skipped  {parsed.skipped} no-op item(s)")
+    if dry_run or not result.changed:
+        typer.echo(f"{library_path} unchanged (version {library.version})" + (" [dry run]" if dry_run and result.changed else ""))
+        return
+    _commit(library_path, library, result, history_dir, step=step)
+    typer.echo(f"{library_path}: version {library.version} -> {result.library.version} ({len(result.library)} experiences)")
 
 
 def _history(library_path: Path, history_dir: Path | None):
@@ -210,11 +224,11 @@ def _history(library_path: Path, history_dir: Path | None):
 
 
 def _commit(library_path: Path, before, result, history_dir: Path | None, *, step: int | None = None) -> None:
-    """Baseline snapshot of the old version (first edit of a hand-written file), new snapshot + log, then save LIB."""
-    history = _history(library_path, history_dir)
-    history.ensure_baseline(before)
-    history.commit_result(result, step=step)
-    result.library.save(library_path)
+    """Baseline snapshot of the old version (first edit of a hand-written file), new snapshot + log, then save LIB
+    (call under `open_library`: see experiences.transaction for the order and the recovery)."""
+    from experiences.transaction import commit_library
+
+    commit_library(library_path, _history(library_path, history_dir), before, result, step=step)
 
 
 def _opt(value: object) -> str:

@@ -14,6 +14,7 @@ ApiKeyOpt = Annotated[Optional[str], typer.Option("--api-key", help="API key (el
 AdapterOpt = Annotated[Optional[str], typer.Option("--adapter", help="LoRA adapter directory (transformers / vllm backends).")]
 ConcurrencyOpt = Annotated[Optional[int], typer.Option("--concurrency", help="Requests in flight at once per endpoint.")]
 CacheOpt = Annotated[Optional[str], typer.Option("--cache", help="SQLite response-cache file.")]
+TimeoutOpt = Annotated[Optional[float], typer.Option("--timeout", help="Per-request timeout in seconds (llm.timeout_s; default 600). A timed-out request is retried and counted as a timeout retry.")]
 BudgetOpt = Annotated[Optional[float], typer.Option("--budget-usd", help="Stop cleanly once this many USD were spent.")]
 TemperatureOpt = Annotated[Optional[float], typer.Option("--temperature", help="Sampling temperature.")]
 TopPOpt = Annotated[Optional[float], typer.Option("--top-p", help="Nucleus sampling mass.")]
@@ -30,6 +31,7 @@ def llm_overrides(
     concurrency: int | None = None,
     cache: str | None = None,
     budget_usd: float | None = None,
+    timeout_s: float | None = None,
 ) -> dict[str, Any]:
     """The `llm:` section of a config from command-line values (None = not given)."""
     return {
@@ -41,6 +43,7 @@ def llm_overrides(
         "concurrency": concurrency,
         "cache": cache,
         "budget_usd": budget_usd,
+        "timeout_s": timeout_s,
     }
 
 

@@ -37,6 +37,7 @@ def register(app: typer.Typer) -> None:
         model: opt.ModelOpt = None,
         base_url: opt.BaseUrlOpt = None,
         api_key: opt.ApiKeyOpt = None,
+        timeout: opt.TimeoutOpt = None,
     ) -> None:
         """Score each row of a JSONL file. Malformed rows are reported by line number; the rest are scored.
         Exit code 1 when any row was malformed."""
@@ -46,28 +47,29 @@ def register(app: typer.Typer) -> None:
 
         from rich.console import Console
 
+        from experiences.textfile import iter_lines
         from rewards import get_reward
         from rewards.errors import RewardError
         from rewards.jsonl import ScoreSummary, score_lines
 
         params = _parse_params(param)
         if reward_name == "judge" and "complete" not in params:
-            params["complete"] = _judge_callable(backend, model, base_url, api_key)
+            params["complete"] = _judge_callable(backend, model, base_url, api_key, timeout)
         reward = get_reward(reward_name, **params)
         source = Path(input_path)
         if not source.is_file():
             raise RewardError(f"input file not found: {input_path}")
         console = Console(stderr=True, soft_wrap=True)
         summary = ScoreSummary()
-        with source.open(encoding="utf-8") as lines:
-            sink = open(out, "w", encoding="utf-8") if out else sys.stdout  # noqa: SIM115
-            try:
-                for row in score_lines(lines, reward, source=input_path, completion_key=completion_key,
-                                       answer_key=answer_key, summary=summary):
-                    sink.write(json.dumps(row, ensure_ascii=False) + "\n")
-            finally:
-                if out:
-                    sink.close()
+        lines = (line for _number, line in iter_lines(source, error=RewardError))  # bad bytes / huge rows: one line
+        sink = open(out, "w", encoding="utf-8") if out else sys.stdout  # noqa: SIM115
+        try:
+            for row in score_lines(lines, reward, source=input_path, completion_key=completion_key,
+                                   answer_key=answer_key, summary=summary):
+                sink.write(json.dumps(row, ensure_ascii=False) + "\n")
+        finally:
+            if out:
+                sink.close()
         for problem in summary.malformed:
             console.print(f"[bold red]error:[/] {problem}", highlight=False, markup=True)
         console.print(f"{reward.name}: {summary.line()}" + (f" -> {out}" if out else ""), highlight=False)
@@ -75,7 +77,7 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(1)
 
 
-def _judge_callable(backend, model, base_url, api_key):  # type: ignore[no-untyped-def]
+def _judge_callable(backend, model, base_url, api_key, timeout=None):  # type: ignore[no-untyped-def]
     """The judge's sync `complete(messages) -> str`, over the project's LLM client."""
     from tfgrpo.cli import options as opt
     from tfgrpo.config import LLMConfig, build_config
@@ -83,7 +85,7 @@ def _judge_callable(backend, model, base_url, api_key):  # type: ignore[no-untyp
 
     from tfgrpo.scoring import JUDGE_SAMPLING, daemon_loop
 
-    client = build_client(build_config(LLMConfig, None, opt.llm_overrides(backend, model, base_url, api_key)))
+    client = build_client(build_config(LLMConfig, None, opt.llm_overrides(backend, model, base_url, api_key, timeout_s=timeout)))
     # One loop for every judge call of this command: async clients must not hop between event loops.
     loop, _ = daemon_loop()
     return client.completer(loop, sampling=JUDGE_SAMPLING, tag="judge")

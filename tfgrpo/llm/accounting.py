@@ -53,11 +53,26 @@ def resolve_pricing(
     return Pricing(known=False)
 
 
+def context_window(model: str | None) -> int | None:
+    """The model's input context in tokens from litellm's bundled table (None when unknown)."""
+    table = _litellm_price_table()
+    for name in _candidate_names(model or ""):
+        entry = table.get(name) or {}
+        window = entry.get("max_input_tokens") or entry.get("max_tokens")
+        if isinstance(window, int) and window > 0:
+            return window
+    return None
+
+
 def _candidate_names(model: str) -> list[str]:
     names = [model]
     if "/" in model:
         names.append(model.split("/", 1)[1])
     return names
+
+
+#: causes of a retried call, as counted in TagTotals.retries_<cause> (429, 5xx, timeout, unusable reply, connection)
+RETRY_CAUSES = ("rate_limit", "server_error", "timeout", "bad_body", "connection")
 
 
 @dataclass
@@ -70,6 +85,17 @@ class TagTotals:
     completion_tokens: int = 0
     cost_usd: float = 0.0
     latency_s: float = 0.0
+    # attempts that failed transiently and were retried, by cause (a call that finally failed also
+    # counts in failed_calls); see RETRY_CAUSES
+    retries_rate_limit: int = 0
+    retries_server_error: int = 0
+    retries_timeout: int = 0
+    retries_bad_body: int = 0
+    retries_connection: int = 0
+
+    @property
+    def retries(self) -> int:
+        return sum(getattr(self, f"retries_{cause}") for cause in RETRY_CAUSES)
 
     def add(self, other: TagTotals) -> None:
         for name in self.__dataclass_fields__:
@@ -100,6 +126,12 @@ class Accounting:
     def record_failure(self, tag: str) -> None:
         self._tag(tag).failed_calls += 1
 
+    def record_retry(self, tag: str, cause: str) -> None:
+        """One transient failure that is about to be retried; `cause` is one of RETRY_CAUSES."""
+        field_name = f"retries_{cause}"
+        totals = self._tag(tag)
+        setattr(totals, field_name, getattr(totals, field_name) + 1)
+
     @property
     def total(self) -> TagTotals:
         out = TagTotals()
@@ -116,3 +148,17 @@ class Accounting:
             return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in t.__dict__.items()}
 
         return {"total": as_dict(self.total), "by_tag": {k: as_dict(v) for k, v in sorted(self.by_tag.items())}}
+
+
+RETRY_LABELS = {"rate_limit": "429", "server_error": "5xx", "timeout": "timeout", "bad_body": "bad body",
+                "connection": "connection"}
+
+
+def retries_line(counts: dict[str, Any]) -> str:
+    """'retried calls: 3 (429 ×2, timeout ×1)' from a dict with retries_<cause> keys (missing = 0)."""
+    by_cause = {label: int(counts.get(f"retries_{cause}", 0) or 0) for cause, label in RETRY_LABELS.items()}
+    total = sum(by_cause.values())
+    if not total:
+        return "retried calls: 0"
+    return f"retried calls: {total} (" + ", ".join(f"{label} ×{n}" for label, n in by_cause.items() if n) + ")"
+

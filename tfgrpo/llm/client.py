@@ -19,14 +19,22 @@ from tfgrpo.llm.base import Backend
 from tfgrpo.llm.cache import ResponseCache
 from tfgrpo.llm.errors import (
     BudgetExceededError,
+    ContextWindowExceededError,
     MalformedResponseError,
+    RateLimitError,
     RequestFailedError,
     RequestTimeoutError,
+    ServerError,
     TransientError,
 )
 from tfgrpo.llm.types import ChatRequest, Completion, Message, SamplingParams
 
 T = TypeVar("T")
+
+
+#: most characters any tokenizer packs into one token (long runs of spaces or digits in BPE vocabularies):
+#: chars / this is a count no real prompt is under
+MAX_CHARS_PER_TOKEN = 16
 
 
 class LLMClient:
@@ -43,6 +51,7 @@ class LLMClient:
         backoff_initial_s: float = 1.0,
         backoff_max_s: float = 60.0,
         retry_after_max_s: float = 300.0,
+        context_tokens: int | None = None,
     ):
         self.backends = [backends] if isinstance(backends, Backend) else list(backends)
         if not self.backends:
@@ -54,6 +63,8 @@ class LLMClient:
         self.pricing = pricing or Pricing()
         self.budget_usd = budget_usd
         self.accounting = Accounting()
+        #: the model's context window where known: prompts that cannot fit are refused before sending
+        self.context_tokens = context_tokens
         self._backoff = wait_exponential_jitter(initial=backoff_initial_s, max=backoff_max_s)
         self._retry_after_max_s = retry_after_max_s
         self._concurrency = concurrency
@@ -163,6 +174,21 @@ class LLMClient:
         if self.budget_usd is not None and self.accounting.cost_usd >= self.budget_usd:
             raise BudgetExceededError(self.accounting.cost_usd, self.budget_usd)
 
+    def _check_context(self, request: ChatRequest) -> None:
+        """Refuse (not retried, never sent) a prompt that cannot fit the model's context window.
+
+        Without the model's tokenizer the count is a lower bound (no tokenizer packs more than
+        MAX_CHARS_PER_TOKEN characters per token), so a prompt is never refused that might fit."""
+        if self.context_tokens is None:
+            return
+        chars = sum(len(message.content or "") for message in request.messages)
+        at_least = chars // MAX_CHARS_PER_TOKEN
+        if at_least > self.context_tokens:
+            raise ContextWindowExceededError(
+                f"{request.tag or 'LLM'} prompt of {chars:,} characters (at least {at_least:,} tokens) cannot fit "
+                f"{self.model_name}'s context window of {self.context_tokens:,} tokens; not sent"
+            )
+
     def _pick_backend(self) -> Backend:
         return min(self.backends, key=lambda b: self._in_flight[b.endpoint])
 
@@ -186,6 +212,7 @@ class LLMClient:
         # A plain loop rather than tenacity's AsyncRetrying: that costs ~25 us of CPU per call, paid by
         # every call (1,100 per learn epoch) although almost none is retried; the backoff is tenacity's.
         self._check_budget()
+        self._check_context(request)
         attempts = 0
         while True:
             attempts += 1
@@ -195,6 +222,7 @@ class LLMClient:
                 if attempts > self.max_retries:
                     last_error = exc
                     break
+                self.accounting.record_retry(request.tag, retry_cause(exc))
                 await asyncio.sleep(self._retry_delay(exc, attempts))
         self.accounting.record_failure(request.tag)
         raise RequestFailedError(
@@ -234,6 +262,15 @@ class LLMClient:
             latency_s=latency,
         )
         return priced
+
+
+def retry_cause(error: TransientError) -> str:
+    """The accounting bucket of a retried failure (RETRY_CAUSES)."""
+    for kind, cause in ((RateLimitError, "rate_limit"), (ServerError, "server_error"), (RequestTimeoutError, "timeout"),
+                        (MalformedResponseError, "bad_body")):
+        if isinstance(error, kind):
+            return cause
+    return "connection"
 
 
 async def _within(awaitable: Awaitable[T], timeout_s: float) -> T:

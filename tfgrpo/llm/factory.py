@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 from tfgrpo.config import LLMConfig
-from tfgrpo.llm.accounting import resolve_pricing
+from tfgrpo.llm.accounting import context_window, resolve_pricing
 from tfgrpo.llm.base import Backend
 from tfgrpo.llm.cache import ResponseCache
 from tfgrpo.llm.client import LLMClient
@@ -75,4 +75,6 @@ def build_client(
         timeout_s=config.timeout_s,
         pricing=pricing,
         budget_usd=config.budget_usd,
+        # API models: litellm's table knows the window; local backends check with their own tokenizer
+        context_tokens=None if config.backend in LOCAL_BACKENDS else context_window(config.model),
     )

@@ -1,6 +1,18 @@
 """A sandboxed Python interpreter tool: each trajectory gets its own locked-down worker process.
 
-Layers, strongest first (which ones apply is probed once per tool and reported by `describe()`):
+Isolation levels, strongest first (probed once per tool and reported by `describe()`;
+docs/security.md has the threat model):
+
+- **bubblewrap** (`bwrap`, see `rewards.isolation`): its own PID, network, IPC and UTS namespaces and
+  its own `/proc`; a read-only view of only `/usr` and the interpreter's trees; one private writable
+  working directory; no home, run directory, project code or other process visible. Under it the
+  layers below still apply (private uid, rlimits, wall-clock kill, audit hook).
+- **namespace** fallback (`unshare`, only where bwrap is missing or refused; logged as a warning):
+  the host's `/proc` and file system stay readable, so secrets in other processes' command lines or
+  in readable files are NOT protected;
+- **process** fallback: no kernel isolation at all (logged as a warning).
+
+The layers:
 
 - **network namespace** (`unshare --net`, as root or via an unprivileged user namespace): the worker
   has no network interface but a downed loopback, so even 127.0.0.1 is unreachable;
@@ -27,7 +39,6 @@ import os
 import secrets
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -37,10 +48,14 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from rewards.isolation import bwrap_command
 from tfgrpo.config import format_validation_error
 from tfgrpo.tools.base import Tool, ToolError, ToolResult
+from tfgrpo.tools.sandbox_isolation import Isolation, probe_isolation
 
 WORKER_SCRIPT = Path(__file__).with_name("_sandbox_worker.py")
+#: where the worker script appears inside a bubblewrap sandbox (no other project file is visible)
+WORKER_INSIDE = "/opt/tfgrpo/sandbox_worker.py"
 #: extra wall time the worker gets to report its own timeout before the parent kills it
 KILL_GRACE_S = 1.5
 STARTUP_TIMEOUT_S = 20.0
@@ -60,52 +75,13 @@ class PythonSandboxConfig(BaseModel):
     max_open_files: int = Field(256, ge=16, description="RLIMIT_NOFILE of the worker.")
     max_processes: int = Field(32, ge=1, description="RLIMIT_NPROC of the private uid (root only).")
     persistent: bool = Field(True, description="Keep variables between the calls of one trajectory.")
-    isolation: Literal["auto", "namespace", "process"] = Field(
-        "auto", description="namespace: require unshare --net/--pid; process: plain process + audit hook; "
-        "auto: namespaces when available."
+    isolation: Literal["auto", "bubblewrap", "namespace", "process"] = Field(
+        "auto", description="bubblewrap: require bwrap (own /proc, read-only Python view, private workdir); "
+        "namespace: require unshare --net/--pid (host /proc and files stay readable); process: plain "
+        "process + audit hook; auto: the strongest available, with a warning when it is not bubblewrap."
     )
     block_processes: bool = Field(True, description="Refuse fork/exec/subprocess in the audit hook.")
     python: str | None = Field(None, description="Interpreter for the worker; None = the current one.")
-
-
-class Isolation(BaseModel):
-    """What the kernel can do for us here (probed once)."""
-
-    unshare_prefix: list[str] = Field(default_factory=list)
-    private_uid: bool = False
-
-    @property
-    def namespaces(self) -> bool:
-        return bool(self.unshare_prefix)
-
-    def describe(self) -> str:
-        network = "network namespace" if self.namespaces else "audit hook (no network namespace available)"
-        writes = "private uid + audit hook" if self.private_uid else "audit hook only"
-        processes = "PID namespace + process-group kill" if self.namespaces else "process-group kill"
-        if self.private_uid:
-            processes += " + RLIMIT_NPROC"
-        return f"network: {network}; writes: {writes}; processes: {processes}"
-
-
-def probe_isolation(mode: str) -> Isolation:
-    """Find the strongest isolation this machine allows (`mode` "process" skips namespaces)."""
-    is_root = os.geteuid() == 0
-    unshare = shutil.which("unshare")
-    if mode != "process" and unshare:
-        candidates = [[unshare, "--net", "--pid", "--fork", "--kill-child"]]
-        if not is_root:
-            candidates.append([unshare, "--user", "--map-root-user", "--net", "--pid", "--fork", "--kill-child"])
-        for prefix in candidates:
-            try:
-                probe = subprocess.run([*prefix, "true"], capture_output=True, timeout=10, check=False)
-            except (OSError, subprocess.TimeoutExpired):
-                continue
-            if probe.returncode == 0:
-                return Isolation(unshare_prefix=prefix, private_uid=is_root)
-    if mode == "namespace":
-        raise ToolError("python sandbox: isolation 'namespace' needs a working `unshare --net --pid` "
-                        "(root or unprivileged user namespaces); use isolation: auto or process")
-    return Isolation(private_uid=is_root)
 
 
 class _OutputCapture:
@@ -209,7 +185,8 @@ class PythonSession:
             "session": self.session_id,
             "workdir": self._workdir,
             "uid": uid,
-            "keep_read_access": uid is not None,
+            # under bubblewrap every parent directory is traversable: the uid needs no extra capability
+            "keep_read_access": uid is not None and not self.isolation.bubblewrap,
             "block_network": True,
             "block_processes": self.config.block_processes,
             **self.config.model_dump(include={"memory_mb", "cpu_s", "session_cpu_s", "max_file_mb",
@@ -219,15 +196,21 @@ class PythonSession:
             "PATH": os.defpath, "HOME": self._workdir, "TMPDIR": self._workdir, "LANG": "C.UTF-8",
             "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "MPLBACKEND": "Agg",
         }
-        command = [*self.isolation.unshare_prefix, self.config.python or sys.executable, "-I", "-B",
-                   str(WORKER_SCRIPT), json.dumps(worker_config)]
+        python = self.config.python or sys.executable
+        if self.isolation.bubblewrap:
+            prefix = bwrap_command(python, workdir=self._workdir, read_only={str(WORKER_SCRIPT): WORKER_INSIDE},
+                                   user_namespace=not self.isolation.private_uid)
+            worker = WORKER_INSIDE
+        else:
+            prefix, worker = self.isolation.unshare_prefix, str(WORKER_SCRIPT)
+        command = [*prefix, python, "-I", "-B", worker, json.dumps(worker_config)]
         try:
             self._proc = await asyncio.create_subprocess_exec(
                 *command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE, env=env, cwd=self._workdir, start_new_session=True,
             )
         except OSError as exc:  # a wrong `python` path: the user's configuration, not the model's code
-            raise ToolError(f"python tool: cannot start the interpreter {command[len(self.isolation.unshare_prefix)]!r}: {exc}") from None
+            raise ToolError(f"python tool: cannot start the interpreter {python!r}: {exc}") from None
         self._capture.begin("")
         self._pump = asyncio.create_task(self._pump_output(self._proc))
         try:
@@ -342,7 +325,7 @@ class PythonTool(Tool):
 
     def isolation(self) -> Isolation:
         if self._isolation is None:
-            self._isolation = probe_isolation(self.config.isolation)
+            self._isolation = probe_isolation(self.config.isolation, self.config.python)
         return self._isolation
 
     def describe(self) -> str:

@@ -1,0 +1,92 @@
+"""Reading user files as bounded, decoded text: one clear error (file, line, column) instead of a traceback.
+
+    read_text(path, error=LibraryFileError)            UTF-8 or a one-line error naming the first bad byte
+    loads_json(text, source=..., error=...)            JSON with a nesting-depth limit (no RecursionError)
+    iter_lines(path, error=DatasetError)               decoded lines of a JSONL file, each size-checked
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+#: largest file read as one text (a library, a reply); bigger is refused, not loaded into memory
+MAX_FILE_BYTES = 64 * 1024 * 1024
+#: longest line of a JSONL file (a dataset row, a sample to score): 1 MiB is ~250k tokens, past any context
+#: window, so a longer row is a mistake to report, not a request to send
+MAX_ROW_BYTES = 1024 * 1024
+#: deepest JSON nesting accepted (a library is 3 deep; Python's parser overflows near 1,000)
+MAX_JSON_DEPTH = 64
+
+
+def read_text(path: str | Path, *, error: type[Exception], max_bytes: int = MAX_FILE_BYTES) -> str:
+    """The UTF-8 text of `path`; `error` (one line naming file, line and column) for bad bytes or size."""
+    path = Path(path)
+    size = path.stat().st_size
+    if size > max_bytes:
+        raise error(f"{path}: {size:,} bytes is larger than the limit of {max_bytes:,} bytes")
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise error(f"{path}: line {line}, column {column}: byte 0x{data[exc.start]:02x} is not valid UTF-8 "
+                    "(save the file as UTF-8)") from None
+
+
+def loads_json(text: str, *, source: str, error: type[Exception], max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """`json.loads` with a nesting limit: `error` instead of a RecursionError or an absurdly deep value."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise error(f"{source}: not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+    except RecursionError:
+        raise error(f"{source}: JSON nested too deeply to read; the limit is {max_depth} levels") from None
+    depth = _depth(value)
+    if depth > max_depth:
+        raise error(f"{source}: JSON nested {depth} levels deep; the limit is {max_depth}")
+    return value
+
+
+def _depth(value: Any) -> int:
+    """Nesting depth of a parsed JSON value, without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict):
+            deepest = max(deepest, level)
+            stack.extend((child, level + 1) for child in item.values())
+        elif isinstance(item, list):
+            deepest = max(deepest, level)
+            stack.extend((child, level + 1) for child in item)
+    return deepest
+
+
+def iter_lines(path: str | Path, *, error: type[Exception], max_row_bytes: int = MAX_ROW_BYTES) -> Iterator[tuple[int, str]]:
+    """(line number, text) of each line, streamed: a line over `max_row_bytes` or with bytes that are
+    not UTF-8 raises `error` naming file, line (and column) without reading the rest into memory."""
+    with Path(path).open("rb") as handle:
+        for number, raw in enumerate(_bounded_lines(handle, max_row_bytes, path, error), start=1):
+            try:
+                yield number, raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise error(f"{path}:{number}: column {exc.start + 1}: byte 0x{raw[exc.start]:02x} is not valid UTF-8 "
+                            "(save the file as UTF-8)") from None
+
+
+def _bounded_lines(handle: Any, max_row_bytes: int, path: str | Path, error: type[Exception]) -> Iterator[bytes]:
+    number = 0
+    while True:
+        raw = handle.readline(max_row_bytes + 1)
+        if not raw:
+            return
+        number += 1
+        if len(raw) > max_row_bytes and not raw.endswith(b"\n"):
+            raise error(f"{path}:{number}: row is longer than the limit of {max_row_bytes:,} bytes")
+        yield raw
+
+
+__all__ = ["MAX_FILE_BYTES", "MAX_JSON_DEPTH", "MAX_ROW_BYTES", "iter_lines", "loads_json", "read_text"]
