@@ -1,0 +1,83 @@
+"""The library being served, reloaded when its file changes, without dropping a request.
+
+A request takes `LiveLibrary.current` once, at its start, and uses that snapshot to the end; a reload
+builds a new snapshot off the event loop and swaps the reference. A file that does not load (half
+written, invalid) keeps the old version serving and is counted in `/health`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from experiences import Experience, Injection, Library
+from experiences.errors import ExperienceError
+from experiences.render import render_system_text
+from experiences.store import ExperienceStore
+from tfgrpo.injection import Injector
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    library: Library
+    stamp: tuple[int, int]  # (mtime_ns, size) of the file it came from
+
+    @property
+    def version(self) -> int:
+        return self.library.version
+
+
+class LiveLibrary:
+    def __init__(self, path: Path, *, store_dir: Path | None = None):
+        self.path = path
+        self.store_dir = store_dir
+        self.current = Snapshot(Library.load(path), _stamp(path))
+        self.reloads = 0
+        self.reload_errors: list[str] = []
+        self._store: ExperienceStore | None = None  # built at the first topk request (loads an embedding model)
+
+    def system_message(self, snapshot: Snapshot, injection: Injection, query: str) -> tuple[str, list[Experience]]:
+        """The system text the library arm gets for `query` ('' when nothing is injected) and the experiences in it."""
+        store = self._vector_store() if injection.mode == "topk" and len(snapshot.library) > (injection.k or 0) else None
+        injector = Injector(library=snapshot.library, spec=str(injection), store=store)
+        chosen = injector.select(query)
+        if not chosen:
+            return "", []
+        return render_system_text(injector.text_for(query, chosen), library=snapshot.library), chosen
+
+    def reload_if_changed(self) -> bool:
+        """Load the file again when its (mtime, size) changed; True when a new snapshot is in use."""
+        try:
+            stamp = _stamp(self.path)
+        except OSError as exc:
+            self._note_error(f"{self.path}: {exc.strerror or exc}")
+            return False
+        if stamp == self.current.stamp:
+            return False
+        try:
+            library = Library.load(self.path)
+        except (ExperienceError, OSError, ValueError) as exc:
+            self._note_error(str(exc).splitlines()[0])
+            return False
+        self.current = Snapshot(library, stamp)
+        self.reloads += 1
+        return True
+
+    async def watch(self, interval_s: float) -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            await asyncio.to_thread(self.reload_if_changed)
+
+    def _vector_store(self) -> ExperienceStore:
+        if self._store is None:
+            self._store = ExperienceStore(self.store_dir)
+        return self._store
+
+    def _note_error(self, message: str) -> None:
+        self.reload_errors = (self.reload_errors + [message])[-10:]
+
+
+def _stamp(path: Path) -> tuple[int, int]:
+    info = os.stat(path)
+    return info.st_mtime_ns, info.st_size
