@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +38,15 @@ class Proxy:
     @property
     def state(self) -> Any:
         return self.app.state.serve
+
+    def traces(self, count: int, timeout_s: float = 10.0) -> list[dict[str, Any]]:
+        """The stored exchanges once there are `count` (a stream is traced just after its last byte went out)."""
+        deadline = time.monotonic() + timeout_s
+        while len(rows := self.state.traces.exchanges()) < count:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{len(rows)} exchanges traced, {count} expected")
+            time.sleep(0.02)
+        return rows
 
 
 @contextlib.contextmanager

@@ -51,7 +51,7 @@ def test_openai_client_streaming_passes_the_sse_through_and_traces_the_text(tmp_
         assert "".join(pieces) == "streamed answer is four"
         assert usage.completion_tokens == 4
         assert p.upstream.bodies[-1]["stream"] is True
-        rows = p.state.traces.exchanges()
+        rows = p.traces(1)
         assert rows[-1]["reply"] == "streamed answer is four" and rows[-1]["stream"] and rows[-1]["completion_tokens"] == 4
 
 

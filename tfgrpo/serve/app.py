@@ -11,7 +11,6 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
-from starlette.background import BackgroundTask
 
 from rewards.registry import get_reward
 from tfgrpo.serve.config import ServeConfig
@@ -138,16 +137,17 @@ async def _complete(state: ServeState, exchange: Exchange) -> Response:
     except UpstreamFailure as failure:
         return _failed(state, exchange, failure)
     content = response.content
-    headers = exchange.headers()
+    reply, usage = reply_from_json(content)
+    _trace(state, exchange, status=response.status_code, reply=reply, usage=usage, upstream=url)
+    return Response(content, status_code=response.status_code, media_type="application/json", headers=exchange.headers())
 
-    def record() -> None:
-        reply, usage = reply_from_json(content)
-        row = exchange.trace_row(status=response.status_code, reply=reply, usage=usage, upstream=url)
+
+def _trace(state: ServeState, exchange: Exchange, *, status: int, reply: str | None, usage: dict[str, Any] | None, upstream: str | None) -> None:
+    # Queued, not written: the trace writer thread stores it, off the request's path.
+    row = exchange.trace_row(status=status, reply=reply, usage=usage, upstream=upstream)
+    if reply is not None:
         state.upstream.record(prompt_tokens=row["prompt_tokens"] or 0, completion_tokens=row["completion_tokens"] or 0, latency_s=row["latency_ms"] / 1000)
-        state.traces.add(row)
-
-    # The trace is written after the reply went out: parsing and storing add nothing to the client's latency.
-    return Response(content, status_code=response.status_code, media_type="application/json", headers=headers, background=BackgroundTask(record))
+    state.traces.add(row)
 
 
 async def _stream(state: ServeState, exchange: Exchange) -> Response:
@@ -165,16 +165,14 @@ async def _stream(state: ServeState, exchange: Exchange) -> Response:
         finally:  # also when the client hangs up mid-stream: what it got is traced
             await response.aclose()
             reply, usage = reply_from_sse(b"".join(received))
-            row = exchange.trace_row(status=response.status_code, reply=reply, usage=usage, upstream=url)
-            state.upstream.record(prompt_tokens=row["prompt_tokens"] or 0, completion_tokens=row["completion_tokens"] or 0, latency_s=row["latency_ms"] / 1000)
-            state.traces.add(row)
+            _trace(state, exchange, status=response.status_code, reply=reply, usage=usage, upstream=url)
 
     media_type = response.headers.get("content-type", "text/event-stream")
     return StreamingResponse(passthrough(), status_code=response.status_code, media_type=media_type, headers=exchange.headers())
 
 
 def _failed(state: ServeState, exchange: Exchange, failure: UpstreamFailure) -> Response:
-    state.traces.add(exchange.trace_row(status=failure.status, reply=None, usage=None, upstream=None))
+    _trace(state, exchange, status=failure.status, reply=None, usage=None, upstream=None)
     headers = failure.headers | exchange.headers() | {"x-tfgrpo-attempts": str(failure.attempts)}
     headers.pop("content-type", None)
     return Response(failure.body, status_code=failure.status, media_type="application/json", headers=headers)
