@@ -54,7 +54,8 @@ def proxy(tmp_path: Path, upstream: ScriptedUpstream | None = None, **settings: 
     upstream = upstream or ScriptedUpstream()
     library = settings.pop("library", None) or write_library(tmp_path / "library.json")
     with running(upstream) as upstream_url:
-        config = ServeConfig(library=library, upstream=[upstream_url + "/v1"], traces=str(tmp_path / "traces.sqlite"), backoff_s=0.0, **settings)
+        settings.setdefault("traces", str(tmp_path / "traces.sqlite"))
+        config = ServeConfig(library=library, upstream=[upstream_url + "/v1"], backoff_s=0.0, **settings)
         app = create_app(config)
         with running(app) as url:
             yield Proxy(url=url, upstream=upstream, app=app)

@@ -102,16 +102,28 @@ class TraceStore:
                     break
             rows = [row for row in batch if row is not _STOP]
             try:
-                if rows:
-                    with self.engine.begin() as connection:
-                        connection.execute(EXCHANGES.insert(), rows)
-            except Exception:  # a database outage must not kill serving; the count is in /health
-                self.write_errors += len(rows)
+                self._insert(rows)
             finally:
                 for _ in batch:
                     self._queue.task_done()
             if len(rows) < len(batch):
                 return
+
+    def _insert(self, rows: list[dict[str, Any]]) -> None:
+        if not rows:
+            return
+        try:
+            with self.engine.begin() as connection:
+                connection.execute(EXCHANGES.insert(), rows)
+            return
+        except Exception:  # noqa: BLE001 - one bad row must not cost the batch: retried one by one below
+            pass
+        for row in rows:
+            try:
+                with self.engine.begin() as connection:
+                    connection.execute(EXCHANGES.insert(), [row])
+            except Exception:  # noqa: BLE001 - a database outage must not kill serving; counted in /health
+                self.write_errors += 1
 
     # ------------------------------------------------------------------ reading
     def exchange(self, exchange_id: str) -> dict[str, Any] | None:
