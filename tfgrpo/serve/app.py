@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+import aiohttp
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 
@@ -86,10 +88,10 @@ def create_app(config: ServeConfig) -> FastAPI:
     @app.get("/v1/models")
     async def models() -> Response:
         try:
-            response = await state.upstream.get("/models")
+            status, content = await state.upstream.get("/models")
         except Exception as exc:  # noqa: BLE001 - any transport failure is the upstream's, reported as 502
             return _error(502, f"upstream unreachable: {type(exc).__name__}", "upstream_unreachable")
-        return Response(response.content, status_code=response.status_code, media_type="application/json")
+        return Response(content, status_code=status, media_type="application/json")
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
@@ -133,13 +135,18 @@ def _reward_for(config: ServeConfig):  # -> a callable(gold, reply) scoring one 
 
 async def _complete(state: ServeState, exchange: Exchange) -> Response:
     try:
-        response, url = await state.upstream.post("/chat/completions", exchange.upstream_bytes(), stream=False)
+        response, url = await state.upstream.post("/chat/completions", exchange.upstream_bytes())
+        try:
+            content = await response.read()
+        finally:
+            response.release()
     except UpstreamFailure as failure:
         return _failed(state, exchange, failure)
-    content = response.content
+    except (aiohttp.ClientError, asyncio.TimeoutError) as exc:  # the body broke off after a 2xx status line
+        return _failed(state, exchange, UpstreamFailure(502, _error_bytes(f"upstream reply broke off: {type(exc).__name__}", "upstream_error")))
     reply, usage = reply_from_json(content)
-    _trace(state, exchange, status=response.status_code, reply=reply, usage=usage, upstream=url)
-    return Response(content, status_code=response.status_code, media_type="application/json", headers=exchange.headers())
+    _trace(state, exchange, status=response.status, reply=reply, usage=usage, upstream=url)
+    return Response(content, status_code=response.status, media_type="application/json", headers=exchange.headers())
 
 
 def _trace(state: ServeState, exchange: Exchange, *, status: int, reply: str | None, usage: dict[str, Any] | None, upstream: str | None) -> None:
@@ -152,23 +159,26 @@ def _trace(state: ServeState, exchange: Exchange, *, status: int, reply: str | N
 
 async def _stream(state: ServeState, exchange: Exchange) -> Response:
     try:
-        response, url = await state.upstream.post("/chat/completions", exchange.upstream_bytes(), stream=True)
+        response, url = await state.upstream.post("/chat/completions", exchange.upstream_bytes())
     except UpstreamFailure as failure:
         return _failed(state, exchange, failure)
 
     async def passthrough() -> AsyncIterator[bytes]:
         received: list[bytes] = []
+        status = response.status
         try:
-            async for chunk in response.aiter_raw():
+            async for chunk in response.content.iter_any():
                 received.append(chunk)
                 yield chunk
+        except (aiohttp.ClientError, asyncio.TimeoutError):
+            status = 502  # the upstream broke off mid-stream: the client sees a stream without [DONE]
         finally:  # also when the client hangs up mid-stream: what it got is traced
-            await response.aclose()
+            response.release()
             reply, usage = reply_from_sse(b"".join(received))
-            _trace(state, exchange, status=response.status_code, reply=reply, usage=usage, upstream=url)
+            _trace(state, exchange, status=status, reply=reply, usage=usage, upstream=url)
 
     media_type = response.headers.get("content-type", "text/event-stream")
-    return StreamingResponse(passthrough(), status_code=response.status_code, media_type=media_type, headers=exchange.headers())
+    return StreamingResponse(passthrough(), status_code=response.status, media_type=media_type, headers=exchange.headers())
 
 
 def _failed(state: ServeState, exchange: Exchange, failure: UpstreamFailure) -> Response:
@@ -180,3 +190,7 @@ def _failed(state: ServeState, exchange: Exchange, failure: UpstreamFailure) -> 
 
 def _error(status: int, message: str, kind: str) -> JSONResponse:
     return JSONResponse({"error": {"message": message, "type": kind}}, status_code=status)
+
+
+def _error_bytes(message: str, kind: str) -> bytes:
+    return json.dumps({"error": {"message": message, "type": kind}}).encode()

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from experiences import Experience, Injection, Library
 from experiences.errors import ExperienceError
-from experiences.render import render_system_text
+from experiences.render import render, render_system_text
 from experiences.store import ExperienceStore
 from tfgrpo.injection import Injector
 
@@ -22,6 +22,14 @@ from tfgrpo.injection import Injector
 class Snapshot:
     library: Library
     stamp: tuple[int, int]  # (mtime_ns, size) of the file it came from
+    whole: str = ""  # the system message with every experience, rendered once per version (`--inject all`)
+
+    @classmethod
+    def load(cls, path: Path) -> Snapshot:
+        stamp = _stamp(path)  # before reading: a write after this is seen as a change next time
+        library = Library.load(path)
+        whole = render_system_text(render(library), library=library) if len(library) else ""
+        return cls(library, stamp, whole)
 
     @property
     def version(self) -> int:
@@ -32,13 +40,15 @@ class LiveLibrary:
     def __init__(self, path: Path, *, store_dir: Path | None = None):
         self.path = path
         self.store_dir = store_dir
-        self.current = Snapshot(Library.load(path), _stamp(path))
+        self.current = Snapshot.load(path)
         self.reloads = 0
         self.reload_errors: list[str] = []
         self._store: ExperienceStore | None = None  # built at the first topk request (loads an embedding model)
 
     def system_message(self, snapshot: Snapshot, injection: Injection, query: str) -> tuple[str, list[Experience]]:
         """The system text the library arm gets for `query` ('' when nothing is injected) and the experiences in it."""
+        if injection.mode == "all" or (injection.mode == "topk" and len(snapshot.library) <= (injection.k or 0)):
+            return snapshot.whole, list(snapshot.library.experiences)
         store = self._vector_store() if injection.mode == "topk" and len(snapshot.library) > (injection.k or 0) else None
         injector = Injector(library=snapshot.library, spec=str(injection), store=store)
         chosen = injector.select(query)
@@ -56,11 +66,11 @@ class LiveLibrary:
         if stamp == self.current.stamp:
             return False
         try:
-            library = Library.load(self.path)
+            snapshot = Snapshot.load(self.path)
         except (ExperienceError, OSError, ValueError) as exc:
             self._note_error(str(exc).splitlines()[0])
             return False
-        self.current = Snapshot(library, stamp)
+        self.current = snapshot
         self.reloads += 1
         return True
 
