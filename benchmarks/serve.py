@@ -48,6 +48,12 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux /proc): the proxy's own cost, whatever the load."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def wait_ready(url: str, process: subprocess.Popen, timeout_s: float = 60.0) -> None:
     import urllib.request
 
@@ -124,20 +130,22 @@ def main() -> None:
             wait_ready(f"http://127.0.0.1:{up_port}/v1/models", upstream)
             wait_ready(f"http://127.0.0.1:{proxy_port}/health", proxy)
             print(f"upstream latency {args.latency_ms:g} ms; library of 20 experiences injected; traces in SQLite\n")
-            header = "| clients | mode | requests | direct p50 | direct p99 | proxy p50 | proxy p99 | overhead p50 | overhead p99 | lost |"
+            header = "| clients | mode | requests | direct p50 | direct p99 | proxy p50 | proxy p99 | overhead p50 | overhead p99 | proxy CPU / request | lost |"
             print(header)
-            print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+            print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
             for concurrency in args.concurrency:
                 for mode in args.modes:
                     requests = args.requests or (200 if concurrency == 1 else 2000)
                     stream = mode == "stream"
                     direct, lost_direct = asyncio.run(load(f"http://127.0.0.1:{up_port}/v1/chat/completions", concurrency=concurrency, requests=requests, stream=stream))
+                    cpu_before = cpu_seconds(proxy.pid)
                     proxied, lost = asyncio.run(load(f"http://127.0.0.1:{proxy_port}/v1/chat/completions", concurrency=concurrency, requests=requests, stream=stream))
+                    cpu_ms = (cpu_seconds(proxy.pid) - cpu_before) * 1000 / (requests + 1)
                     d50, d99 = np.percentile(direct, [50, 99])
                     p50, p99 = np.percentile(proxied, [50, 99])
                     print(
                         f"| {concurrency} | {mode} | {requests} | {d50:.2f} ms | {d99:.2f} ms | {p50:.2f} ms | {p99:.2f} ms | "
-                        f"{p50 - d50:+.2f} ms | {p99 - d99:+.2f} ms | {lost}" + (f" (direct lost {lost_direct})" if lost_direct else "") + " |",
+                        f"{p50 - d50:+.2f} ms | {p99 - d99:+.2f} ms | {cpu_ms:.2f} ms | {lost}" + (f" (direct lost {lost_direct})" if lost_direct else "") + " |",
                         flush=True,
                     )
         finally:

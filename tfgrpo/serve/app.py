@@ -67,18 +67,30 @@ def create_app(config: ServeConfig) -> FastAPI:
     async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
         return _error(500, f"internal error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}", "internal_error")
 
+    _add_openai_routes(app, state)
+    _add_service_routes(app, state)
+    return app
+
+
+def _add_openai_routes(app: FastAPI, state: ServeState) -> None:
+    config = state.config
+
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
+        inject = request.headers.get("x-tfgrpo-inject")
         try:
-            exchange = prepare(
-                parse_body(await request.body()),
+            arguments = dict(
+                body=parse_body(await request.body()),
                 live=state.live,
                 holdout=config.holdout,
                 arm_key=request.headers.get(config.arm_key_header),
-                inject=request.headers.get("x-tfgrpo-inject"),
+                inject=inject,
                 default_inject=config.inject,
                 model=config.model,
             )
+            # topk embeds the query (tens of ms of CPU): off the event loop, so other requests keep flowing
+            topk = (inject or config.inject).strip().lower().startswith("topk")
+            exchange = await asyncio.to_thread(prepare, **arguments) if topk else prepare(**arguments)
         except BadRequest as exc:
             return _error(400, str(exc), "invalid_request_error")
         if exchange.stream:
@@ -92,6 +104,10 @@ def create_app(config: ServeConfig) -> FastAPI:
         except Exception as exc:  # noqa: BLE001 - any transport failure is the upstream's, reported as 502
             return _error(502, f"upstream unreachable: {type(exc).__name__}", "upstream_unreachable")
         return Response(content, status_code=status, media_type="application/json")
+
+
+def _add_service_routes(app: FastAPI, state: ServeState) -> None:
+    config = state.config
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
@@ -115,15 +131,13 @@ def create_app(config: ServeConfig) -> FastAPI:
         try:
             exchange_id, reward, gold = await asyncio.to_thread(score_feedback, await request.body(), state.traces, _reward_for(config))
         except FeedbackError as exc:
-            return _error(exc.status, str(exc), "invalid_request_error" if exc.status == 400 else "not_found")
+            return _error(exc.status, str(exc), {400: "invalid_request_error", 404: "not_found"}.get(exc.status, "conflict"))
         return JSONResponse({"id": exchange_id, "reward": reward, "gold": gold})
 
     @app.get("/", response_class=HTMLResponse)
     async def page() -> HTMLResponse:
         summary = await asyncio.to_thread(state.traces.summary)
         return HTMLResponse(render_page(state.live.current.library, summary, holdout=config.holdout))
-
-    return app
 
 
 def _reward_for(config: ServeConfig):  # -> a callable(gold, reply) scoring one reply, built per call (rewards are cheap)

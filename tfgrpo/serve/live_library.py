@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from experiences import Experience, Injection, Library
@@ -43,15 +44,16 @@ class LiveLibrary:
         self.current = Snapshot.load(path)
         self.reloads = 0
         self.reload_errors: list[str] = []
+        self._store_lock = threading.Lock()
         self._store: ExperienceStore | None = None  # built at the first topk request (loads an embedding model)
 
     def system_message(self, snapshot: Snapshot, injection: Injection, query: str) -> tuple[str, list[Experience]]:
         """The system text the library arm gets for `query` ('' when nothing is injected) and the experiences in it."""
         if injection.mode == "all" or (injection.mode == "topk" and len(snapshot.library) <= (injection.k or 0)):
             return snapshot.whole, list(snapshot.library.experiences)
-        store = self._vector_store() if injection.mode == "topk" and len(snapshot.library) > (injection.k or 0) else None
-        injector = Injector(library=snapshot.library, spec=str(injection), store=store)
-        chosen = injector.select(query)
+        with self._store_lock:  # one vector store, built once, synced and queried by one request at a time
+            injector = Injector(library=snapshot.library, spec=str(injection), store=self._vector_store())
+            chosen = injector.select(query)
         if not chosen:
             return "", []
         return render_system_text(injector.text_for(query, chosen), library=snapshot.library), chosen
