@@ -1,6 +1,6 @@
 """Every served exchange, stored through SQLAlchemy: a SQLite file by default, PostgreSQL by URL.
 
-Writes never block a request: rows go to a queue and one writer thread inserts them in batches.
+Writes never block a request: rows go to a deque and one writer thread inserts them in batches.
 `flush()` waits until everything queued is written (feedback, reads and shutdown call it).
 What is stored: the client's messages and model, the reply, arm, library version, injected ids,
 latency, tokens, the upstream URL, the HTTP status. Never request headers, so never an API key
@@ -10,10 +10,9 @@ or an Authorization header.
 from __future__ import annotations
 
 import json
-import queue
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from pathlib import Path
 from typing import Any
 
@@ -43,8 +42,6 @@ EXCHANGES = sa.Table(
     sa.Column("feedback_at", sa.Float),
 )
 
-_STOP = object()
-
 
 def database_url(traces: str | Path) -> str:
     """A SQLAlchemy URL as given, or `sqlite:///PATH` for a plain file path."""
@@ -53,35 +50,55 @@ def database_url(traces: str | Path) -> str:
 
 
 class TraceStore:
-    def __init__(self, traces: str | Path, *, batch_size: int = 256):
+    def __init__(self, traces: str | Path, *, batch_size: int = 512, interval_s: float = 0.02):
         url = database_url(traces)
         self.engine = sa.create_engine(url, pool_pre_ping=not url.startswith("sqlite"))
         if url.startswith("sqlite"):
             sa.event.listen(self.engine, "connect", _sqlite_wal)
         METADATA.create_all(self.engine)
-        self._queue: queue.Queue[Any] = queue.Queue()
+        # A deque, not a queue.Queue: append/popleft are atomic and take no lock, so `add` costs the request
+        # nothing but an append; the writer wakes every `interval_s` (or at once for `flush`).
+        self._pending: deque[dict[str, Any]] = deque()
+        self._added = 0
+        self._written = 0  # rows taken off `_pending` and stored (or counted as write errors)
+        self._progress = threading.Condition()
+        self._wake = threading.Event()
+        self._stopping = False
         self._batch_size = batch_size
+        self._interval_s = interval_s
         self._writer: threading.Thread | None = None
         self.write_errors = 0
 
     # ------------------------------------------------------------------ writing
     def start(self) -> None:
+        self._stopping = False
         self._writer = threading.Thread(target=self._write_loop, name="trace-writer", daemon=True)
         self._writer.start()
 
     def add(self, row: dict[str, Any]) -> None:
         if self._writer is None:
             self.start()
-        self._queue.put(row)
+        self._added += 1  # only the event loop's thread adds
+        self._pending.append(row)
 
     def flush(self) -> None:
-        self._queue.join()
+        """Return once every row added before this call is stored."""
+        target = self._added
+        if self._writer is None:
+            self._drain()
+            return
+        with self._progress:
+            while self._written < target:
+                self._wake.set()
+                self._progress.wait(timeout=0.1)
 
     def close(self) -> None:
         if self._writer is not None:
-            self._queue.put(_STOP)
+            self._stopping = True
+            self._wake.set()
             self._writer.join(timeout=30)
             self._writer = None
+        self._drain()
         self.engine.dispose()
 
     def set_feedback(self, exchange_id: str, *, reward: float, gold: str | None = None) -> bool:
@@ -93,21 +110,22 @@ class TraceStore:
         return result.rowcount > 0
 
     def _write_loop(self) -> None:
-        while True:
-            batch = [self._queue.get()]
-            while len(batch) < self._batch_size:
-                try:
-                    batch.append(self._queue.get_nowait())
-                except queue.Empty:
-                    break
-            rows = [row for row in batch if row is not _STOP]
+        while not self._stopping:
+            self._wake.wait(self._interval_s)
+            self._wake.clear()
+            self._drain()
+
+    def _drain(self) -> None:
+        while self._pending:
+            batch = []
+            while self._pending and len(batch) < self._batch_size:
+                batch.append(self._pending.popleft())
             try:
-                self._insert(rows)
+                self._insert(batch)
             finally:
-                for _ in batch:
-                    self._queue.task_done()
-            if len(rows) < len(batch):
-                return
+                with self._progress:
+                    self._written += len(batch)
+                    self._progress.notify_all()
 
     def _insert(self, rows: list[dict[str, Any]]) -> None:
         if not rows:
