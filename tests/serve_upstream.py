@@ -29,6 +29,7 @@ class Fault:
     status: int = 500
     headers: dict[str, str] = field(default_factory=dict)
     delay_s: float = 0.0
+    break_stream: bool = False  # start a 200 SSE stream, send one event, then drop the connection
 
 
 class ScriptedUpstream:
@@ -72,6 +73,10 @@ class ScriptedUpstream:
             key = json.dumps(body.get("messages"), sort_keys=True)
             k = self._seen[key]
             self._seen[key] += 1
+        if fault is not None and fault.break_stream:
+            await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]})
+            await send({"type": "http.response.body", "body": b'data: {"choices": [{"index": 0, "delta": {"content": "par"}}]}\n\n', "more_body": True})
+            raise ConnectionAbortedError("scripted: upstream dies mid-stream")  # uvicorn closes the connection
         if fault is not None:
             await asyncio.sleep(fault.delay_s)
             await _send_json(send, fault.status, {"error": {"message": f"scripted {fault.status}", "type": "scripted"}}, fault.headers)

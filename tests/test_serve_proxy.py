@@ -152,6 +152,22 @@ def test_streaming_request_gets_the_upstream_error_status(tmp_path):
         assert response.status_code == 429 and response.headers["retry-after"] == "1"
 
 
+def test_upstream_dying_mid_stream_ends_the_stream_without_done_and_is_traced(tmp_path):
+    upstream = ScriptedUpstream()
+    with proxy(tmp_path, upstream) as p:
+        upstream.push(Fault(200, break_stream=True))
+        body = {"model": "m", "messages": QUESTION, "stream": True}
+        try:
+            with httpx.stream("POST", p.url + "/v1/chat/completions", json=body) as response:
+                received = b"".join(response.iter_raw())
+        except httpx.HTTPError:
+            received = b""  # the proxy may also cut the connection: either way no [DONE]
+        assert b"[DONE]" not in received
+        row = p.traces(1)[-1]
+        assert row["status"] == 502 and row["reply"] in ("par", "")
+        assert httpx.post(p.url + "/v1/chat/completions", json={"model": "m", "messages": QUESTION}).status_code == 200
+
+
 def test_holdout_arm_is_sticky_per_user_and_gets_no_library(tmp_path):
     with proxy(tmp_path, holdout=0.5) as p:
         arms: dict[str, set[str]] = {}
