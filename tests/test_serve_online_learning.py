@@ -8,6 +8,8 @@ lesson the scripted group-advantage stage proposes. So the lesson matters, and o
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 
 import httpx
@@ -19,6 +21,8 @@ from typer.testing import CliRunner
 
 from eval.traces import compare_traces
 from tfgrpo.cli.app import app
+from tfgrpo.serve.dataset import problems_from_traces
+from tfgrpo.serve.traces import TraceStore
 
 PROBLEMS = [(12, 34), (5, 7), (21, 9)]
 
@@ -84,3 +88,35 @@ def test_library_learned_from_served_traffic_improves_the_library_arm(tmp_path):
     by_version = {result.version: result for result in compare_traces(traces)}
     assert by_version[str(new)].paired.diff > 0.25
     assert by_version[str(new)].arms["B"].mean_reward == 1.0
+
+
+def test_problems_from_traces_with_and_without_ground_truth(tmp_path):
+    upstream = ScriptedUpstream(responder=lambda m, k: "\\boxed{12}")
+    traces = tmp_path / "traces.sqlite"
+    with proxy(tmp_path, upstream, traces=str(traces)) as p:
+        ids = {}
+        for a, b in PROBLEMS:
+            for _ in range(2):
+                ids[(a, b)] = httpx.post(p.url + "/v1/chat/completions", json={"model": "m", "messages": [{"role": "user", "content": f"What is {a}+{b}?"}]}).headers["x-tfgrpo-exchange-id"]
+        httpx.post(p.url + "/v1/feedback", json={"id": ids[PROBLEMS[0]], "gold": "46"})
+        httpx.post(p.url + "/v1/feedback", json={"id": ids[PROBLEMS[1]], "reward": 1.0})  # no gold: cannot re-score
+    with_gold = problems_from_traces(traces, tmp_path / "gold.jsonl")
+    assert (with_gold.problems, with_gold.exchanges, with_gold.skipped_without_gold) == (1, 2, 1)
+    assert [json.loads(line) for line in (tmp_path / "gold.jsonl").read_text().splitlines()][0]["answer"] == "46"
+    everything = problems_from_traces(traces, tmp_path / "all.jsonl", ground_truth=False)
+    rows = [json.loads(line) for line in (tmp_path / "all.jsonl").read_text().splitlines()]
+    assert everything.problems == 3 and all("answer" not in row for row in rows)
+    assert sorted(row["problem"] for row in rows) == sorted(f"What is {a}+{b}?" for a, b in PROBLEMS)
+
+
+def test_learn_from_traces_refuses_bad_combinations_with_one_line(tmp_path):
+    empty = tmp_path / "empty.sqlite"
+    TraceStore(empty).close()
+    cases = [
+        (["learn", "--from-traces", str(empty), "--data", "easy", "--out", str(tmp_path / "r1")], "exclusive"),
+        (["learn", "--from-traces", str(empty)], "needs --out"),
+        (["learn", "--from-traces", str(empty), "--out", str(tmp_path / "r2")], "no usable exchanges"),
+    ]
+    for args, message in cases:
+        result = subprocess.run([sys.executable, "-m", "tfgrpo", *args], capture_output=True, text=True, timeout=120)
+        assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr, result.stderr
