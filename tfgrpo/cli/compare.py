@@ -13,14 +13,25 @@ from tfgrpo.cli.options import SeedOpt
 def register(app: typer.Typer) -> None:
     @app.command("compare")
     def compare(
-        run_dirs: Annotated[list[Path], typer.Argument(help="Eval run directories; the first is the baseline.", show_default=False)],
-        out: Annotated[Path, typer.Option("--out", "-o", help="Report directory (report.md, report.html, PNGs, comparison.json).")],
+        run_dirs: Annotated[Optional[list[Path]], typer.Argument(help="Eval run directories; the first is the baseline.", show_default=False)] = None,
+        out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Report directory (report.md, report.html, PNGs, comparison.json).")] = None,
         learn_run: Annotated[Optional[Path], typer.Option("--learn-run", help="A learn run directory: adds its learning curve.")] = None,
+        traces: Annotated[Optional[str], typer.Option("--traces", help="Compare the A (holdout) and B (library) arms of `tfgrpo serve` traces instead (SQLite file or database URL).")] = None,
         seed: SeedOpt = None,
     ) -> None:
         """Compare eval runs: Mean@K with CIs, pass@k, maj@k, paired differences vs the first run, cost table."""
         from rich.console import Console
         from rich.table import Table as RichTable
+
+        from tfgrpo.config import ConfigError
+
+        if traces is not None:
+            if run_dirs:
+                raise ConfigError("--traces compares served arms; give either eval run directories or --traces")
+            _compare_traces(traces, out, seed=0 if seed is None else seed)
+            return
+        if not run_dirs or out is None:
+            raise ConfigError("give eval run directories and --out (or --traces TRACES)")
 
         from eval.compare import compare_runs
         from eval.report import build_tables
@@ -45,3 +56,29 @@ def register(app: typer.Typer) -> None:
             if table.note and table.key != "cost":
                 console.print(f"[dim]{table.note}[/]", highlight=False)
         console.print(f"report: {files['markdown']}  {files['html']}", highlight=False)
+
+
+def _compare_traces(traces: str, out: Optional[Path], *, seed: int) -> None:
+    from rich.console import Console
+    from rich.table import Table as RichTable
+
+    from eval.traces import compare_traces, comparison_rows
+
+    results = compare_traces(traces, seed=seed)
+    console = Console()
+    if not results:
+        console.print(f"{traces}: no exchange has feedback yet (POST /v1/feedback)", highlight=False)
+        return
+    headers, rows = comparison_rows(results)
+    table = RichTable(title="Served arms: A = holdout (no library), B = library; rewarded exchanges", title_justify="left")
+    for header in headers:
+        table.add_column(header)
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
+    if out is not None:
+        import json
+
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "traces_comparison.json").write_text(json.dumps([r.model_dump() for r in results], indent=2), encoding="utf-8")
+        console.print(f"report: {out / 'traces_comparison.json'}", highlight=False)

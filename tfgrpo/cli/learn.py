@@ -48,6 +48,7 @@ def register(app: typer.Typer) -> None:
         limit: Annotated[Optional[int], typer.Option("--limit", help="Use only the first N training problems.")] = None,
         init_library: Annotated[Optional[str], typer.Option("--init-library", help="Start from this library JSON.")] = None,
         resume: Annotated[bool, typer.Option("--resume", help="Continue the interrupted run in --out from its last completed step.")] = False,
+        from_traces: Annotated[Optional[str], typer.Option("--from-traces", help="Learn from `tfgrpo serve` traces (SQLite file or database URL): exchanges with a gold answer as feedback, or every served prompt with --no-ground-truth.")] = None,
     ) -> None:
         """Learn an experience library: G rollouts per query, summaries, group advantage, consolidation."""
         from rich.console import Console
@@ -57,6 +58,8 @@ def register(app: typer.Typer) -> None:
         from tfgrpo.learn_config import LearnConfig
         from tfgrpo.learn_metrics import epoch_table
 
+        if from_traces is not None:
+            data = _data_from_traces(from_traces, out, data=data, ground_truth=ground_truth, console=Console(stderr=True, soft_wrap=True))
         if resume and config is None and out and (Path(out) / "config.yaml").is_file():
             config = str(Path(out) / "config.yaml")  # resume with the saved settings; options given now override
         overrides = {
@@ -89,3 +92,23 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(EXIT_INTERRUPTED)
         if result.status == "budget_exceeded":
             raise typer.Exit(EXIT_BUDGET)
+
+
+def _data_from_traces(traces: str, out: str | None, *, data: str | None, ground_truth: bool | None, console) -> str:
+    """Write the traces' usable exchanges as `OUT/traces_problems.jsonl` and return that path as --data."""
+    from tfgrpo.config import ConfigError
+    from tfgrpo.serve.dataset import problems_from_traces
+
+    if data is not None:
+        raise ConfigError("--from-traces and --data are exclusive: the traces are the training data")
+    if not out:
+        raise ConfigError("--from-traces needs --out (the problems file is written into the run directory)")
+    found = problems_from_traces(traces, Path(out) / "traces_problems.jsonl", ground_truth=ground_truth is not False)
+    console.print(
+        f"traces: {found.exchanges} exchanges -> {found.problems} problems"
+        + (f" ({found.skipped_without_gold} with a reward but no gold answer skipped)" if found.skipped_without_gold else ""),
+        highlight=False,
+    )
+    if found.problems == 0:
+        raise ConfigError(f"{traces}: no usable exchanges (send feedback with a 'gold' answer, or learn with --no-ground-truth)")
+    return str(found.path)

@@ -1,0 +1,159 @@
+"""Proxy overhead of `tfgrpo serve`: latency through the proxy minus latency straight to the upstream.
+
+A local upstream answers every chat completion after a fixed latency (JSON, or SSE in 5 events).
+For each concurrency level and mode, the same number of requests goes (1) straight to the upstream and
+(2) through `tfgrpo serve` (library injected, traces written to SQLite); the table shows p50/p99 of
+each and their differences. Client, proxy and upstream run as three processes. A request is lost when
+it does not come back 200 with the whole body (a stream must end with `data: [DONE]`).
+
+    OMP_NUM_THREADS=1 python benchmarks/serve.py                       # 1, 64, 256 clients; JSON and SSE
+    python benchmarks/serve.py --concurrency 64 --requests 10000 --modes json   # the "none lost" run
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+from experiences import Experience, Library  # noqa: E402
+
+MESSAGES = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "What is 2+2?"}]
+
+UPSTREAM_CODE = """
+import sys, uvicorn
+sys.path.insert(0, {tests!r})
+from serve_upstream import ScriptedUpstream
+uvicorn.run(ScriptedUpstream(latency_s={latency}, record=False), host="127.0.0.1", port={port}, log_level="warning", access_log=False, backlog=4096)
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux /proc): the proxy's own cost, whatever the load."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def wait_ready(url: str, process: subprocess.Popen, timeout_s: float = 60.0) -> None:
+    import urllib.request
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"server exited: {process.stderr.read().decode() if process.stderr else ''}")
+        try:
+            urllib.request.urlopen(url, timeout=1)
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"{url} did not answer")
+
+
+async def one(session: aiohttp.ClientSession, url: str, body: bytes, stream: bool) -> float | None:
+    started = time.perf_counter()
+    try:
+        async with session.post(url, data=body, headers={"content-type": "application/json"}) as response:
+            payload = await response.read()
+            if response.status != 200:
+                return None
+            if stream and not payload.rstrip().endswith(b"data: [DONE]"):
+                return None
+            if not stream and b'"choices"' not in payload:
+                return None
+    except aiohttp.ClientError:
+        return None
+    return time.perf_counter() - started
+
+
+async def load(url: str, *, concurrency: int, requests: int, stream: bool) -> tuple[np.ndarray, int]:
+    body = json.dumps({"model": "m", "messages": MESSAGES, "stream": stream}).encode()
+    connector = aiohttp.TCPConnector(limit=concurrency, force_close=False)
+    latencies: list[float] = []
+    lost = 0
+    queue = iter(range(requests))
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=120)) as session:
+        await one(session, url, body, stream)  # warm the connection pool and both servers
+
+        async def worker() -> None:
+            nonlocal lost
+            for _ in queue:
+                latency = await one(session, url, body, stream)
+                if latency is None:
+                    lost += 1
+                else:
+                    latencies.append(latency)
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return np.asarray(latencies) * 1000.0, lost
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 64, 256])
+    parser.add_argument("--requests", type=int, default=None, help="Per cell (default: 200 at 1 client, 2000 otherwise).")
+    parser.add_argument("--modes", nargs="+", default=["json", "stream"], choices=["json", "stream"])
+    parser.add_argument("--latency-ms", type=float, default=20.0, help="Fixed upstream latency.")
+    args = parser.parse_args()
+    print(f"uptime: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}  cores: {os.cpu_count()}")
+    env = os.environ | {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    with tempfile.TemporaryDirectory() as scratch:
+        library = Path(scratch) / "library.json"
+        Library(version=1, experiences=[Experience(id=f"G{i}", text=f"Lesson number {i}: check the units and the carry.") for i in range(20)]).save(library)
+        up_port, proxy_port = free_port(), free_port()
+        upstream = subprocess.Popen([sys.executable, "-c", UPSTREAM_CODE.format(tests=str(ROOT / "tests"), latency=args.latency_ms / 1000, port=up_port)], env=env, stderr=subprocess.PIPE)
+        proxy = subprocess.Popen(
+            [sys.executable, "-m", "tfgrpo", "serve", "--library", str(library), "--upstream", f"http://127.0.0.1:{up_port}/v1",
+             "--port", str(proxy_port), "--traces", str(Path(scratch) / "traces.sqlite")],
+            env=env, stderr=subprocess.PIPE,
+        )
+        try:
+            wait_ready(f"http://127.0.0.1:{up_port}/v1/models", upstream)
+            wait_ready(f"http://127.0.0.1:{proxy_port}/health", proxy)
+            print(f"upstream latency {args.latency_ms:g} ms; library of 20 experiences injected; traces in SQLite\n")
+            header = "| clients | mode | requests | direct p50 | direct p99 | proxy p50 | proxy p99 | overhead p50 | overhead p99 | proxy CPU / request | lost |"
+            print(header)
+            print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+            for concurrency in args.concurrency:
+                for mode in args.modes:
+                    requests = args.requests or (200 if concurrency == 1 else 2000)
+                    stream = mode == "stream"
+                    direct, lost_direct = asyncio.run(load(f"http://127.0.0.1:{up_port}/v1/chat/completions", concurrency=concurrency, requests=requests, stream=stream))
+                    cpu_before = cpu_seconds(proxy.pid)
+                    proxied, lost = asyncio.run(load(f"http://127.0.0.1:{proxy_port}/v1/chat/completions", concurrency=concurrency, requests=requests, stream=stream))
+                    cpu_ms = (cpu_seconds(proxy.pid) - cpu_before) * 1000 / (requests + 1)
+                    d50, d99 = np.percentile(direct, [50, 99])
+                    p50, p99 = np.percentile(proxied, [50, 99])
+                    print(
+                        f"| {concurrency} | {mode} | {requests} | {d50:.2f} ms | {d99:.2f} ms | {p50:.2f} ms | {p99:.2f} ms | "
+                        f"{p50 - d50:+.2f} ms | {p99 - d99:+.2f} ms | {cpu_ms:.2f} ms | {lost}" + (f" (direct lost {lost_direct})" if lost_direct else "") + " |",
+                        flush=True,
+                    )
+        finally:
+            for process in (proxy, upstream):
+                process.terminate()
+                process.wait(timeout=30)
+    print(f"\nuptime: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,210 @@
+"""The FastAPI app of `tfgrpo serve`: OpenAI-compatible routes, feedback, health and the page."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+from fastapi import FastAPI, Request
+from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+
+from rewards.registry import get_reward
+from tfgrpo.serve.config import ServeConfig
+from tfgrpo.serve.exchange import BadRequest, Exchange, parse_body, prepare, reply_from_json, reply_from_sse
+from tfgrpo.serve.feedback import FeedbackError, score_feedback
+from tfgrpo.serve.live_library import LiveLibrary
+from tfgrpo.serve.page import render_page
+from tfgrpo.serve.traces import TraceStore
+from tfgrpo.serve.upstream import Upstream, UpstreamFailure
+
+API_KEY_ENV = "TFGRPO_UPSTREAM_API_KEY"
+
+
+@dataclass
+class ServeState:
+    config: ServeConfig
+    live: LiveLibrary
+    upstream: Upstream
+    traces: TraceStore
+
+
+def create_app(config: ServeConfig) -> FastAPI:
+    state = ServeState(
+        config=config,
+        live=LiveLibrary(config.library, store_dir=config.store_dir),
+        upstream=Upstream(
+            config.upstream,
+            api_key=config.api_key or os.environ.get(API_KEY_ENV),
+            timeout_s=config.timeout_s,
+            max_retries=config.max_retries,
+            backoff_s=config.backoff_s,
+        ),
+        traces=TraceStore(config.traces),
+    )
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        await state.upstream.open()
+        state.traces.start()
+        watcher = asyncio.create_task(state.live.watch(config.reload_interval_s))
+        try:
+            yield
+        finally:
+            watcher.cancel()
+            await state.upstream.aclose()
+            await asyncio.to_thread(state.traces.close)
+
+    app = FastAPI(title="tfgrpo serve", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.serve = state
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
+        return _error(500, f"internal error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}", "internal_error")
+
+    _add_openai_routes(app, state)
+    _add_service_routes(app, state)
+    return app
+
+
+def _add_openai_routes(app: FastAPI, state: ServeState) -> None:
+    config = state.config
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        inject = request.headers.get("x-tfgrpo-inject")
+        try:
+            arguments = dict(
+                body=parse_body(await request.body()),
+                live=state.live,
+                holdout=config.holdout,
+                arm_key=request.headers.get(config.arm_key_header),
+                inject=inject,
+                default_inject=config.inject,
+                model=config.model,
+            )
+            # topk embeds the query (tens of ms of CPU): off the event loop, so other requests keep flowing
+            topk = (inject or config.inject).strip().lower().startswith("topk")
+            exchange = await asyncio.to_thread(prepare, **arguments) if topk else prepare(**arguments)
+        except BadRequest as exc:
+            return _error(400, str(exc), "invalid_request_error")
+        if exchange.stream:
+            return await _stream(state, exchange)
+        return await _complete(state, exchange)
+
+    @app.get("/v1/models")
+    async def models() -> Response:
+        try:
+            status, content = await state.upstream.get("/models")
+        except Exception as exc:  # noqa: BLE001 - any transport failure is the upstream's, reported as 502
+            return _error(502, f"upstream unreachable: {type(exc).__name__}", "upstream_unreachable")
+        return Response(content, status_code=status, media_type="application/json")
+
+
+def _add_service_routes(app: FastAPI, state: ServeState) -> None:
+    config = state.config
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        snapshot = state.live.current
+        return {
+            "status": "ok",
+            "library": str(config.library),
+            "library_version": snapshot.version,
+            "experiences": len(snapshot.library),
+            "reloads": state.live.reloads,
+            "reload_errors": state.live.reload_errors,
+            "holdout": config.holdout,
+            "inject": config.inject,
+            "upstreams": config.upstream,
+            "upstream_calls": state.upstream.snapshot(),
+            "trace_write_errors": state.traces.write_errors,
+        }
+
+    @app.post("/v1/feedback")
+    async def feedback(request: Request) -> Response:
+        try:
+            exchange_id, reward, gold = await asyncio.to_thread(score_feedback, await request.body(), state.traces, _reward_for(config))
+        except FeedbackError as exc:
+            return _error(exc.status, str(exc), {400: "invalid_request_error", 404: "not_found"}.get(exc.status, "conflict"))
+        return JSONResponse({"id": exchange_id, "reward": reward, "gold": gold})
+
+    @app.get("/", response_class=HTMLResponse)
+    async def page() -> HTMLResponse:
+        summary = await asyncio.to_thread(state.traces.summary)
+        return HTMLResponse(render_page(state.live.current.library, summary, holdout=config.holdout))
+
+
+def _reward_for(config: ServeConfig):  # -> a callable(gold, reply) scoring one reply, built per call (rewards are cheap)
+    def score(reply: str, gold: str) -> float | None:
+        return get_reward(config.reward).score([reply], answer=[gold])[0].value
+
+    return score
+
+
+async def _complete(state: ServeState, exchange: Exchange) -> Response:
+    try:
+        response, url = await state.upstream.post("/chat/completions", exchange.upstream_bytes())
+        try:
+            content = await response.read()
+        finally:
+            response.release()
+    except UpstreamFailure as failure:
+        return _failed(state, exchange, failure)
+    except (aiohttp.ClientError, asyncio.TimeoutError) as exc:  # the body broke off after a 2xx status line
+        return _failed(state, exchange, UpstreamFailure(502, _error_bytes(f"upstream reply broke off: {type(exc).__name__}", "upstream_error")))
+    reply, usage = reply_from_json(content)
+    _trace(state, exchange, status=response.status, reply=reply, usage=usage, upstream=url)
+    return Response(content, status_code=response.status, media_type="application/json", headers=exchange.headers())
+
+
+def _trace(state: ServeState, exchange: Exchange, *, status: int, reply: str | None, usage: dict[str, Any] | None, upstream: str | None) -> None:
+    # Queued, not written: the trace writer thread stores it, off the request's path.
+    row = exchange.trace_row(status=status, reply=reply, usage=usage, upstream=upstream)
+    if reply is not None:
+        state.upstream.record(prompt_tokens=row["prompt_tokens"] or 0, completion_tokens=row["completion_tokens"] or 0, latency_s=row["latency_ms"] / 1000)
+    state.traces.add(row)
+
+
+async def _stream(state: ServeState, exchange: Exchange) -> Response:
+    try:
+        response, url = await state.upstream.post("/chat/completions", exchange.upstream_bytes())
+    except UpstreamFailure as failure:
+        return _failed(state, exchange, failure)
+
+    async def passthrough() -> AsyncIterator[bytes]:
+        received: list[bytes] = []
+        status = response.status
+        try:
+            async for chunk in response.content.iter_any():
+                received.append(chunk)
+                yield chunk
+        except (aiohttp.ClientError, asyncio.TimeoutError):
+            status = 502  # the upstream broke off mid-stream: the client sees a stream without [DONE]
+        finally:  # also when the client hangs up mid-stream: what it got is traced
+            response.release()
+            reply, usage = reply_from_sse(b"".join(received))
+            _trace(state, exchange, status=status, reply=reply, usage=usage, upstream=url)
+
+    media_type = response.headers.get("content-type", "text/event-stream")
+    return StreamingResponse(passthrough(), status_code=response.status, media_type=media_type, headers=exchange.headers())
+
+
+def _failed(state: ServeState, exchange: Exchange, failure: UpstreamFailure) -> Response:
+    _trace(state, exchange, status=failure.status, reply=None, usage=None, upstream=None)
+    headers = failure.headers | exchange.headers() | {"x-tfgrpo-attempts": str(failure.attempts)}
+    headers.pop("content-type", None)
+    return Response(failure.body, status_code=failure.status, media_type="application/json", headers=headers)
+
+
+def _error(status: int, message: str, kind: str) -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "type": kind}}, status_code=status)
+
+
+def _error_bytes(message: str, kind: str) -> bytes:
+    return json.dumps({"error": {"message": message, "type": kind}}).encode()

@@ -1,0 +1,95 @@
+"""The library being served, reloaded when its file changes, without dropping a request.
+
+A request takes `LiveLibrary.current` once, at its start, and uses that snapshot to the end; a reload
+builds a new snapshot off the event loop and swaps the reference. A file that does not load (half
+written, invalid) keeps the old version serving and is counted in `/health`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from experiences import Experience, Injection, Library
+from experiences.errors import ExperienceError
+from experiences.render import render, render_system_text
+from experiences.store import ExperienceStore
+from tfgrpo.injection import Injector
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    library: Library
+    stamp: tuple[int, int]  # (mtime_ns, size) of the file it came from
+    whole: str = ""  # the system message with every experience, rendered once per version (`--inject all`)
+
+    @classmethod
+    def load(cls, path: Path) -> Snapshot:
+        stamp = _stamp(path)  # before reading: a write after this is seen as a change next time
+        library = Library.load(path)
+        whole = render_system_text(render(library), library=library) if len(library) else ""
+        return cls(library, stamp, whole)
+
+    @property
+    def version(self) -> int:
+        return self.library.version
+
+
+class LiveLibrary:
+    def __init__(self, path: Path, *, store_dir: Path | None = None):
+        self.path = path
+        self.store_dir = store_dir
+        self.current = Snapshot.load(path)
+        self.reloads = 0
+        self.reload_errors: list[str] = []
+        self._store_lock = threading.Lock()
+        self._store: ExperienceStore | None = None  # built at the first topk request (loads an embedding model)
+
+    def system_message(self, snapshot: Snapshot, injection: Injection, query: str) -> tuple[str, list[Experience]]:
+        """The system text the library arm gets for `query` ('' when nothing is injected) and the experiences in it."""
+        if injection.mode == "all" or (injection.mode == "topk" and len(snapshot.library) <= (injection.k or 0)):
+            return snapshot.whole, list(snapshot.library.experiences)
+        with self._store_lock:  # one vector store, built once, synced and queried by one request at a time
+            injector = Injector(library=snapshot.library, spec=str(injection), store=self._vector_store())
+            chosen = injector.select(query)
+        if not chosen:
+            return "", []
+        return render_system_text(injector.text_for(query, chosen), library=snapshot.library), chosen
+
+    def reload_if_changed(self) -> bool:
+        """Load the file again when its (mtime, size) changed; True when a new snapshot is in use."""
+        try:
+            stamp = _stamp(self.path)
+        except OSError as exc:
+            self._note_error(f"{self.path}: {exc.strerror or exc}")
+            return False
+        if stamp == self.current.stamp:
+            return False
+        try:
+            snapshot = Snapshot.load(self.path)
+        except (ExperienceError, OSError, ValueError) as exc:
+            self._note_error(str(exc).splitlines()[0])
+            return False
+        self.current = snapshot
+        self.reloads += 1
+        return True
+
+    async def watch(self, interval_s: float) -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            await asyncio.to_thread(self.reload_if_changed)
+
+    def _vector_store(self) -> ExperienceStore:
+        if self._store is None:
+            self._store = ExperienceStore(self.store_dir)
+        return self._store
+
+    def _note_error(self, message: str) -> None:
+        self.reload_errors = (self.reload_errors + [message])[-10:]
+
+
+def _stamp(path: Path) -> tuple[int, int]:
+    info = os.stat(path)
+    return info.st_mtime_ns, info.st_size
