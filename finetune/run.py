@@ -199,6 +199,10 @@ def run_finetune(
     trained = trainer.accelerator.unwrap_model(trainer.model)
     initial_adapter = adapters.save_initial_adapter(trained, getattr(config, "peft", "none"))
     train_result = trainer.train()
+    if trainer.state.global_step == 0:
+        raise FinetuneError(f"{method}: no optimizer step ran: {len(rows)} examples make no full batch (batch size "
+                            f"{config.per_device_train_batch_size}; RL methods need batch size / group size distinct "
+                            "prompts); lower the batch size or add data")
 
     s2_calls = finish_longlora(policy, config)  # the transformers model inside any peft wrapper
     trainer.save_model(str(out))
