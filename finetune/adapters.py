@@ -44,8 +44,8 @@ class AdapterArguments:
     peft: str = field(
         default="lora",
         metadata={"help": "Trainable parameters: lora, rslora (alpha/sqrt(r) scaling), dora (weight-decomposed), "
-                  "pissa (principal-singular-vector init), olora (QR init); both saved as a plain LoRA delta on the unmodified "
-                  "base, longlora (LoRA + shifted sparse attention + trainable "
+                  "pissa (principal-singular-vector init), olora (QR init); both saved as a plain LoRA delta on the "
+                  "unmodified base, longlora (LoRA + shifted sparse attention + trainable "
                   "embeddings and norms), qlora (LoRA on a 4/8-bit base), or none (full fine-tuning)."},
     )
     lora_r: int = field(default=16, metadata={"help": "LoRA rank r (8-64 is the usual range)."})

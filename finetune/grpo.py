@@ -97,8 +97,8 @@ class GRPOFinetuneConfig(trl.GRPOConfig, AdapterArguments):
             super().__post_init__()
         self.check_adapter_arguments()
         if self.peft in BASE_CHANGING_INITS and self.beta > 0:
-            raise ValueError(f"peft={self.peft} with a KL term (beta={self.beta}): TRL's reference would be the adapter-off "
-                             "residual weights, not the base model; use peft lora, or beta 0 with method grpo")
+            raise ValueError(f"peft={self.peft} with a KL term (beta={self.beta}): TRL's reference would be the "
+                             "adapter-off residual weights, not the base model; use peft lora, or beta 0 with method grpo")
         self._check_tool_arguments()
 
     def _check_tool_arguments(self) -> None:

@@ -106,7 +106,8 @@ class PPOTrainer(LearningSignalMixin, trl.GRPOTrainer):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         model = kwargs["model"]
         self._ppo_ref_model = None
-        # Full fine-tuning, or PiSSA/OLoRA (adapter off = residual weights): a frozen copy of the start is the reference.
+        # Full fine-tuning, or PiSSA/OLoRA (adapter off = residual weights): a frozen copy of the start is the
+        # reference.
         if kwargs.get("peft_config") is None or kwargs["args"].peft in BASE_CHANGING_INITS:
             self._ppo_ref_model = copy.deepcopy(model).eval().requires_grad_(False)
         super().__init__(*args, **kwargs)

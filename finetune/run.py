@@ -261,7 +261,8 @@ def learning_signal(trainer: Any) -> dict[str, Any]:
     """RL methods: generation batches and those with nothing to learn (see finetune.grpo.LearningSignalMixin)."""
     if not hasattr(trainer, "batches_with_nothing_to_learn"):
         return {}
-    return {"rl_batches": trainer.batches_generated, "rl_batches_nothing_to_learn": trainer.batches_with_nothing_to_learn}
+    return {"rl_batches": trainer.batches_generated,
+            "rl_batches_nothing_to_learn": trainer.batches_with_nothing_to_learn}
 
 
 def check_something_learned(method: str, config: Any, summary: dict[str, Any]) -> None:

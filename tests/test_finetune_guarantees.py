@@ -235,7 +235,8 @@ def test_cli_refuses_label_smoothing_on_dpo(tiny_dir, tmp_path, capsys):
 # --- 4. RL steps report what they trained on ----------------------------------------------------------------
 def test_grpo_run_that_learns_nothing_fails_unless_allowed(tiny_dir, tmp_path, caplog):
     """The math reward is 0 for every sample of a random tiny model: every group is filtered, every step."""
-    data = write_jsonl(tmp_path / "problems.jsonl", [{"problem": f"{i} * 1111", "answer": str(1111 * i + 7)} for i in range(4)])
+    problems = [{"problem": f"{i} * 1111", "answer": str(1111 * i + 7)} for i in range(4)]
+    data = write_jsonl(tmp_path / "problems.jsonl", problems)
     options = dict(peft="lora", max_steps=2, per_device_train_batch_size=4, num_generations=2,
                    max_completion_length=4, reward="math")
     with pytest.raises(FinetuneError, match="every step trained nothing") as error:
@@ -246,8 +247,8 @@ def test_grpo_run_that_learns_nothing_fails_unless_allowed(tiny_dir, tmp_path, c
     assert summary["rl_batches"] == summary["rl_batches_nothing_to_learn"] == 2
     logs = [json.loads(line) for line in (tmp_path / "a" / "metrics.jsonl").read_text().splitlines()]
     steps = [entry for entry in logs if "tokens_in_loss" in entry]
-    assert len(steps) == 2 and all(e["tokens_in_loss"] == 0 and e["groups_filtered"] == 2 and e["nothing_to_learn"] == 1
-                                   for e in steps)
+    assert len(steps) == 2
+    assert all(e["tokens_in_loss"] == 0 and e["groups_filtered"] == 2 and e["nothing_to_learn"] == 1 for e in steps)
     summary = run_finetune("grpo", model=str(tiny_dir), data=data, out=tmp_path / "b",
                            options={**options, "allow_no_learning": True})
     assert summary["rl_batches_nothing_to_learn"] == 2
