@@ -13,7 +13,6 @@ LoRA delta of rank 2r that applies to the unmodified base model.
 from __future__ import annotations
 
 import logging
-import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -131,8 +130,8 @@ def build_peft_config(args: AdapterArguments) -> Any:
 
 
 def save_initial_adapter(peft_model: Any, peft_name: str) -> str | None:
-    """Before training: keep the adapter's starting weights (PiSSA/OLoRA only) in a temporary folder, which
-    `save_adapter` needs to express the trained adapter as a delta on the original base. None otherwise."""
+    """Before training: keep the adapter's starting weights (PiSSA/OLoRA only) in a temporary folder (the caller
+    removes it), which `save_adapter` needs to express the trained adapter as a delta on the original base."""
     if peft_name not in BASE_CHANGING_INITS:
         return None
     folder = tempfile.mkdtemp(prefix=f"tfgrpo-{peft_name}-init-")
@@ -151,11 +150,8 @@ def save_adapter(peft_model: Any, out: str | Path, initial_adapter: str | None) 
     unmodified base model, so `PeftModel.from_pretrained(base, out)` is the trained model."""
     if initial_adapter is None:
         peft_model.save_pretrained(str(out))
-        return
-    try:
+    else:
         peft_model.save_pretrained(str(out), path_initial_model_for_weight_conversion=initial_adapter)
-    finally:
-        shutil.rmtree(initial_adapter, ignore_errors=True)
 
 
 def choose_quantization(num_params: int, available_bytes: int, requested: str = "auto") -> str:

@@ -12,6 +12,7 @@ import dataclasses
 import importlib
 import json
 import logging
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -198,16 +199,19 @@ def run_finetune(
         raise FinetuneError(f"{method}: {exc}".splitlines()[0]) from None
     trained = trainer.accelerator.unwrap_model(trainer.model)
     initial_adapter = adapters.save_initial_adapter(trained, getattr(config, "peft", "none"))
-    train_result = trainer.train()
-    if trainer.state.global_step == 0:
-        raise FinetuneError(f"{method}: no optimizer step ran: {len(rows)} examples make no full batch (batch size "
-                            f"{config.per_device_train_batch_size}; RL methods need batch size / group size distinct "
-                            "prompts); lower the batch size or add data")
-
-    s2_calls = finish_longlora(policy, config)  # the transformers model inside any peft wrapper
-    trainer.save_model(str(out))
-    if initial_adapter is not None:  # PiSSA / OLoRA: overwrite with the plain-LoRA delta on the original base
-        adapters.save_adapter(trained, out, initial_adapter)
+    try:
+        train_result = trainer.train()
+        if trainer.state.global_step == 0:
+            raise FinetuneError(f"{method}: no optimizer step ran: {len(rows)} examples make no full batch (batch "
+                                f"size {config.per_device_train_batch_size}; RL methods need batch size / group size "
+                                "distinct prompts); lower the batch size or add data")
+        s2_calls = finish_longlora(policy, config)  # the transformers model inside any peft wrapper
+        trainer.save_model(str(out))
+        if initial_adapter is not None:  # PiSSA / OLoRA: overwrite with the plain-LoRA delta on the original base
+            adapters.save_adapter(trained, out, initial_adapter)
+    finally:
+        if initial_adapter is not None:
+            shutil.rmtree(initial_adapter, ignore_errors=True)
     tokenizer.save_pretrained(str(out))
     summary = {
         "method": method,
