@@ -202,7 +202,11 @@ def _agent(config: EvalConfig):
 
 def _default_label(config: EvalConfig) -> str:
     if config.llm.adapter:
-        return f"adapter:{Path(config.llm.adapter).name}"
+        finetune = _finetune_provenance(config.llm.adapter)
+        method = finetune.get("finetune_method")
+        peft = finetune.get("finetune_peft")
+        kind = f"{method}+{peft}" if method and peft else method or "adapter"
+        return f"{kind}:{Path(config.llm.adapter).name}"
     if config.library:
         return f"library:{Path(config.library).parent.name or Path(config.library).stem}"
     if config.system_prompt:
@@ -238,6 +242,7 @@ def _finetune_provenance(adapter: str | None) -> dict[str, Any]:
             data = json.loads(candidate.read_text(encoding="utf-8"))
             return {
                 "finetune_method": data.get("method"),
+                "finetune_peft": data.get("peft"),
                 "finetune_wall_s": data.get("wall_time_s"),
                 "train_samples": data.get("samples"),
             }

@@ -12,6 +12,6 @@ from __future__ import annotations
 from finetune.errors import FinetuneDataError, FinetuneError
 
 METHODS = ("sft", "dpo", "ipo", "cdpo", "kto", "orpo", "ppo", "grpo", "gspo")
-PEFT_CHOICES = ("lora", "rslora", "dora", "pissa", "longlora", "qlora", "none")
+PEFT_CHOICES = ("lora", "rslora", "dora", "pissa", "olora", "longlora", "qlora", "none")
 
 __all__ = ["METHODS", "PEFT_CHOICES", "FinetuneDataError", "FinetuneError"]

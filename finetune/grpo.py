@@ -9,6 +9,10 @@ What we add to TRL's trainer, each a few lines in `GroupFilteredGRPOTrainer`:
 - **homogeneous-group filtering** (DAPO's dynamic sampling): a group whose ground-truth rewards are all
   equal (all right or all wrong) carries no signal; its completions are masked out of the loss, the
   KL term and the token count, instead of diluting the batch with zero-advantage tokens.
+- **what a step trained on**: every generation batch logs `groups_filtered`, `tokens_in_loss` and
+  `nothing_to_learn` (1 when no loss token carries a non-zero advantage, e.g. every group filtered),
+  and warns; `run_finetune` fails a run in which no batch had anything to learn unless
+  `allow_no_learning` is set.
 - **multi-turn rollouts**: `tools: [python]` gives every rollout our sandboxed interpreter through TRL's
   own tool loop (`environment_factory=`, see finetune/tools.py); `max_turns` bounds the model turns
   (TRL's `max_tool_calling_iterations` = max_turns - 1). Callers may also pass TRL's `tools=` /
@@ -23,13 +27,17 @@ and, for Mixture-of-Experts models, the router load-balancing auxiliary loss add
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+import logging
 from typing import Any
 
 import torch
 import trl
 from trl.trainer.utils import nanstd
 
-from finetune.adapters import AdapterArguments, build_peft_config
+from finetune.adapters import BASE_CHANGING_INITS, AdapterArguments, build_peft_config
+from finetune.longlora import enable_for_config
+
+logger = logging.getLogger(__name__)
 
 MAX_GROUP_SIZE = 16
 
@@ -48,6 +56,11 @@ class GRPOFinetuneConfig(trl.GRPOConfig, AdapterArguments):
     filter_homogeneous_groups: bool = field(
         default=True,
         metadata={"help": "Drop groups whose rewards are all equal (all correct or all wrong) from the loss."},
+    )
+    allow_no_learning: bool = field(
+        default=False,
+        metadata={"help": "Accept a run in which no step had anything to learn (every group filtered or every "
+                  "advantage 0); by default such a run ends with a warning and an error."},
     )
     tools: list[str] | None = field(
         default=None,
@@ -83,6 +96,9 @@ class GRPOFinetuneConfig(trl.GRPOConfig, AdapterArguments):
         else:
             super().__post_init__()
         self.check_adapter_arguments()
+        if self.peft in BASE_CHANGING_INITS and self.beta > 0:
+            raise ValueError(f"peft={self.peft} with a KL term (beta={self.beta}): TRL's reference would be the "
+                             "adapter-off residual weights, not the base model; use peft lora, or beta 0 with method grpo")
         self._check_tool_arguments()
 
     def _check_tool_arguments(self) -> None:
@@ -117,8 +133,36 @@ class GSPOFinetuneConfig(GRPOFinetuneConfig):
             raise ValueError(f"GSPO keeps a KL term to the reference model: beta must be > 0 (got {self.beta})")
 
 
-class GroupFilteredGRPOTrainer(trl.GRPOTrainer):
-    """`trl.GRPOTrainer` with group size 1 (batch baseline) and homogeneous-group filtering."""
+class LearningSignalMixin:
+    """Counts, per generation batch, the tokens the policy loss really learns from, and says when there are none."""
+
+    batches_generated = 0
+    batches_with_nothing_to_learn = 0
+
+    def _record_learning_signal(self, output: dict[str, Any], mode: str, groups_filtered: int | None) -> None:
+        loss_mask = output["completion_mask"] * output.get("tool_mask", 1)
+        advantages = output["advantages"]
+        if advantages.dim() == 1:  # one advantage per sequence (GRPO); PPO has one per token
+            advantages = advantages.unsqueeze(1)
+        tokens = self.accelerator.gather(loss_mask.sum()).sum().item()
+        learnable = self.accelerator.gather((loss_mask * (advantages != 0)).sum()).sum().item()
+        metrics = self._metrics[mode]
+        metrics["tokens_in_loss"].append(float(tokens))
+        metrics["nothing_to_learn"].append(float(learnable == 0))
+        if groups_filtered is not None:
+            metrics["groups_filtered"].append(float(groups_filtered))
+        if mode != "train":
+            return
+        self.batches_generated += 1
+        if learnable == 0:
+            self.batches_with_nothing_to_learn += 1
+            why = (f"all {groups_filtered} groups filtered (every sample of a group scored the same)"
+                   if groups_filtered else f"{int(tokens)} tokens in the loss, none with a non-zero advantage")
+            logger.warning("step %d: nothing to learn: %s", self.state.global_step + 1, why)
+
+
+class GroupFilteredGRPOTrainer(LearningSignalMixin, trl.GRPOTrainer):
+    """`trl.GRPOTrainer` with group size 1 (batch baseline), homogeneous-group filtering and learning-signal logs."""
 
     def _calculate_rewards(self, inputs: Any, prompts: Any, completions: Any, completion_ids_list: Any) -> Any:
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
@@ -136,6 +180,7 @@ class GroupFilteredGRPOTrainer(trl.GRPOTrainer):
         local = output["advantages"].shape[0]
         local_slice = slice(self.accelerator.process_index * local, (self.accelerator.process_index + 1) * local)
 
+        groups_filtered = None
         if group_size == 1:
             advantages = rewards - torch.nanmean(rewards)
             if self.scale_rewards != "none" and rewards.numel() > 1:
@@ -149,6 +194,8 @@ class GroupFilteredGRPOTrainer(trl.GRPOTrainer):
             loss_mask = output["completion_mask"] * output.get("tool_mask", 1)
             output["num_items_in_batch"] = self.accelerator.gather(loss_mask.sum()).sum()
             self._metrics[mode]["frac_groups_filtered"].append((spread == 0).float().mean().item())
+            groups_filtered = int((spread == 0).sum().item())
+        self._record_learning_signal(output, mode, groups_filtered)
         return output
 
 
@@ -185,6 +232,7 @@ def build_grpo_trainer(
         check_tool_calling_tokenizer(tokenizer)
         check_conversational_prompts(train_dataset)
         environment_factory = build_tool_environment(config.tools, options=config.tool_options)
+    enable_for_config(model, config)
     return GroupFilteredGRPOTrainer(
         model=model,
         reward_funcs=resolve_reward_funcs(reward_funcs if reward_funcs is not None else config.reward),

@@ -8,7 +8,8 @@ from typing import Any
 
 import trl
 
-from finetune.adapters import AdapterArguments, build_peft_config
+from finetune.adapters import BASE_CHANGING_INITS, AdapterArguments, build_peft_config
+from finetune.longlora import enable_for_config
 
 
 @dataclass
@@ -29,8 +30,11 @@ def build_kto_trainer(
     labels = set(train_dataset["label"])
     if labels != {True, False}:
         raise ValueError(f"KTO needs both desirable and undesirable examples; the data has only label(s) {labels}")
+    enable_for_config(model, config)
     peft_config = build_peft_config(config)
-    ref_model = None if peft_config is not None else copy.deepcopy(model).eval().requires_grad_(False)
+    # Adapter off is the reference, except in full fine-tuning and PiSSA/OLoRA (adapter off = residual weights).
+    ref_model = (None if peft_config is not None and config.peft not in BASE_CHANGING_INITS
+                 else copy.deepcopy(model).eval().requires_grad_(False))
     return trl.KTOTrainer(
         model=model,
         ref_model=ref_model,

@@ -12,6 +12,7 @@ from typing import Any
 from trl.experimental.orpo import ORPOConfig, ORPOTrainer
 
 from finetune.adapters import AdapterArguments, build_peft_config
+from finetune.longlora import enable_for_config
 
 
 @dataclass
@@ -28,6 +29,7 @@ class ORPOFinetuneConfig(ORPOConfig, AdapterArguments):
 def build_orpo_trainer(
     config: ORPOFinetuneConfig, model: Any, tokenizer: Any, train_dataset: Any, callbacks: list[Any] | None = None
 ) -> ORPOTrainer:
+    enable_for_config(model, config)
     return ORPOTrainer(
         model=model,
         args=config,

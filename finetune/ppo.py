@@ -29,8 +29,9 @@ import torch
 import trl
 from trl.trainer.utils import add_fused_lm_head, use_adapter
 
-from finetune.adapters import build_peft_config
-from finetune.grpo import GRPOFinetuneConfig, resolve_reward_funcs
+from finetune.adapters import BASE_CHANGING_INITS, build_peft_config
+from finetune.grpo import GRPOFinetuneConfig, LearningSignalMixin, resolve_reward_funcs
+from finetune.longlora import enable_for_config
 
 VALUE_HEAD = "v_head"
 
@@ -42,7 +43,7 @@ class PPOFinetuneConfig(GRPOFinetuneConfig):
     num_generations: int | None = field(default=1, metadata={"help": "Samples per prompt (PPO needs no group; "
                                                                      "the value head is the baseline)."})
     loss_type: str = field(default="bnpo", metadata={"help": "Policy loss averaged over all completion tokens."})
-    filter_homogeneous_groups: bool = field(default=False, metadata={"help": "Not used by PPO."})
+    filter_homogeneous_groups: bool = field(default=False, metadata={"help": "Not used by PPO (refused if set)."})
     kl_coef: float = field(default=0.05, metadata={"help": "Per-token KL penalty to the reference, in the reward."})
     gamma: float = field(default=1.0, metadata={"help": "Discount factor of GAE."})
     lam: float = field(default=0.95, metadata={"help": "GAE lambda (bias/variance trade-off)."})
@@ -53,6 +54,12 @@ class PPOFinetuneConfig(GRPOFinetuneConfig):
     def __post_init__(self) -> None:
         if self.beta != 0.0:
             raise ValueError(f"PPO puts the KL penalty into the per-token reward; set kl_coef, not beta (got {self.beta})")
+        if self.filter_homogeneous_groups:
+            raise ValueError("PPO has no groups to filter (the value head is the baseline); use method grpo for "
+                             "filter_homogeneous_groups")
+        if self.normalize_advantages is not None:
+            raise ValueError("PPO normalises its GAE advantages with whiten_advantages; normalize_advantages is a "
+                             "GRPO option (use method grpo, or set whiten_advantages)")
         super().__post_init__()
         if self.kl_coef < 0 or self.vf_coef <= 0 or self.cliprange_value <= 0:
             raise ValueError("kl_coef must be >= 0, vf_coef and cliprange_value > 0")
@@ -93,13 +100,15 @@ def _masked_whiten(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x - mean) * torch.rsqrt(var + 1e-8) * mask
 
 
-class PPOTrainer(trl.GRPOTrainer):
+class PPOTrainer(LearningSignalMixin, trl.GRPOTrainer):
     """Actor-critic PPO on GRPOTrainer: value head, GAE, KL-penalised per-token rewards, clipped value loss."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         model = kwargs["model"]
         self._ppo_ref_model = None
-        if kwargs.get("peft_config") is None:  # full fine-tuning: a frozen copy of the start is the reference
+        # Full fine-tuning, or PiSSA/OLoRA (adapter off = residual weights): a frozen copy of the start is the
+        # reference.
+        if kwargs.get("peft_config") is None or kwargs["args"].peft in BASE_CHANGING_INITS:
             self._ppo_ref_model = copy.deepcopy(model).eval().requires_grad_(False)
         super().__init__(*args, **kwargs)
         if self._ppo_ref_model is not None:
@@ -165,6 +174,7 @@ class PPOTrainer(trl.GRPOTrainer):
         self._metrics[mode]["ppo/kl"].append((kl.sum(1)).mean().item())
         self._metrics[mode]["ppo/score"].append(scores.mean().item())
         self._metrics[mode]["ppo/value_mean"].append(((values * mask).sum() / mask.sum().clamp(min=1)).item())
+        self._record_learning_signal(output, mode, None)
         return output
 
     # --- loss: GRPO's clipped surrogate with our advantages + clipped value loss ---------------------------
@@ -188,6 +198,7 @@ def build_ppo_trainer(
     *, reward_funcs: Any = None,
 ) -> PPOTrainer:
     add_value_head(model)
+    enable_for_config(model, config)
     peft_config = build_peft_config(config)
     if peft_config is not None:
         peft_config.modules_to_save = [*(peft_config.modules_to_save or []), VALUE_HEAD]

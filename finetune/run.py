@@ -12,6 +12,7 @@ import dataclasses
 import importlib
 import json
 import logging
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -188,16 +189,29 @@ def run_finetune(
     tokenizer = load_tokenizer(source)
     quantization_config = adapters.bnb_quantization_config(quantization) if quantization else None
     policy = load_model(source, quantization_config=quantization_config)
+    check_model_options(method, config, policy)
     metrics_path = out / METRICS_FILE
     metrics_path.unlink(missing_ok=True)
-    trainer = builder(config, policy, tokenizer, Dataset.from_list(rows), callbacks=[MetricsLogCallback(metrics_path)])
-    train_result = trainer.train()
-
-    if getattr(config, "peft", "none") == "longlora":
-        from finetune.longlora import disable_s2_attention
-
-        disable_s2_attention(trainer.accelerator.unwrap_model(trainer.model))  # saved model: plain attention
-    trainer.save_model(str(out))
+    try:
+        trainer = builder(config, policy, tokenizer, Dataset.from_list(rows),
+                          callbacks=[MetricsLogCallback(metrics_path)])
+    except ValueError as exc:  # TRL's own checks of options against the model and data: one line
+        raise FinetuneError(f"{method}: {exc}".splitlines()[0]) from None
+    trained = trainer.accelerator.unwrap_model(trainer.model)
+    initial_adapter = adapters.save_initial_adapter(trained, getattr(config, "peft", "none"))
+    try:
+        train_result = trainer.train()
+        if trainer.state.global_step == 0:
+            raise FinetuneError(f"{method}: no optimizer step ran: {len(rows)} examples make no full batch (batch "
+                                f"size {config.per_device_train_batch_size}; RL methods need batch size / group size "
+                                "distinct prompts); lower the batch size or add data")
+        s2_calls = finish_longlora(policy, config)  # the transformers model inside any peft wrapper
+        trainer.save_model(str(out))
+        if initial_adapter is not None:  # PiSSA / OLoRA: overwrite with the plain-LoRA delta on the original base
+            adapters.save_adapter(trained, out, initial_adapter)
+    finally:
+        if initial_adapter is not None:
+            shutil.rmtree(initial_adapter, ignore_errors=True)
     tokenizer.save_pretrained(str(out))
     summary = {
         "method": method,
@@ -213,6 +227,56 @@ def run_finetune(
         "wall_time_s": round(time.perf_counter() - started, 3),
         "train_time_s": round(float(train_result.metrics.get("train_runtime", 0.0)), 3),
         "final_metrics": next((h for h in reversed(trainer.state.log_history) if "loss" in h), {}),
+        "run_name": out.name,
+        "s2_attention_calls": s2_calls,
+        **learning_signal(trainer),
     }
     (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, default=float) + "\n", encoding="utf-8")
+    check_something_learned(method, config, summary)
     return summary
+
+
+def check_model_options(method: str, config: Any, model: Any) -> None:
+    """Options that only make sense for some models, refused in one line before TRL trips over them."""
+    coefficient = getattr(config, "router_aux_loss_coef", None)
+    if coefficient and not hasattr(model.config.get_text_config(), "output_router_logits"):
+        raise FinetuneError(f"{method}: router_aux_loss_coef={coefficient} needs a Mixture-of-Experts model (its "
+                            f"router's load-balancing loss); {model.config.model_type} is dense: drop the option")
+
+
+def finish_longlora(model: Any, config: Any) -> dict[str, int] | None:
+    """LongLoRA: how many attention calls ran shifted-sparse vs full; none shifted is an error, not a fallback.
+    The saved model goes back to plain attention (how LongLoRA models are used)."""
+    if getattr(config, "peft", "none") != "longlora":
+        return None
+    from finetune.longlora import disable_s2_attention, s2_call_counts
+
+    counts = s2_call_counts(model)
+    logger.info("LongLoRA S2-attention: %d attention calls shifted-sparse (training), %d full (eval / decoding)",
+                counts["shifted"], counts["full"])
+    disable_s2_attention(model)
+    if counts["shifted"] == 0:
+        raise FinetuneError("longlora: no attention call ran shifted sparse attention (the model's attention layers "
+                            "do not use transformers' attention registry); use peft lora for this model")
+    return counts
+
+
+def learning_signal(trainer: Any) -> dict[str, Any]:
+    """RL methods: generation batches and those with nothing to learn (see finetune.grpo.LearningSignalMixin)."""
+    if not hasattr(trainer, "batches_with_nothing_to_learn"):
+        return {}
+    return {"rl_batches": trainer.batches_generated,
+            "rl_batches_nothing_to_learn": trainer.batches_with_nothing_to_learn}
+
+
+def check_something_learned(method: str, config: Any, summary: dict[str, Any]) -> None:
+    """A run in which every RL batch had nothing to learn is a failure (after the summary is written)."""
+    batches = summary.get("rl_batches", 0)
+    if not batches or summary["rl_batches_nothing_to_learn"] < batches:
+        return
+    message = (f"{method}: every step trained nothing ({batches} of {batches} generation batches had no loss token "
+               "with a non-zero advantage, e.g. every sample of each group got the same reward); the saved model "
+               "equals the start")
+    logger.warning(message)
+    if not getattr(config, "allow_no_learning", False):
+        raise FinetuneError(f"{message}; pass --set allow_no_learning=true to accept such a run")

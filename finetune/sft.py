@@ -8,7 +8,7 @@ from typing import Any
 import trl
 
 from finetune.adapters import AdapterArguments, build_peft_config
-from finetune.longlora import enable_s2_attention
+from finetune.longlora import enable_for_config
 
 
 @dataclass
@@ -25,8 +25,7 @@ class SFTFinetuneConfig(trl.SFTConfig, AdapterArguments):
 def build_sft_trainer(
     config: SFTFinetuneConfig, model: Any, tokenizer: Any, train_dataset: Any, callbacks: list[Any] | None = None
 ) -> trl.SFTTrainer:
-    if config.peft == "longlora":
-        enable_s2_attention(model, config.s2_group_size_ratio)
+    enable_for_config(model, config)
     return trl.SFTTrainer(
         model=model,
         args=config,

@@ -37,7 +37,7 @@ def register(app: typer.Typer) -> None:
                                                    "metrics.jsonl, finetune_summary.json).")] = None,
         model: ModelOpt = None,
         config: ConfigOpt = None,
-        peft: Annotated[Optional[str], typer.Option("--peft", help="lora | rslora | dora | pissa | longlora | "
+        peft: Annotated[Optional[str], typer.Option("--peft", help="lora | rslora | dora | pissa | olora | longlora | "
                                                     "qlora | none")] = None,
         max_steps: Annotated[Optional[int], typer.Option("--max-steps", help="Optimizer steps (default: epochs).")] = None,
         learning_rate: Annotated[Optional[float], typer.Option("--learning-rate", "--lr")] = None,

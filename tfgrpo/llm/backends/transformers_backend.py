@@ -289,6 +289,9 @@ def _with_adapter(model: Any, adapter: str) -> Any:
         raise BackendUnavailableError("a LoRA adapter needs peft: pip install 'tfgrpo[finetune]'") from exc
     if not Path(adapter).is_dir():
         raise BackendUnavailableError(f"adapter directory not found: {adapter}")
+    if not (Path(adapter) / "adapter_config.json").is_file() and (Path(adapter) / "config.json").is_file():
+        raise BackendUnavailableError(f"{adapter} is a full fine-tune (a whole model, no adapter_config.json): "
+                                      f"evaluate it with --model {adapter} and no --adapter")
     try:
         with_adapter = PeftModel.from_pretrained(model, adapter)
     except (OSError, ValueError, KeyError) as exc:
