@@ -89,7 +89,7 @@ def build_tables(comparison: Comparison) -> list[Table]:
         headers=["System", "Problems", "K", "Mean@K [95% CI]", *[f"pass@{k}" for k in ks], "maj@K"],
         rows=[
             [
-                system.name + (" (baseline)" if index == 0 else ""),
+                system.name + (" (baseline)" if index == 0 else "") + (" ⚠ overlaps eval set" if _overlaps(system) else ""),
                 str(system.num_problems),
                 str(system.k),
                 f"{_pct(system.mean_at_k)} [{_pct(system.ci95[0])}, {_pct(system.ci95[1])}]",
@@ -98,7 +98,7 @@ def build_tables(comparison: Comparison) -> list[Table]:
             ]
             for index, system in enumerate(systems)
         ],
-        note=comparison.problems_note,
+        note=" ".join(filter(None, [comparison.problems_note, _overlap_note(systems)])) or None,
     )
     tables = [accuracy]
     if comparison.paired:
@@ -190,6 +190,18 @@ _LEARN_TOTALS = {
     "cost_usd": "Cost",
     "wall_time_s": "Wall time",
 }
+
+
+def _overlaps(system: SystemSummary) -> bool:
+    return bool((system.provenance.get("leakage") or {}).get("overlaps"))
+
+
+def _overlap_note(systems: list[SystemSummary]) -> str | None:
+    marked = [s.name for s in systems if _overlaps(s)]
+    if not marked:
+        return None
+    return (f"⚠ {', '.join(marked)}: the library's content or provenance overlaps the eval set (leaked answers, copied "
+            "problems or learned on it; see its metrics.json provenance.leakage), so its score is not a held-out score.")
 
 
 def _learn_value(key: str, value: Any) -> str:

@@ -32,6 +32,7 @@ from experiences.apply import Budget, apply_operations
 from experiences.model import Library
 from tfgrpo.injection import Injector
 from tfgrpo.learn_config import LearnConfig
+from tfgrpo.learn_guards import LeakageGuard, Screened, check_learning_data, history_records, load_declared_test_sets
 from tfgrpo.learn_metrics import StepCounters, run_metrics
 from tfgrpo.llm.client import LLMClient
 from tfgrpo.llm.errors import AllRequestsFailedError, BudgetExceededError
@@ -106,6 +107,9 @@ async def learn_async(config: LearnConfig, *, client: LLMClient | None = None, c
     # Everything that can fail on bad input fails here, before any LLM call.
     problems = load_problems(config, config.data)
     val_problems = load_problems(config, config.val_data, training=False) if config.val_data else []
+    test_sets = load_declared_test_sets(config)
+    overlap_warning = check_learning_data(config, problems, val_problems, test_sets)
+    guard = LeakageGuard.for_run(config, problems, val_problems, test_sets)
     if config.reward != "judge":  # a judge needs the client; it is built below
         build_reward(config.reward)
     initial = Library.load(config.init_library) if config.init_library else Library()
@@ -123,7 +127,10 @@ async def learn_async(config: LearnConfig, *, client: LLMClient | None = None, c
         client.budget_usd = max(config.llm.budget_usd - spent_before, 0.0)
     session = {"started": time.strftime("%Y-%m-%dT%H:%M:%S"), "from_step": state.completed_step}
     run.log(f"{'resumed' if config.resume else 'started'} at step {state.completed_step}; {len(plans)} steps planned")
-    engine = Engine(config, client, reward, run, console)
+    if overlap_warning:
+        run.log(overlap_warning)
+        console.print(f"[yellow]warning:[/] {overlap_warning}", highlight=False)
+    engine = Engine(config, client, reward, run, console, guard=guard)
     started = time.perf_counter()
     status, message = "failed", "crashed"  # until the loop finishes or stops cleanly
     try:
@@ -201,7 +208,8 @@ def select_best_epoch(state: RunState) -> int | None:
 class Engine:
     """The stages of one step, wired to the client, the reward, the run directory and the progress display."""
 
-    def __init__(self, config: LearnConfig, client: LLMClient, reward: Any, run: RunDir, console: Any):
+    def __init__(self, config: LearnConfig, client: LLMClient, reward: Any, run: RunDir, console: Any,
+                 guard: LeakageGuard | None = None):
         from tfgrpo.progress import stage_progress
 
         self.config = config
@@ -215,6 +223,7 @@ class Engine:
             Path(config.system_prompt).read_text(encoding="utf-8") if config.system_prompt else None,
         )
         self.agent = config.agent.build() if config.agent.tools else None
+        self.guard = guard
         self.progress = stage_progress(console)
         self._store: Any | None = None
 
@@ -287,9 +296,11 @@ class Engine:
                 ],
             )
         )[0]
+        # Leakage guard: operations that contain a gold answer or copy a problem are rejected or flagged.
+        screened = await asyncio.to_thread(self.guard.screen, consolidation.final) if self.guard else Screened(list(consolidation.final))
         applied = apply_operations(
             library,
-            consolidation.final,
+            screened.kept,
             step=plan.step,
             provenance={"run": self.run.root.name, "epoch": plan.epoch, "step": plan.step, "batch": plan.batch,
                         "query_ids": [a.query_id for a in analyses if a.reply.operations]},
@@ -298,6 +309,7 @@ class Engine:
             if config.max_experiences or config.max_library_tokens else None,
         )
         counters.count_consolidation(consolidation, applied)
+        counters.count_leakage(screened.records)
         counters.lap("consolidation")
         new_library = applied.library
 
@@ -314,7 +326,7 @@ class Engine:
                 "consolidation": [{**context, **consolidation.to_row(), "apply": applied.log_records()}] if consolidation.reply else [],
             },
             step_metrics=counters.as_dict(),
-            library_records=applied.log_records(),
+            library_records=history_records(screened) + applied.log_records(),
         )
         self.run.log(counters.one_line())
         self.console.print(counters.one_line(), highlight=False)

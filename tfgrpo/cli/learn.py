@@ -46,6 +46,9 @@ def register(app: typer.Typer) -> None:
         val_samples: Annotated[Optional[int], typer.Option("--val-samples", help="k of validation Mean@k (default 4).")] = None,
         limit: Annotated[Optional[int], typer.Option("--limit", help="Use only the first N training problems.")] = None,
         init_library: Annotated[Optional[str], typer.Option("--init-library", help="Start from this library JSON.")] = None,
+        leakage: Annotated[Optional[str], typer.Option("--leakage", help="Operations containing a gold answer: reject (default) | flag | off.")] = None,
+        test_data: Annotated[Optional[list[str]], typer.Option("--test-data", help="A test set (name or file; repeatable): learning data must not share its problems.")] = None,
+        allow_test_overlap: Annotated[Optional[bool], typer.Option("--allow-test-overlap", help="Learn even if --data/--val-data share problems with a test set.")] = None,
         resume: Annotated[bool, typer.Option("--resume", help="Continue the interrupted run in --out from its last completed step.")] = False,
     ) -> None:
         """Learn an experience library: G rollouts per query, summaries, group advantage, consolidation."""
@@ -66,6 +69,7 @@ def register(app: typer.Typer) -> None:
             "llm": opt.llm_overrides(backend, model, base_url, api_key, adapter, concurrency, budget_usd=budget_usd),
             "rollout_sampling": {"temperature": temperature, "max_tokens": max_tokens, "top_p": top_p},
             "stage_sampling": {"max_tokens": stage_max_tokens},
+            "leakage": leakage, "test_data": test_data, "allow_test_overlap": allow_test_overlap,
         }
         settings = build_config(LearnConfig, config, overrides) if config or data else None
         if settings is None:
@@ -83,6 +87,12 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(2) from None
         if result.metrics.get("epochs") is not None:
             console.print(epoch_table(result.metrics))
+        leaks = result.metrics.get("leakage") or []
+        if leaks:
+            console.print(f"[yellow]leakage guard:[/] {len(leaks)} finding(s) (metrics.json 'leakage'):", highlight=False)
+            for leak in leaks[:10]:
+                console.print(f"  step {leak['step']} {leak['action']}: {leak['kind']} of {leak['source']}:{leak['problem_id']} "
+                              f"({leak['evidence']}): {leak['text'][:80]}", highlight=False, markup=False)
         console.print(f"library: [bold]{result.out / 'library.json'}[/] ({len(result.library)} experiences)")
         if result.status == "interrupted":
             raise typer.Exit(EXIT_INTERRUPTED)

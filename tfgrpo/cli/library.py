@@ -11,6 +11,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from tfgrpo.cli import library_check
+
 LibArg = Annotated[Path, typer.Argument(help="Library JSON file.", show_default=False)]
 HistoryOpt = Annotated[Optional[Path], typer.Option("--history", help="History folder (default: LIB's stem + '.history' beside it).")]
 StoreOpt = Annotated[Optional[Path], typer.Option("--store", help="Vector store folder (default: LIB's stem + '.chroma' beside it).")]
@@ -22,6 +24,7 @@ EmbedUrlOpt = Annotated[Optional[str], typer.Option("--embed-base-url", help="Op
 def register(app: typer.Typer) -> None:
     library_app = typer.Typer(help="Inspect and edit an experience library: show, history, diff, rollback, dedup, apply.", no_args_is_help=True)
     app.add_typer(library_app, name="library")
+    library_check.register(library_app)
 
     @library_app.command("show")
     def show(
