@@ -76,6 +76,9 @@ class Comparison(BaseModel):
     learn_run: str | None = None
     learn_steps: list[dict[str, Any]] = Field(default_factory=list)
     learn_totals: dict[str, Any] = Field(default_factory=dict)
+    learn_selection: dict[str, Any] = Field(
+        default_factory=dict, description="The learn run's pareto, gate counts, best_step and leakage findings (docs/trust.md)."
+    )
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -137,6 +140,12 @@ def load_learn_run(run_dir: str | Path) -> tuple[list[dict[str, Any]], dict[str,
     source = {**metrics, **metrics["totals"]} if isinstance(metrics.get("totals"), dict) else metrics
     totals = {key: value for key, value in source.items() if key != "steps" and isinstance(value, (int, float, str))}
     return steps, totals
+
+
+def load_learn_selection(run_dir: str | Path) -> dict[str, Any]:
+    """The trust keys of a learn run's metrics.json: pareto view, gate counts, best step, leakage findings."""
+    metrics = read_json(Path(run_dir) / "metrics.json")
+    return {key: metrics[key] for key in ("pareto", "gate", "best_step", "leakage") if metrics.get(key) is not None}
 
 
 def _unique_names(runs: Sequence[EvalRun]) -> list[str]:
@@ -227,6 +236,7 @@ def build_comparison(
         learn_run=str(learn_run) if learn_run else None,
         learn_steps=learn_steps,
         learn_totals=learn_totals,
+        learn_selection=load_learn_selection(learn_run) if learn_run else {},
     )
 
 
@@ -258,6 +268,7 @@ __all__ = [
     "compare_runs",
     "load_eval_run",
     "load_learn_run",
+    "load_learn_selection",
     "read_json",
     "read_jsonl",
 ]

@@ -174,6 +174,35 @@ def build_tables(comparison: Comparison) -> list[Table]:
                 note="All counters are in the learn run's metrics.json (`totals`, `steps[]`).",
             )
         )
+    tables.extend(_selection_tables(comparison.learn_selection))
+    return tables
+
+
+def _selection_tables(selection: dict[str, Any]) -> list[Table]:
+    """The learn run's candidate libraries (Pareto view) and its leakage findings, when it recorded them."""
+    tables = []
+    if selection.get("pareto"):
+        gate = selection.get("gate") or {}
+        tables.append(Table(
+            key="pareto",
+            title="Candidate libraries on validation (Pareto view)",
+            headers=["Candidate", "Validation Mean@k", "Best on (problems)", "On the front", "Dominated by"],
+            rows=[[
+                row["candidate"] + (" (selected)" if row["candidate"] == f"step {selection.get('best_step')}" else ""),
+                _pct(row["mean"]), f"{row['best_on']} / {row['problems']}", "yes" if row["on_front"] else "no",
+                ", ".join(row["dominated_by"]) or "–",
+            ] for row in selection["pareto"]],
+            note=(f"Every validated candidate library of the learn run, per validation problem. Gate: {gate.get('kept', 0)} "
+                  f"step(s) kept, {gate.get('rejected', 0)} rejected (validation dropped beyond the bootstrap CI)."),
+        ))
+    if selection.get("leakage"):
+        tables.append(Table(
+            key="leakage",
+            title="Leakage guard findings of the learn run",
+            headers=["Step", "Action", "Kind", "Problem", "Evidence", "Experience"],
+            rows=[[str(r["step"]), r["action"], r["kind"], f"{r['source']}:{r['problem_id']}", r["evidence"], r["text"]]
+                  for r in selection["leakage"]],
+        ))
     return tables
 
 
@@ -186,6 +215,8 @@ _LEARN_TOTALS = {
     "ops_proposed": "Ops proposed",
     "ops_applied": "Ops applied",
     "parse_failures": "Unparsable replies",
+    "leaks_rejected": "Leaks rejected",
+    "leaks_flagged": "Leaks flagged",
     "completion_tokens": "Tokens out",
     "cost_usd": "Cost",
     "wall_time_s": "Wall time",
@@ -280,7 +311,7 @@ img { max-width: 100%; border: 1px solid #eee; margin: 0.5rem 0; }
 {% for table in tables %}
 {% if table.key == "per_problem" %}<details><summary><strong>{{ table.title }}</strong></summary>{% else %}<h2>{{ table.title }}</h2>{% endif %}
 {% if table.note %}<p class="note">{{ table.note }}</p>{% endif %}
-<table>
+<table id="{{ table.key }}">
 <thead><tr>{% for header in table.headers %}<th>{{ header }}</th>{% endfor %}</tr></thead>
 <tbody>
 {% for row in table.rows %}<tr>{% for cell in row %}<td>{{ cell }}</td>{% endfor %}</tr>

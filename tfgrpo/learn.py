@@ -34,6 +34,7 @@ from tfgrpo.injection import Injector
 from tfgrpo.learn_config import LearnConfig
 from tfgrpo.learn_guards import LeakageGuard, Screened, check_learning_data, history_records, load_declared_test_sets
 from tfgrpo.learn_metrics import StepCounters, run_metrics
+from tfgrpo.learn_selection import INITIAL, gate_decision, reference_step, select_best_step, selection_metrics
 from tfgrpo.llm.client import LLMClient
 from tfgrpo.llm.errors import AllRequestsFailedError, BudgetExceededError
 from tfgrpo.rollout import PromptSpec, Rollout, sample_group, score_group
@@ -130,7 +131,7 @@ async def learn_async(config: LearnConfig, *, client: LLMClient | None = None, c
     if overlap_warning:
         run.log(overlap_warning)
         console.print(f"[yellow]warning:[/] {overlap_warning}", highlight=False)
-    engine = Engine(config, client, reward, run, console, guard=guard)
+    engine = Engine(config, client, reward, run, console, guard=guard, val_problems=val_problems)
     started = time.perf_counter()
     status, message = "failed", "crashed"  # until the loop finishes or stops cleanly
     try:
@@ -166,10 +167,14 @@ async def learn_async(config: LearnConfig, *, client: LLMClient | None = None, c
             client.close_cache()
 
     best_epoch = select_best_epoch(state)
-    if status == "completed" and best_epoch is not None:
+    best_step = select_best_step(state.step_validation) if config.select_by == "step" else None
+    if status == "completed" and best_step is not None:
+        run.load_step_library(best_step).save(run.library_path)
+    elif status == "completed" and best_epoch is not None:
         run.load_step_library(state.epoch_end_step[best_epoch]).save(run.library_path)
     final = Library.load(run.library_path)
     metrics = run_metrics(state, best_epoch=best_epoch, library=final, config=config)
+    metrics.update(selection_metrics(state.step_validation, select_by=config.select_by))
     run.write_metrics(metrics)
     run.log(f"{status} at step {state.completed_step}{': ' + message if message else ''}")
     result = LearnResult(out=run.root, status=status, library=final, best_epoch=best_epoch, metrics=metrics, message=message)
@@ -209,7 +214,7 @@ class Engine:
     """The stages of one step, wired to the client, the reward, the run directory and the progress display."""
 
     def __init__(self, config: LearnConfig, client: LLMClient, reward: Any, run: RunDir, console: Any,
-                 guard: LeakageGuard | None = None):
+                 guard: LeakageGuard | None = None, val_problems: list[Problem] | None = None):
         from tfgrpo.progress import stage_progress
 
         self.config = config
@@ -224,6 +229,7 @@ class Engine:
         )
         self.agent = config.agent.build() if config.agent.tools else None
         self.guard = guard
+        self.val_problems = val_problems or []
         self.progress = stage_progress(console)
         self._store: Any | None = None
 
@@ -311,7 +317,10 @@ class Engine:
         counters.count_consolidation(consolidation, applied)
         counters.count_leakage(screened.records)
         counters.lap("consolidation")
-        new_library = applied.library
+        new_library, gate_records = applied.library, []
+        if self.val_problems and (config.select_by == "step" or config.gate):
+            new_library, gate_records = await self.validate_step(plan, library, applied, state, counters)
+            counters.lap("validation")
 
         counters.finish(usage_before, self.client.accounting.total, time.perf_counter() - started, new_library)
         context = {"epoch": plan.epoch, "step": plan.step, "batch": plan.batch}
@@ -326,7 +335,7 @@ class Engine:
                 "consolidation": [{**context, **consolidation.to_row(), "apply": applied.log_records()}] if consolidation.reply else [],
             },
             step_metrics=counters.as_dict(),
-            library_records=history_records(screened) + applied.log_records(),
+            library_records=history_records(screened) + (gate_records or applied.log_records()),
         )
         self.run.log(counters.one_line())
         self.console.print(counters.one_line(), highlight=False)
@@ -389,7 +398,30 @@ class Engine:
             self.progress.remove_task(task_id)
 
     # -- validation ------------------------------------------------------------------------------------
-    async def validate(self, epoch: int, library: Library, problems: list[Problem]) -> dict[str, Any]:
+    async def validate_step(self, plan: StepPlan, before: Library, applied: Any, state: RunState,
+                            counters: StepCounters) -> tuple[Library, list[dict[str, Any]]]:
+        """Validate the step's candidate library; with the gate, keep it only if validation did not drop beyond noise."""
+        candidate = await self.validate(plan.epoch, applied.library, self.val_problems, label=f"step {plan.step}")
+        record = {**candidate, "step": plan.step}
+        counters.val_mean_at_k = candidate["mean_at_k"]
+        if self.config.gate:
+            ref_step = reference_step(state.step_validation, plan.step)
+            if ref_step is None:  # the starting library, validated once (free on a rerun: cached)
+                ref_step = INITIAL
+                start = self.run.load_step_library(INITIAL)
+                state.step_validation[INITIAL] = {**await self.validate(0, start, self.val_problems, label="start"), "step": INITIAL}
+            decision = gate_decision(state.step_validation[ref_step]["per_problem"], candidate["per_problem"], seed=self.config.seed)
+            record.update(gate=decision["decision"], gate_reference_step=ref_step)
+            counters.gate = {**decision, "reference_step": ref_step}
+            self.run.log(f"gate after step {plan.step}: {decision['decision']} ({decision['reason']})")
+        state.step_validation[plan.step] = record
+        if record.get("gate") != "rejected":
+            return applied.library, []
+        before.next_id = max(before.next_id, applied.library.next_id)  # ids of rejected lessons are never reused
+        reason = f"gate: {counters.gate['reason']}, Δ {counters.gate['diff']:+.3f} CI {counters.gate['ci95']}"
+        return before, [{"kind": "rejected", "op": item.operation.to_wire(), "reason": reason} for item in applied.applied]
+
+    async def validate(self, epoch: int, library: Library, problems: list[Problem], *, label: str | None = None) -> dict[str, Any]:
         """Mean@k of this epoch's library on the validation problems (failed calls left out)."""
         from eval.metrics import mean_at_k
 
@@ -405,7 +437,8 @@ class Engine:
             await asyncio.to_thread(score_group, self.reward, rollouts, problem.answer, {"problem": problem.problem})
             return rollouts
 
-        groups = await self.tracked(f"epoch {epoch} · validation", [one(p) for p in problems], weight=config.val_samples)
+        label = label or f"epoch {epoch}"
+        groups = await self.tracked(f"{label} · validation", [one(p) for p in problems], weight=config.val_samples)
         pairs = [(sum(r.ok for r in g), sum(r.ok and (r.reward or 0.0) >= CORRECT_THRESHOLD for r in g)) for g in groups]
         scored = [(n, c) for n, c in pairs if n > 0]
         result = {
@@ -417,8 +450,10 @@ class Engine:
             "library_version": library.version,
             "library_size": len(library),
             "cost_usd": self.client.accounting.total.cost_usd - before,
+            # each problem's share of correct samples: the gate's paired test and the Pareto view use it
+            "per_problem": {p.id: c / n for p, (n, c) in zip(problems, pairs) if n > 0},
         }
-        self.run.log(f"validation after epoch {epoch}: Mean@{config.val_samples} = {result['mean_at_k']}")
+        self.run.log(f"validation after {label}: Mean@{config.val_samples} = {result['mean_at_k']}")
         return result
 
     # -- helpers ---------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from tfgrpo.config import LLMConfig
 from tfgrpo.agent import AgentConfig
@@ -100,12 +100,24 @@ class LearnConfig(BaseModel):
         default_factory=list, description="Your test sets (names or files): learn refuses data sharing problems with them or the bundled aime24/aime25."
     )
     allow_test_overlap: bool = Field(False, description="Learn even when --data / --val-data share problems with a test set.")
+    select_by: Literal["epoch", "step"] = Field(
+        "epoch", description="With --val-data: validate and pick the best library per epoch, or per step (every step validated)."
+    )
+    gate: bool = Field(
+        False, description="With --val-data: keep a step's library only if validation does not drop beyond noise (bootstrap CI of Δ below 0)."
+    )
 
     # -- run control --------------------------------------------------------------------------------
     resume: bool = Field(False, description="Continue an interrupted run in `out` from its last completed step.")
     on_consolidation_failure: Literal["skip", "apply_proposed"] = Field(
         "skip", description="When stage 3 fails twice: apply nothing (skip) or the stage-2 proposals as they are."
     )
+
+    @model_validator(mode="after")
+    def _selection_needs_validation(self) -> LearnConfig:
+        if (self.gate or self.select_by == "step") and not self.val_data:
+            raise ValueError("gate and select_by: step validate on --val-data: add it")
+        return self
 
     @field_validator("inject")
     @classmethod
@@ -122,7 +134,7 @@ RESUME_LOCKED_KEYS = (
     "reward", "ground_truth", "std_threshold", "max_ops_per_group", "max_words", "trajectory_token_budget", "inject",
     "dedup_threshold", "dedup", "rollout_sampling", "stage_sampling", "templates", "system_prompt", "agent",
     "on_consolidation_failure", "max_experiences", "max_library_tokens", "leakage", "leakage_copy", "leakage_ngram",
-    "leakage_copy_threshold", "test_data", "llm.backend", "llm.model", "llm.adapter",
+    "leakage_copy_threshold", "test_data", "gate", "llm.backend", "llm.model", "llm.adapter",
 )
 
 

@@ -62,6 +62,8 @@ class StepCounters:
     leaks_rejected: int = 0  # findings of the leakage guard on rejected operations
     leaks_flagged: int = 0  # ... on operations applied anyway (mode flag)
     leakage: list[dict[str, Any]] = field(default_factory=list)
+    val_mean_at_k: float | None = None  # this step's candidate library on validation (select_by: step, or gate)
+    gate: dict[str, Any] | None = None  # the gate's decision on this step (tfgrpo.learn_selection.gate_decision)
     cost_usd: float = 0.0
     wall_time_s: float = 0.0
     library_version: int = 0

@@ -49,6 +49,8 @@ def register(app: typer.Typer) -> None:
         leakage: Annotated[Optional[str], typer.Option("--leakage", help="Operations containing a gold answer: reject (default) | flag | off.")] = None,
         test_data: Annotated[Optional[list[str]], typer.Option("--test-data", help="A test set (name or file; repeatable): learning data must not share its problems.")] = None,
         allow_test_overlap: Annotated[Optional[bool], typer.Option("--allow-test-overlap", help="Learn even if --data/--val-data share problems with a test set.")] = None,
+        select_by: Annotated[Optional[str], typer.Option("--select-by", help="With --val-data: pick the best library per epoch (default) or per step.")] = None,
+        gate: Annotated[Optional[bool], typer.Option("--gate/--no-gate", help="With --val-data: keep a step's library only if validation does not drop beyond noise.")] = None,
         resume: Annotated[bool, typer.Option("--resume", help="Continue the interrupted run in --out from its last completed step.")] = False,
     ) -> None:
         """Learn an experience library: G rollouts per query, summaries, group advantage, consolidation."""
@@ -70,6 +72,7 @@ def register(app: typer.Typer) -> None:
             "rollout_sampling": {"temperature": temperature, "max_tokens": max_tokens, "top_p": top_p},
             "stage_sampling": {"max_tokens": stage_max_tokens},
             "leakage": leakage, "test_data": test_data, "allow_test_overlap": allow_test_overlap,
+            "select_by": select_by, "gate": gate,
         }
         settings = build_config(LearnConfig, config, overrides) if config or data else None
         if settings is None:
