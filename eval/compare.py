@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from eval.datasets import iter_jsonl_objects
 from eval.errors import RunDirError
 from eval.metrics import N_BOOTSTRAP, aggregate, summarize
+from eval.seeds import expand_run_dirs, seed_set_rows
 from eval.stats import PairedComparison, compare_paired
 
 
@@ -79,6 +80,7 @@ class Comparison(BaseModel):
     learn_selection: dict[str, Any] = Field(
         default_factory=dict, description="The learn run's pareto, gate counts, best_step and leakage findings (docs/trust.md)."
     )
+    seed_sets: list[dict[str, Any]] = Field(default_factory=list, description="Across-seed rows of seed-set systems (eval.seeds).")
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -253,8 +255,13 @@ def compare_runs(
 
     if not run_dirs:
         raise RunDirError("compare needs at least one eval run directory")
-    runs = [load_eval_run(path, seed=seed) for path in run_dirs]
+    flat, groups = expand_run_dirs(run_dirs)  # a seed set counts as its member runs, plus an across-seeds table
+    runs = [load_eval_run(path, seed=seed, name=name) for path, name in flat]
     comparison = build_comparison(runs, seed=seed, n_bootstrap=n_bootstrap, learn_run=learn_run)
+    if groups:
+        names = [system.name for system in comparison.systems]
+        first = Path(run_dirs[0]).name if Path(run_dirs[0]).name in groups else comparison.baseline
+        comparison.seed_sets = seed_set_rows(comparison.per_problem, names, groups, baseline=first, seed=seed, n_bootstrap=n_bootstrap)
     files = write_report(comparison, Path(out_dir))
     return comparison, files
 

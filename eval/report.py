@@ -175,7 +175,24 @@ def build_tables(comparison: Comparison) -> list[Table]:
             )
         )
     tables.extend(_selection_tables(comparison.learn_selection))
+    if comparison.seed_sets:
+        tables.append(_seed_table(comparison.seed_sets))
     return tables
+
+
+def _seed_table(rows: list[dict[str, Any]]) -> Table:
+    return Table(
+        key="seeds",
+        title="Across seeds",
+        headers=["System", "Seeds", "Mean@K per seed", "Mean ± sd over seeds", "Min – max", "Gain over baseline [95% CI, seeds × problems]"],
+        rows=[[
+            row["system"], str(row["seeds"]), " ".join(_pct(v) for v in row["per_seed"]),
+            f"{_pct(row['mean'])} ± {100 * row['sd']:.1f} pp", f"{_pct(row['min'])} – {_pct(row['max'])}",
+            "baseline" if row["gain"] is None else f"{_pp(row['gain'])} [{_pp(row['gain_ci95'][0])}, {_pp(row['gain_ci95'][1])}]",
+        ] for row in rows],
+        note=("A seed set is one system learned (or evaluated) with several seeds. Its gain CI is a two-way bootstrap "
+              "that resamples seeds and problems independently, so both a lucky seed and a lucky problem set widen it."),
+    )
 
 
 def _selection_tables(selection: dict[str, Any]) -> list[Table]:

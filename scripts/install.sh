@@ -9,7 +9,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 # The report browser test drives Debian's chromium through playwright (never a downloaded browser).
 if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ] && ! command -v chromium >/dev/null; then
-  apt-get install -y -q chromium
+  apt-get update -q && apt-get install -y -q chromium
 fi
 . .venv/bin/activate
 python -m pip install -q --upgrade pip

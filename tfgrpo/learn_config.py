@@ -100,6 +100,7 @@ class LearnConfig(BaseModel):
         default_factory=list, description="Your test sets (names or files): learn refuses data sharing problems with them or the bundled aime24/aime25."
     )
     allow_test_overlap: bool = Field(False, description="Learn even when --data / --val-data share problems with a test set.")
+    seeds: int = Field(1, ge=1, description="Learn once per seed (seed, seed+1, ...) into out/seed-S, a seed set for eval and compare.")
     select_by: Literal["epoch", "step"] = Field(
         "epoch", description="With --val-data: validate and pick the best library per epoch, or per step (every step validated)."
     )

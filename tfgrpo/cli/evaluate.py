@@ -55,18 +55,28 @@ def register(app: typer.Typer) -> None:
         settings = build_config(EvalConfig, config, overrides)
         console = Console(stderr=True, soft_wrap=True)
         try:
-            result = evaluate(settings, console=console)
+            from eval.seeds import is_seed_set
+
+            if settings.library and is_seed_set(settings.library):  # a learn seed set: one eval per seed
+                from eval.seed_eval import evaluate_seed_set
+
+                results = evaluate_seed_set(settings, console=console)
+            else:
+                results = [evaluate(settings, console=console)]
         except KeyboardInterrupt:
             console.print(f"[yellow]interrupted.[/] Rerun the same command to resume: answered calls are cached in {settings.out}/cache.sqlite.")
             raise typer.Exit(130) from None
-        m = result.metrics
-        table = Table(title=f"{m['label']} on {settings.data}")
-        for column in ("problems", f"Mean@{m['k']}", "95% CI", "maj@k", "pass@k", "failed", "tokens out", "cost $"):
-            table.add_column(column)
-        passes = " ".join(f"@{k}:{v:.3f}" for k, v in m["pass_at_k"].items())
-        table.add_row(
-            str(m["num_problems"]), f"{m['mean_at_k']:.3f}", f"[{m['ci95'][0]:.3f}, {m['ci95'][1]:.3f}]",
-            f"{m['maj_at_k']:.3f}", passes, str(m["failed_samples"]), str(m["tokens"]["completion"]), f"{m['cost_usd']:.4f}",
-        )
-        Console().print(table)
-        console.print(f"wrote {result.out}/metrics.json and samples.jsonl")
+        for result in results:
+            m = result.metrics
+            table = Table(title=f"{m['label']} on {settings.data}")
+            for column in ("problems", f"Mean@{m['k']}", "95% CI", "maj@k", "pass@k", "failed", "tokens out", "cost $"):
+                table.add_column(column)
+            passes = " ".join(f"@{k}:{v:.3f}" for k, v in m["pass_at_k"].items())
+            table.add_row(
+                str(m["num_problems"]), f"{m['mean_at_k']:.3f}", f"[{m['ci95'][0]:.3f}, {m['ci95'][1]:.3f}]",
+                f"{m['maj_at_k']:.3f}", passes, str(m["failed_samples"]), str(m["tokens"]["completion"]), f"{m['cost_usd']:.4f}",
+            )
+            Console().print(table)
+            console.print(f"wrote {result.out}/metrics.json and samples.jsonl")
+        if len(results) > 1:
+            console.print(f"seed set: {settings.out} (compare it as one system: tfgrpo compare BASE {settings.out} --out REPORT)")

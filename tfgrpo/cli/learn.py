@@ -50,6 +50,7 @@ def register(app: typer.Typer) -> None:
         test_data: Annotated[Optional[list[str]], typer.Option("--test-data", help="A test set (name or file; repeatable): learning data must not share its problems.")] = None,
         allow_test_overlap: Annotated[Optional[bool], typer.Option("--allow-test-overlap", help="Learn even if --data/--val-data share problems with a test set.")] = None,
         select_by: Annotated[Optional[str], typer.Option("--select-by", help="With --val-data: pick the best library per epoch (default) or per step.")] = None,
+        seeds: Annotated[Optional[int], typer.Option("--seeds", help="Learn once per seed (--seed, --seed+1, ...) into OUT/seed-S: a seed set.")] = None,
         gate: Annotated[Optional[bool], typer.Option("--gate/--no-gate", help="With --val-data: keep a step's library only if validation does not drop beyond noise.")] = None,
         resume: Annotated[bool, typer.Option("--resume", help="Continue the interrupted run in --out from its last completed step.")] = False,
     ) -> None:
@@ -59,7 +60,6 @@ def register(app: typer.Typer) -> None:
         from tfgrpo.config import ConfigError, build_config
         from tfgrpo.learn import learn
         from tfgrpo.learn_config import LearnConfig
-        from tfgrpo.learn_metrics import epoch_table
 
         if resume and config is None and out and (Path(out) / "config.yaml").is_file():
             config = str(Path(out) / "config.yaml")  # resume with the saved settings; options given now override
@@ -72,7 +72,7 @@ def register(app: typer.Typer) -> None:
             "rollout_sampling": {"temperature": temperature, "max_tokens": max_tokens, "top_p": top_p},
             "stage_sampling": {"max_tokens": stage_max_tokens},
             "leakage": leakage, "test_data": test_data, "allow_test_overlap": allow_test_overlap,
-            "select_by": select_by, "gate": gate,
+            "select_by": select_by, "gate": gate, "seeds": seeds,
         }
         settings = build_config(LearnConfig, config, overrides) if config or data else None
         if settings is None:
@@ -83,21 +83,36 @@ def register(app: typer.Typer) -> None:
         from tfgrpo.llm.errors import LLMError
 
         try:
-            result = learn(settings, console=console)
+            if settings.seeds > 1:
+                from tfgrpo.learn_seeds import learn_seeds
+
+                results = learn_seeds(settings, settings.seeds, console=console)
+            else:
+                results = [learn(settings, console=console)]
         except LLMError as exc:
             console.print(f"[bold red]error:[/] {exc}", highlight=False)
             console.print(f"Completed steps are saved; once fixed, continue with: [bold]tfgrpo learn --out {settings.out} --resume[/]")
             raise typer.Exit(2) from None
-        if result.metrics.get("epochs") is not None:
-            console.print(epoch_table(result.metrics))
-        leaks = result.metrics.get("leakage") or []
-        if leaks:
-            console.print(f"[yellow]leakage guard:[/] {len(leaks)} finding(s) (metrics.json 'leakage'):", highlight=False)
-            for leak in leaks[:10]:
-                console.print(f"  step {leak['step']} {leak['action']}: {leak['kind']} of {leak['source']}:{leak['problem_id']} "
-                              f"({leak['evidence']}): {leak['text'][:80]}", highlight=False, markup=False)
-        console.print(f"library: [bold]{result.out / 'library.json'}[/] ({len(result.library)} experiences)")
-        if result.status == "interrupted":
+        for result in results:
+            _report(console, result)
+        if len(results) > 1 or settings.seeds > 1:
+            console.print(f"seed set: [bold]{settings.out}[/] ({len(results)}/{settings.seeds} runs); evaluate all with "
+                          f"[bold]tfgrpo eval --library {settings.out}[/]")
+        if results[-1].status == "interrupted":
             raise typer.Exit(EXIT_INTERRUPTED)
-        if result.status == "budget_exceeded":
+        if results[-1].status == "budget_exceeded":
             raise typer.Exit(EXIT_BUDGET)
+
+
+def _report(console, result) -> None:
+    from tfgrpo.learn_metrics import epoch_table
+
+    if result.metrics.get("epochs") is not None:
+        console.print(epoch_table(result.metrics))
+    leaks = result.metrics.get("leakage") or []
+    if leaks:
+        console.print(f"[yellow]leakage guard:[/] {len(leaks)} finding(s) (metrics.json 'leakage'):", highlight=False)
+        for leak in leaks[:10]:
+            console.print(f"  step {leak['step']} {leak['action']}: {leak['kind']} of {leak['source']}:{leak['problem_id']} "
+                          f"({leak['evidence']}): {leak['text'][:80]}", highlight=False, markup=False)
+    console.print(f"library: [bold]{result.out / 'library.json'}[/] ({len(result.library)} experiences)")
