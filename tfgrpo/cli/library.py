@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from tfgrpo.cli import library_check
+from tfgrpo.cli import library_trust
 
 LibArg = Annotated[Path, typer.Argument(help="Library JSON file.", show_default=False)]
 HistoryOpt = Annotated[Optional[Path], typer.Option("--history", help="History folder (default: LIB's stem + '.history' beside it).")]
@@ -24,7 +24,7 @@ EmbedUrlOpt = Annotated[Optional[str], typer.Option("--embed-base-url", help="Op
 def register(app: typer.Typer) -> None:
     library_app = typer.Typer(help="Inspect and edit an experience library: show, history, diff, rollback, dedup, apply.", no_args_is_help=True)
     app.add_typer(library_app, name="library")
-    library_check.register(library_app)
+    library_trust.register(library_app)
 
     @library_app.command("show")
     def show(
