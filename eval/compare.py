@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from eval.datasets import iter_jsonl_objects
 from eval.errors import RunDirError
 from eval.metrics import N_BOOTSTRAP, aggregate, summarize
+from eval.matrix import matrix_rows, read_matrix
 from eval.seeds import expand_run_dirs, seed_set_rows
 from eval.stats import PairedComparison, compare_paired
 
@@ -81,6 +82,7 @@ class Comparison(BaseModel):
         default_factory=dict, description="The learn run's pareto, gate counts, best_step and leakage findings (docs/trust.md)."
     )
     seed_sets: list[dict[str, Any]] = Field(default_factory=list, description="Across-seed rows of seed-set systems (eval.seeds).")
+    matrix: dict[str, Any] = Field(default_factory=dict, description="Model x library table of an eval matrix (eval.matrix).")
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -249,15 +251,25 @@ def compare_runs(
     learn_run: str | Path | None = None,
     seed: int = 0,
     n_bootstrap: int = N_BOOTSTRAP,
+    matrix: str | Path | None = None,
 ) -> tuple[Comparison, dict[str, Path]]:
-    """Load the runs, compare them, write report.md, report.html, comparison.json and PNGs into out_dir."""
+    """Load the runs, compare them, write report.md, report.html, comparison.json and PNGs into out_dir.
+
+    `matrix`: an eval matrix directory (`tfgrpo eval --matrix`); its cells come first, then `run_dirs`."""
     from eval.report import write_report
 
-    if not run_dirs:
-        raise RunDirError("compare needs at least one eval run directory")
-    flat, groups = expand_run_dirs(run_dirs)  # a seed set counts as its member runs, plus an across-seeds table
+    manifest, cells = read_matrix(matrix) if matrix else ({}, [])
+    if not run_dirs and not cells:
+        raise RunDirError("compare needs at least one eval run directory (or --matrix DIR)")
+    flat, groups = expand_run_dirs(run_dirs)
+    flat = [*cells, *flat]  # a seed set counts as its member runs, plus an across-seeds table
     runs = [load_eval_run(path, seed=seed, name=name) for path, name in flat]
     comparison = build_comparison(runs, seed=seed, n_bootstrap=n_bootstrap, learn_run=learn_run)
+    if manifest:
+        names = [system.name for system in comparison.systems]
+        ci95 = {system.name: system.ci95 for system in comparison.systems}
+        rows = matrix_rows(manifest, comparison.per_problem, names, ci95, seed=seed)
+        comparison.matrix = {"models": manifest["models"], "libraries": manifest["libraries"], "rows": rows}
     if groups:
         names = [system.name for system in comparison.systems]
         first = Path(run_dirs[0]).name if Path(run_dirs[0]).name in groups else comparison.baseline

@@ -177,7 +177,26 @@ def build_tables(comparison: Comparison) -> list[Table]:
     tables.extend(_selection_tables(comparison.learn_selection))
     if comparison.seed_sets:
         tables.append(_seed_table(comparison.seed_sets))
+    if comparison.matrix:
+        tables.append(_matrix_table(comparison.matrix))
     return tables
+
+
+def _matrix_table(matrix: dict[str, Any]) -> Table:
+    def cell(entry: dict[str, Any]) -> str:
+        text = f"{_pct(entry['mean'])} [{_pct(entry['ci95'][0])}, {_pct(entry['ci95'][1])}]"
+        if entry["gain"] is not None:
+            text += f"; Δ {_pp(entry['gain'])} [{_pp(entry['gain_ci95'][0])}, {_pp(entry['gain_ci95'][1])}]"
+        return text
+
+    return Table(
+        key="matrix",
+        title="Transfer: model x library (Mean@K [95% CI]; Δ over the model's first column)",
+        headers=["Model", *matrix["libraries"]],
+        rows=[[row["model"], *[cell(entry) for entry in row["cells"]]] for row in matrix["rows"]],
+        note=("Each cell is one eval run. Δ: paired difference over the same problems against the same model with the first "
+              "library column (usually no library), percentile bootstrap CI over problems."),
+    )
 
 
 def _seed_table(rows: list[dict[str, Any]]) -> Table:

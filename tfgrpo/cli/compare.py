@@ -13,10 +13,11 @@ from tfgrpo.cli.options import SeedOpt
 def register(app: typer.Typer) -> None:
     @app.command("compare")
     def compare(
-        run_dirs: Annotated[list[Path], typer.Argument(help="Eval run directories; the first is the baseline.", show_default=False)],
         out: Annotated[Path, typer.Option("--out", "-o", help="Report directory (report.md, report.html, PNGs, comparison.json).")],
+        run_dirs: Annotated[Optional[list[Path]], typer.Argument(help="Eval run directories or seed sets; the first is the baseline.", show_default=False)] = None,
         learn_run: Annotated[Optional[Path], typer.Option("--learn-run", help="A learn run directory: adds its learning curve.")] = None,
         seed: SeedOpt = None,
+        matrix: Annotated[Optional[Path], typer.Option("--matrix", help="An eval matrix directory (tfgrpo eval --matrix): the model x library table.")] = None,
     ) -> None:
         """Compare eval runs: Mean@K with CIs, pass@k, maj@k, paired differences vs the first run, cost table."""
         from rich.console import Console
@@ -25,7 +26,7 @@ def register(app: typer.Typer) -> None:
         from eval.compare import compare_runs
         from eval.report import build_tables
 
-        comparison, files = compare_runs(run_dirs, out, learn_run=learn_run, seed=0 if seed is None else seed)
+        comparison, files = compare_runs(run_dirs or [], out, learn_run=learn_run, seed=0 if seed is None else seed, matrix=matrix)
         console = Console()
         for table in build_tables(comparison):
             if table.key == "per_problem":
