@@ -21,7 +21,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol
 
 from pydantic import BaseModel, Field
 
@@ -214,8 +214,4 @@ def _short(text: str, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def findings_to_rows(findings: Iterable[LeakFinding]) -> list[dict[str, Any]]:
-    return [f.model_dump() for f in findings]
-
-
-__all__ = ["LeakFinding", "LeakKind", "LeakageChecker", "LeakageMode", "ReferenceProblem", "findings_to_rows"]
+__all__ = ["LeakFinding", "LeakKind", "LeakageChecker", "LeakageMode", "ReferenceProblem"]

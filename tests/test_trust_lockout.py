@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 from rich.console import Console
-from typer.testing import CliRunner
 
 from eval.datasets import load_dataset_rows
 from eval.lockout import TestSetOverlapError, check_no_test_overlap, find_test_overlap, text_hash

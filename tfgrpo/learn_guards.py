@@ -47,9 +47,6 @@ class Screened:
     kept: list[Operation]
     records: list[dict[str, Any]] = field(default_factory=list)  # one per finding: action, kind, problem, op
 
-    def count(self, action: str) -> int:
-        return sum(r["action"] == action for r in self.records)
-
 
 class LeakageGuard:
     """Screens a step's final operations against the run's training, validation and test problems."""

@@ -22,9 +22,8 @@ EmbedUrlOpt = Annotated[Optional[str], typer.Option("--embed-base-url", help="Op
 
 
 def register(app: typer.Typer) -> None:
-    library_app = typer.Typer(help="Inspect and edit an experience library: show, history, diff, rollback, dedup, apply.", no_args_is_help=True)
+    library_app = typer.Typer(help="Inspect and edit an experience library: show, history, diff, rollback, dedup, apply, check, ablate, prune.", no_args_is_help=True)
     app.add_typer(library_app, name="library")
-    library_trust.register(library_app)
 
     @library_app.command("show")
     def show(
@@ -204,6 +203,8 @@ def register(app: typer.Typer) -> None:
             return
         _commit(library_path, library, result, history_dir, step=step)
         typer.echo(f"{library_path}: version {library.version} -> {result.library.version} ({len(result.library)} experiences)")
+
+    library_trust.register(library_app)  # check, ablate, prune (docs/trust.md)
 
 
 def _history(library_path: Path, history_dir: Path | None):
