@@ -151,3 +151,15 @@ def test_eval_warns_and_compare_marks_an_overlapping_library(tmp_path):
     comparison, files = compare_runs([tmp_path / "base", tmp_path / "lib"], tmp_path / "report")
     markdown = files["markdown"].read_text(encoding="utf-8")
     assert "⚠ overlaps eval set" in markdown and "not a held-out score" in markdown
+
+
+def test_a_leaky_initial_library_is_reported(tmp_path):
+    initial = tmp_path / "init.json"
+    Library.from_texts(["The answer to 17+25 is 42."]).save(initial)
+    data = write_problems(tmp_path / "train.jsonl", PAIRS)
+    config = LearnConfig(data=str(data), out=str(tmp_path / "run"), dedup=False, llm={"max_retries": 0}, group_size=2,
+                         epochs=1, init_library=str(initial))
+    client = build_client(config.llm, backends=[ScriptedBackend(World().respond)], cache_path=Path(config.out) / "cache.sqlite")
+    console = Console(file=io.StringIO(), width=400)
+    learn(config, client=client, console=console)
+    assert "warning: --init-library: [G0] contains the answer of train:q17_25 (42 = gold answer 42)" in console.file.getvalue()

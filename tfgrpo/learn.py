@@ -128,9 +128,10 @@ async def learn_async(config: LearnConfig, *, client: LLMClient | None = None, c
         client.budget_usd = max(config.llm.budget_usd - spent_before, 0.0)
     session = {"started": time.strftime("%Y-%m-%dT%H:%M:%S"), "from_step": state.completed_step}
     run.log(f"{'resumed' if config.resume else 'started'} at step {state.completed_step}; {len(plans)} steps planned")
-    if overlap_warning:
-        run.log(overlap_warning)
-        console.print(f"[yellow]warning:[/] {overlap_warning}", highlight=False)
+    for warning in [overlap_warning, *(guard.initial_warnings(initial) if guard and state.completed_step == 0 else [])]:
+        if warning:
+            run.log(warning)
+            console.print(f"warning: {warning}", style="yellow", highlight=False, markup=False)
     engine = Engine(config, client, reward, run, console, guard=guard, val_problems=val_problems)
     started = time.perf_counter()
     status, message = "failed", "crashed"  # until the loop finishes or stops cleanly

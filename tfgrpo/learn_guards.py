@@ -16,6 +16,7 @@ from typing import Any
 from eval.datasets import Problem
 from eval.lockout import check_no_test_overlap, find_test_overlap, load_test_sets
 from experiences.leakage import LeakageChecker, LeakFinding
+from experiences.model import Library
 from experiences.ops import Operation
 from tfgrpo.learn_config import LearnConfig
 
@@ -79,6 +80,11 @@ class LeakageGuard:
             if not reject:
                 screened.kept.append(op)
         return screened
+
+    def initial_warnings(self, library: Library) -> list[str]:
+        """The starting library (--init-library) is the user's: its leaks are reported, never removed."""
+        return [f"--init-library: {finding.describe()}" for finding in self.checker.check_library(library)
+                if self.modes[finding.kind] != "off"]
 
     def _per_item(self, texts: list[str]) -> list[list[LeakFinding]]:
         keyed = self.checker.check((str(i), text) for i, text in enumerate(texts))
