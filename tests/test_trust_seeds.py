@@ -100,3 +100,34 @@ def test_two_way_bootstrap_counts_both_sources():
     wide = two_way_bootstrap_ci(spread_seeds, n_bootstrap=2000)
     assert narrow[1] - narrow[0] > 0.05  # problems alone already give width
     assert wide[1] - wide[0] > 1.5 * (narrow[1] - narrow[0])
+
+
+@pytest.mark.timeout(240)
+def test_the_seed_workflow_from_the_command_line(tmp_path):
+    from typer.testing import CliRunner
+
+    from test_learn_cli import WorldServer
+    from tfgrpo.cli.app import app
+
+    train = write_problems(tmp_path / "train.jsonl", [(17, 25), (30, 41)])
+    val = write_problems(tmp_path / "val.jsonl", [(1, 2), (3, 4), (5, 6)])
+    evals = write_problems(tmp_path / "eval.jsonl", [(2, 3), (4, 5), (6, 7)])
+    runner = CliRunner()
+    with WorldServer(World()) as server:
+        backend = ["--backend", "openai", "--model", "world", "--base-url", server.base_url, "--api-key", "k", "--max-tokens", "64"]
+        learned = runner.invoke(app, ["learn", "--data", str(train), "--val-data", str(val), "--out", str(tmp_path / "learn"),
+                                      "--seeds", "2", "--gate", "--select-by", "step", "-G", "2", "--epochs", "1",
+                                      "--batch-size", "1", "--val-samples", "2", *backend])
+        assert learned.exit_code == 0, learned.output
+        assert "seed set:" in learned.output and "tfgrpo eval --library" in learned.output
+        for seed in (42, 43):
+            metrics = json.loads((tmp_path / "learn" / f"seed-{seed}" / "metrics.json").read_text())
+            assert metrics["gate"]["kept"] + metrics["gate"]["rejected"] == 2 and metrics["best_step"] is not None
+        base = runner.invoke(app, ["eval", "--data", str(evals), "--out", str(tmp_path / "base"), "--samples", "2", *backend])
+        assert base.exit_code == 0, base.output
+        lib = runner.invoke(app, ["eval", "--data", str(evals), "--out", str(tmp_path / "lib"), "--samples", "2",
+                                  "--library", str(tmp_path / "learn"), *backend])
+        assert lib.exit_code == 0, lib.output
+    report = runner.invoke(app, ["compare", str(tmp_path / "base"), str(tmp_path / "lib"), "--out", str(tmp_path / "report")])
+    assert report.exit_code == 0, report.output
+    assert "Across seeds" in report.output and "lib/seed-43" in report.output
