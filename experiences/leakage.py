@@ -91,13 +91,14 @@ class LeakageChecker:
     verifier: Verifier | None = None
     _refs: list[_Ref] = field(init=False, repr=False)
     _by_value: dict[Fraction, list[_Ref]] = field(init=False, repr=False)
+    _grams: dict[tuple[int, int], set[tuple[str, ...]]] = field(init=False, repr=False)  # (ref index, n) -> n-grams
 
     def __post_init__(self) -> None:
         if not 0 < self.copy_threshold <= 1:
             raise ValueError(f"copy_threshold must be in (0, 1] (got {self.copy_threshold})")
         if self.ngram < _MIN_COPY_WORDS:
             raise ValueError(f"ngram must be at least {_MIN_COPY_WORDS} (got {self.ngram})")
-        self._refs, self._by_value = [], {}
+        self._refs, self._by_value, self._grams = [], {}, {}
         for source, problems in self.sets.items():
             for problem in problems:
                 ref = self._reference(source, problem)
@@ -168,12 +169,14 @@ class LeakageChecker:
             return []
         grams_by_n: dict[int, set[tuple[str, ...]]] = {}
         found = []
-        for ref in self._refs:
+        for index, ref in enumerate(self._refs):
             n = min(self.ngram, len(words), len(ref.words))
             if n < _MIN_COPY_WORDS:
                 continue
             ours = grams_by_n.setdefault(n, _ngrams(words, n))
-            theirs = _ngrams(ref.words, n)
+            theirs = self._grams.get((index, n))
+            if theirs is None:
+                theirs = self._grams[index, n] = _ngrams(ref.words, n)
             shared = ours & theirs
             overlap = len(shared) / min(len(ours), len(theirs))
             if overlap >= self.copy_threshold:
