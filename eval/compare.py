@@ -18,6 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from eval.datasets import iter_jsonl_objects
 from eval.errors import RunDirError
 from eval.metrics import N_BOOTSTRAP, aggregate, summarize
+from eval.matrix import matrix_rows, read_matrix
+from eval.seeds import expand_run_dirs, seed_set_rows
 from eval.stats import PairedComparison, compare_paired
 
 
@@ -78,6 +80,11 @@ class Comparison(BaseModel):
     learn_run: str | None = None
     learn_steps: list[dict[str, Any]] = Field(default_factory=list)
     learn_totals: dict[str, Any] = Field(default_factory=dict)
+    learn_selection: dict[str, Any] = Field(
+        default_factory=dict, description="The learn run's pareto, gate counts, best_step and leakage findings (docs/trust.md)."
+    )
+    seed_sets: list[dict[str, Any]] = Field(default_factory=list, description="Across-seed rows of seed-set systems (eval.seeds).")
+    matrix: dict[str, Any] = Field(default_factory=dict, description="Model x library table of an eval matrix (eval.matrix).")
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -139,6 +146,12 @@ def load_learn_run(run_dir: str | Path) -> tuple[list[dict[str, Any]], dict[str,
     source = {**metrics, **metrics["totals"]} if isinstance(metrics.get("totals"), dict) else metrics
     totals = {key: value for key, value in source.items() if key != "steps" and isinstance(value, (int, float, str))}
     return steps, totals
+
+
+def load_learn_selection(run_dir: str | Path) -> dict[str, Any]:
+    """The trust keys of a learn run's metrics.json: pareto view, gate counts, best step, leakage findings."""
+    metrics = read_json(Path(run_dir) / "metrics.json")
+    return {key: metrics[key] for key in ("pareto", "gate", "best_step", "leakage") if metrics.get(key) is not None}
 
 
 def _unique_names(runs: Sequence[EvalRun]) -> list[str]:
@@ -231,6 +244,7 @@ def build_comparison(
         learn_run=str(learn_run) if learn_run else None,
         learn_steps=learn_steps,
         learn_totals=learn_totals,
+        learn_selection=load_learn_selection(learn_run) if learn_run else {},
     )
 
 
@@ -241,14 +255,29 @@ def compare_runs(
     learn_run: str | Path | None = None,
     seed: int = 0,
     n_bootstrap: int = N_BOOTSTRAP,
+    matrix: str | Path | None = None,
 ) -> tuple[Comparison, dict[str, Path]]:
-    """Load the runs, compare them, write report.md, report.html, comparison.json and PNGs into out_dir."""
+    """Load the runs, compare them, write report.md, report.html, comparison.json and PNGs into out_dir.
+
+    `matrix`: an eval matrix directory (`tfgrpo eval --matrix`); its cells come first, then `run_dirs`."""
     from eval.report import write_report
 
-    if not run_dirs:
-        raise RunDirError("compare needs at least one eval run directory")
-    runs = [load_eval_run(path, seed=seed) for path in run_dirs]
+    manifest, cells = read_matrix(matrix) if matrix else ({}, [])
+    if not run_dirs and not cells:
+        raise RunDirError("compare needs at least one eval run directory (or --matrix DIR)")
+    flat, groups = expand_run_dirs(run_dirs)
+    flat = [*cells, *flat]  # a seed set counts as its member runs, plus an across-seeds table
+    runs = [load_eval_run(path, seed=seed, name=name) for path, name in flat]
     comparison = build_comparison(runs, seed=seed, n_bootstrap=n_bootstrap, learn_run=learn_run)
+    if manifest:
+        names = [system.name for system in comparison.systems]
+        ci95 = {system.name: system.ci95 for system in comparison.systems}
+        rows = matrix_rows(manifest, comparison.per_problem, names, ci95, seed=seed)
+        comparison.matrix = {"models": manifest["models"], "libraries": manifest["libraries"], "rows": rows}
+    if groups:
+        names = [system.name for system in comparison.systems]
+        first = Path(run_dirs[0]).name if Path(run_dirs[0]).name in groups else comparison.baseline
+        comparison.seed_sets = seed_set_rows(comparison.per_problem, names, groups, baseline=first, seed=seed, n_bootstrap=n_bootstrap)
     files = write_report(comparison, Path(out_dir))
     return comparison, files
 
@@ -262,6 +291,7 @@ __all__ = [
     "compare_runs",
     "load_eval_run",
     "load_learn_run",
+    "load_learn_selection",
     "read_json",
     "read_jsonl",
 ]

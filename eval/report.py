@@ -90,7 +90,7 @@ def build_tables(comparison: Comparison) -> list[Table]:
         headers=["System", "Problems", "K", "Mean@K [95% CI]", *[f"pass@{k}" for k in ks], "maj@K"],
         rows=[
             [
-                system.name + (" (baseline)" if index == 0 else ""),
+                system.name + (" (baseline)" if index == 0 else "") + (" ⚠ overlaps eval set" if _overlaps(system) else ""),
                 str(system.num_problems),
                 str(system.k),
                 f"{_pct(system.mean_at_k)} [{_pct(system.ci95[0])}, {_pct(system.ci95[1])}]",
@@ -99,7 +99,7 @@ def build_tables(comparison: Comparison) -> list[Table]:
             ]
             for index, system in enumerate(systems)
         ],
-        note=comparison.problems_note,
+        note=" ".join(filter(None, [comparison.problems_note, _overlap_note(systems)])) or None,
     )
     tables = [accuracy]
     if comparison.paired:
@@ -177,6 +177,71 @@ def build_tables(comparison: Comparison) -> list[Table]:
                 note="All counters are in the learn run's metrics.json (`totals`, `steps[]`).",
             )
         )
+    tables.extend(_selection_tables(comparison.learn_selection))
+    if comparison.seed_sets:
+        tables.append(_seed_table(comparison.seed_sets))
+    if comparison.matrix:
+        tables.append(_matrix_table(comparison.matrix))
+    return tables
+
+
+def _matrix_table(matrix: dict[str, Any]) -> Table:
+    def cell(entry: dict[str, Any]) -> str:
+        text = f"{_pct(entry['mean'])} [{_pct(entry['ci95'][0])}, {_pct(entry['ci95'][1])}]"
+        if entry["gain"] is not None:
+            text += f"; Δ {_pp(entry['gain'])} [{_pp(entry['gain_ci95'][0])}, {_pp(entry['gain_ci95'][1])}]"
+        return text
+
+    return Table(
+        key="matrix",
+        title="Transfer: model x library (Mean@K [95% CI]; Δ over the model's first column)",
+        headers=["Model", *matrix["libraries"]],
+        rows=[[row["model"], *[cell(entry) for entry in row["cells"]]] for row in matrix["rows"]],
+        note=("Each cell is one eval run. Δ: paired difference over the same problems against the same model with the first "
+              "library column (usually no library), percentile bootstrap CI over problems."),
+    )
+
+
+def _seed_table(rows: list[dict[str, Any]]) -> Table:
+    return Table(
+        key="seeds",
+        title="Across seeds",
+        headers=["System", "Seeds", "Mean@K per seed", "Mean ± sd over seeds", "Min – max", "Gain over baseline [95% CI, seeds × problems]"],
+        rows=[[
+            row["system"], str(row["seeds"]), " ".join(_pct(v) for v in row["per_seed"]),
+            f"{_pct(row['mean'])} ± {100 * row['sd']:.1f} pp", f"{_pct(row['min'])} – {_pct(row['max'])}",
+            "baseline" if row["gain"] is None else f"{_pp(row['gain'])} [{_pp(row['gain_ci95'][0])}, {_pp(row['gain_ci95'][1])}]",
+        ] for row in rows],
+        note=("A seed set is one system learned (or evaluated) with several seeds. Its gain CI is a two-way bootstrap "
+              "that resamples seeds and problems independently, so both a lucky seed and a lucky problem set widen it."),
+    )
+
+
+def _selection_tables(selection: dict[str, Any]) -> list[Table]:
+    """The learn run's candidate libraries (Pareto view) and its leakage findings, when it recorded them."""
+    tables = []
+    if selection.get("pareto"):
+        gate = selection.get("gate") or {}
+        tables.append(Table(
+            key="pareto",
+            title="Candidate libraries on validation (Pareto view)",
+            headers=["Candidate", "Validation Mean@k", "Best on (problems)", "On the front", "Dominated by"],
+            rows=[[
+                row["candidate"] + (" (selected)" if row["candidate"] == f"step {selection.get('best_step')}" else ""),
+                _pct(row["mean"]), f"{row['best_on']} / {row['problems']}", "yes" if row["on_front"] else "no",
+                ", ".join(row["dominated_by"]) or "–",
+            ] for row in selection["pareto"]],
+            note=(f"Every validated candidate library of the learn run, per validation problem. Gate: {gate.get('kept', 0)} "
+                  f"step(s) kept, {gate.get('rejected', 0)} rejected (validation dropped beyond the bootstrap CI)."),
+        ))
+    if selection.get("leakage"):
+        tables.append(Table(
+            key="leakage",
+            title="Leakage guard findings of the learn run",
+            headers=["Step", "Action", "Kind", "Problem", "Evidence", "Experience"],
+            rows=[[str(r["step"]), r["action"], r["kind"], f"{r['source']}:{r['problem_id']}", r["evidence"], r["text"]]
+                  for r in selection["leakage"]],
+        ))
     return tables
 
 
@@ -189,10 +254,24 @@ _LEARN_TOTALS = {
     "ops_proposed": "Ops proposed",
     "ops_applied": "Ops applied",
     "parse_failures": "Unparsable replies",
+    "leaks_rejected": "Leaks rejected",
+    "leaks_flagged": "Leaks flagged",
     "completion_tokens": "Tokens out",
     "cost_usd": "Cost",
     "wall_time_s": "Wall time",
 }
+
+
+def _overlaps(system: SystemSummary) -> bool:
+    return bool((system.provenance.get("leakage") or {}).get("overlaps"))
+
+
+def _overlap_note(systems: list[SystemSummary]) -> str | None:
+    marked = [s.name for s in systems if _overlaps(s)]
+    if not marked:
+        return None
+    return (f"⚠ {', '.join(marked)}: the library's content or provenance overlaps the eval set (leaked answers, copied "
+            "problems or learned on it; see its metrics.json provenance.leakage), so its score is not a held-out score.")
 
 
 def _learn_value(key: str, value: Any) -> str:
@@ -271,7 +350,7 @@ img { max-width: 100%; border: 1px solid #eee; margin: 0.5rem 0; }
 {% for table in tables %}
 {% if table.key == "per_problem" %}<details><summary><strong>{{ table.title }}</strong></summary>{% else %}<h2>{{ table.title }}</h2>{% endif %}
 {% if table.note %}<p class="note">{{ table.note }}</p>{% endif %}
-<table>
+<table id="{{ table.key }}">
 <thead><tr>{% for header in table.headers %}<th>{{ header }}</th>{% endfor %}</tr></thead>
 <tbody>
 {% for row in table.rows %}<tr>{% for cell in row %}<td>{{ cell }}</td>{% endfor %}</tr>

@@ -22,6 +22,8 @@ from eval.datasets import Problem, load_dataset_rows
 from experiences.textfile import MAX_ROW_BYTES
 from experiences import Injection
 from eval.errors import EvalError
+from eval.library_overlap import describe_overlap, library_eval_overlap
+from experiences.model import Library
 from tfgrpo.agent import AgentConfig
 from tfgrpo.config import LLMConfig, dump_config
 from tfgrpo.llm.client import LLMClient
@@ -114,6 +116,9 @@ async def evaluate_async(config: EvalConfig, *, client: LLMClient | None = None,
         out.mkdir(parents=True, exist_ok=True)
         (out / "config.yaml").write_text(dump_config(config), encoding="utf-8")
         injector = Injector.from_paths(config.library, config.inject, store_dir=out / "store") if config.library else None
+        leakage = library_eval_overlap(config.library, Library.load(config.library), problems, data_name=config.data) if config.library else None
+        if leakage and leakage["overlaps"]:
+            console.print(f"warning: {describe_overlap(leakage, config.data)}", style="yellow", highlight=False, markup=False)
         system_prompt = Path(config.system_prompt).read_text(encoding="utf-8") if config.system_prompt else None
         prompt = PromptSpec(config.system_template, config.user_template, system_prompt)
         agent = _agent(config)
@@ -188,6 +193,7 @@ async def evaluate_async(config: EvalConfig, *, client: LLMClient | None = None,
                 "system_prompt_hash": file_sha256(config.system_prompt) if config.system_prompt else None,
                 "seed": config.seed,
                 **_learn_provenance(config.library),
+                **({"leakage": leakage} if leakage is not None else {}),
                 **_finetune_provenance(config.llm.adapter),
             },
         }

@@ -45,6 +45,17 @@ def is_equivalent(gold: Any, pred: str | None, *, verifier: Verifier | None = No
     return _compare([(gold_text, pred)], verifier or shared_verifier(timeout_s=timeout_s))[0].equal is True
 
 
+def equivalent_many(pairs: Sequence[tuple[str, str]], *, verifier: Verifier | None = None, timeout_s: float = 1.0) -> list[bool]:
+    """`is_equivalent` for many (gold, pred) pairs at once: plain numbers in process, the rest in parallel workers."""
+    usable = [(gold_answer(gold), pred) for gold, pred in pairs]
+    todo = [(index, (gold, pred)) for index, (gold, pred) in enumerate(usable) if gold is not None and pred]
+    verdicts = _compare([pair for _, pair in todo], verifier or shared_verifier(timeout_s=timeout_s)) if todo else []
+    equal = [False] * len(pairs)
+    for (index, _), verdict in zip(todo, verdicts, strict=True):
+        equal[index] = verdict.equal is True
+    return equal
+
+
 def _compare(pairs: Sequence[tuple[str, str]], verifier: Verifier) -> list[Verdict]:
     verdicts: list[Verdict | None] = []
     slow: list[tuple[int, tuple[str, str]]] = []
@@ -120,4 +131,4 @@ def _score(verdict: Verdict, gold: str, pred: str, source: str) -> Score:
     return Score(0.0, pred, f"wrong: {where} answer {_short(pred)} is not the reference {_short(gold)}{detail}")
 
 
-__all__ = ["MathReward", "extract_answer", "gold_answer", "is_equivalent"]
+__all__ = ["MathReward", "equivalent_many", "extract_answer", "gold_answer", "is_equivalent"]

@@ -10,7 +10,8 @@ fi
 . .venv/bin/activate
 # Debian packages the features and their tests use (CI runs this as root on a clean machine):
 # bubblewrap = the sandbox of model-written code (docs/security.md); postgresql = served traces in a real
-# database; chromium = headless-browser checks of the served page and the reports; curl = serve tests.
+# database; chromium = headless-browser checks (through playwright, never a downloaded browser) of the
+# served page and the reports; curl = serve tests.
 APT_PACKAGES="bubblewrap postgresql chromium curl"
 missing=$(for p in $APT_PACKAGES; do dpkg -s "$p" >/dev/null 2>&1 || echo "$p"; done)
 if [ -n "$missing" ]; then

@@ -32,6 +32,7 @@ class SimulatedCrash(RuntimeError):
 class World:
     kinds: dict[str, str] = field(default_factory=dict)  # "A+B" -> kind; default "mixed"
     group_mode: str = "valid"  # valid | malformed_once | malformed_always
+    lesson: str | None = None  # group analysis lesson template ({a}, {b}, {sum}); None = a carry lesson
     crash_at: int | None = None  # raise SimulatedCrash at this answered-call count
     interrupt_at: int | None = None  # raise KeyboardInterrupt at this answered-call count
     answered: list[str] = field(default_factory=list)  # cache keys of every sample answered
@@ -71,7 +72,9 @@ class World:
 
     def group_reply(self, messages: list[dict[str, Any]]) -> str:
         match = PROBLEM.search(messages[0]["content"])
-        valid = f'```json\n[{{"option": "add", "experience": "When adding {match[1]} and {match[2]}, check the carry."}}]\n```'
+        a, b = int(match[1]), int(match[2])
+        text = self.lesson.format(a=a, b=b, sum=a + b) if self.lesson else f"When adding {a} and {b}, check the carry."
+        valid = "```json\n" + json.dumps([{"option": "add", "experience": text}]) + "\n```"
         is_retry = len(messages) > 1
         if self.group_mode == "malformed_always" or (self.group_mode == "malformed_once" and not is_retry):
             return "I would add a lesson about carries, but I will not write JSON."

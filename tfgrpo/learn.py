@@ -32,7 +32,9 @@ from experiences.apply import Budget, apply_operations
 from experiences.model import Library
 from tfgrpo.injection import Injector
 from tfgrpo.learn_config import LearnConfig
+from tfgrpo.learn_guards import LeakageGuard, Screened, check_learning_data, history_records, load_declared_test_sets
 from tfgrpo.learn_metrics import StepCounters, run_metrics
+from tfgrpo.learn_selection import INITIAL, gate_decision, reference_step, select_best_step, selection_metrics
 from tfgrpo.llm.client import LLMClient
 from tfgrpo.llm.errors import AllRequestsFailedError, BudgetExceededError
 from tfgrpo.rollout import PromptSpec, Rollout, sample_group, score_group
@@ -113,6 +115,9 @@ async def _learn_in(run: RunDir, config: LearnConfig, *, client: LLMClient | Non
     # Everything that can fail on bad input fails here, before any LLM call.
     problems = load_problems(config, config.data)
     val_problems = load_problems(config, config.val_data, training=False) if config.val_data else []
+    test_sets = load_declared_test_sets(config)
+    overlap_warning = check_learning_data(config, problems, val_problems, test_sets)
+    guard = LeakageGuard.for_run(config, problems, val_problems, test_sets)
     if config.reward != "judge":  # a judge needs the client; it is built below
         build_reward(config.reward)
     initial = Library.load(config.init_library) if config.init_library else Library()
@@ -130,7 +135,11 @@ async def _learn_in(run: RunDir, config: LearnConfig, *, client: LLMClient | Non
         client.budget_usd = max(config.llm.budget_usd - spent_before, 0.0)
     session = {"started": time.strftime("%Y-%m-%dT%H:%M:%S"), "from_step": state.completed_step}
     run.log(f"{'resumed' if config.resume else 'started'} at step {state.completed_step}; {len(plans)} steps planned")
-    engine = Engine(config, client, reward, run, console)
+    for warning in [overlap_warning, *(guard.initial_warnings(initial) if guard and state.completed_step == 0 else [])]:
+        if warning:
+            run.log(warning)
+            console.print(f"warning: {warning}", style="yellow", highlight=False, markup=False)
+    engine = Engine(config, client, reward, run, console, guard=guard, val_problems=val_problems)
     started = time.perf_counter()
     status, message = "failed", "crashed"  # until the loop finishes or stops cleanly
     try:
@@ -166,10 +175,14 @@ async def _learn_in(run: RunDir, config: LearnConfig, *, client: LLMClient | Non
             client.close_cache()
 
     best_epoch = select_best_epoch(state)
-    if status == "completed" and best_epoch is not None:
+    best_step = select_best_step(state.step_validation) if config.select_by == "step" else None
+    if status == "completed" and best_step is not None:
+        run.load_step_library(best_step).save(run.library_path)
+    elif status == "completed" and best_epoch is not None:
         run.load_step_library(state.epoch_end_step[best_epoch]).save(run.library_path)
     final = Library.load(run.library_path)
     metrics = run_metrics(state, best_epoch=best_epoch, library=final, config=config)
+    metrics.update(selection_metrics(state.step_validation, select_by=config.select_by))
     run.write_metrics(metrics)
     run.log(f"{status} at step {state.completed_step}{': ' + message if message else ''}")
     result = LearnResult(out=run.root, status=status, library=final, best_epoch=best_epoch, metrics=metrics, message=message)
@@ -209,7 +222,8 @@ def select_best_epoch(state: RunState) -> int | None:
 class Engine:
     """The stages of one step, wired to the client, the reward, the run directory and the progress display."""
 
-    def __init__(self, config: LearnConfig, client: LLMClient, reward: Any, run: RunDir, console: Any):
+    def __init__(self, config: LearnConfig, client: LLMClient, reward: Any, run: RunDir, console: Any,
+                 guard: LeakageGuard | None = None, val_problems: list[Problem] | None = None):
         from tfgrpo.progress import stage_progress
 
         self.config = config
@@ -223,6 +237,8 @@ class Engine:
             Path(config.system_prompt).read_text(encoding="utf-8") if config.system_prompt else None,
         )
         self.agent = config.agent.build() if config.agent.tools else None
+        self.guard = guard
+        self.val_problems = val_problems or []
         self.progress = stage_progress(console)
         self._store: Any | None = None
 
@@ -295,9 +311,11 @@ class Engine:
                 ],
             )
         )[0]
+        # Leakage guard: operations that contain a gold answer or copy a problem are rejected or flagged.
+        screened = await asyncio.to_thread(self.guard.screen, consolidation.final) if self.guard else Screened(list(consolidation.final))
         applied = apply_operations(
             library,
-            consolidation.final,
+            screened.kept,
             step=plan.step,
             provenance={"run": self.run.root.name, "epoch": plan.epoch, "step": plan.step, "batch": plan.batch,
                         "query_ids": [a.query_id for a in analyses if a.reply.operations]},
@@ -306,8 +324,12 @@ class Engine:
             if config.max_experiences or config.max_library_tokens else None,
         )
         counters.count_consolidation(consolidation, applied)
+        counters.count_leakage(screened.records)
         counters.lap("consolidation")
-        new_library = applied.library
+        new_library, gate_records = applied.library, []
+        if self.val_problems and (config.select_by == "step" or config.gate):
+            new_library, gate_records = await self.validate_step(plan, library, applied, state, counters)
+            counters.lap("validation")
 
         counters.finish(usage_before, self.client.accounting.total, time.perf_counter() - started, new_library)
         context = {"epoch": plan.epoch, "step": plan.step, "batch": plan.batch}
@@ -322,7 +344,7 @@ class Engine:
                 "consolidation": [{**context, **consolidation.to_row(), "apply": applied.log_records()}] if consolidation.reply else [],
             },
             step_metrics=counters.as_dict(),
-            library_records=applied.log_records(),
+            library_records=history_records(screened) + (gate_records or applied.log_records()),
         )
         self.run.log(counters.one_line())
         self.console.print(counters.one_line(), highlight=False)
@@ -385,7 +407,30 @@ class Engine:
             self.progress.remove_task(task_id)
 
     # -- validation ------------------------------------------------------------------------------------
-    async def validate(self, epoch: int, library: Library, problems: list[Problem]) -> dict[str, Any]:
+    async def validate_step(self, plan: StepPlan, before: Library, applied: Any, state: RunState,
+                            counters: StepCounters) -> tuple[Library, list[dict[str, Any]]]:
+        """Validate the step's candidate library; with the gate, keep it only if validation did not drop beyond noise."""
+        candidate = await self.validate(plan.epoch, applied.library, self.val_problems, label=f"step {plan.step}")
+        record = {**candidate, "step": plan.step}
+        counters.val_mean_at_k = candidate["mean_at_k"]
+        if self.config.gate:
+            ref_step = reference_step(state.step_validation, plan.step)
+            if ref_step is None:  # the starting library, validated once (free on a rerun: cached)
+                ref_step = INITIAL
+                start = self.run.load_step_library(INITIAL)
+                state.step_validation[INITIAL] = {**await self.validate(0, start, self.val_problems, label="start"), "step": INITIAL}
+            decision = gate_decision(state.step_validation[ref_step]["per_problem"], candidate["per_problem"], seed=self.config.seed)
+            record.update(gate=decision["decision"], gate_reference_step=ref_step)
+            counters.gate = {**decision, "reference_step": ref_step}
+            self.run.log(f"gate after step {plan.step}: {decision['decision']} ({decision['reason']})")
+        state.step_validation[plan.step] = record
+        if record.get("gate") != "rejected":
+            return applied.library, []
+        before.next_id = max(before.next_id, applied.library.next_id)  # ids of rejected lessons are never reused
+        reason = f"gate: {counters.gate['reason']}, Δ {counters.gate['diff']:+.3f} CI {counters.gate['ci95']}"
+        return before, [{"kind": "rejected", "op": item.operation.to_wire(), "reason": reason} for item in applied.applied]
+
+    async def validate(self, epoch: int, library: Library, problems: list[Problem], *, label: str | None = None) -> dict[str, Any]:
         """Mean@k of this epoch's library on the validation problems (failed calls left out)."""
         from eval.metrics import mean_at_k
 
@@ -401,7 +446,8 @@ class Engine:
             await asyncio.to_thread(score_group, self.reward, rollouts, problem.answer, {"problem": problem.problem})
             return rollouts
 
-        groups = await self.tracked(f"epoch {epoch} · validation", [one(p) for p in problems], weight=config.val_samples)
+        label = label or f"epoch {epoch}"
+        groups = await self.tracked(f"{label} · validation", [one(p) for p in problems], weight=config.val_samples)
         pairs = [(sum(r.ok for r in g), sum(r.ok and (r.reward or 0.0) >= CORRECT_THRESHOLD for r in g)) for g in groups]
         scored = [(n, c) for n, c in pairs if n > 0]
         result = {
@@ -413,8 +459,10 @@ class Engine:
             "library_version": library.version,
             "library_size": len(library),
             "cost_usd": self.client.accounting.total.cost_usd - before,
+            # each problem's share of correct samples: the gate's paired test and the Pareto view use it
+            "per_problem": {p.id: c / n for p, (n, c) in zip(problems, pairs) if n > 0},
         }
-        self.run.log(f"validation after epoch {epoch}: Mean@{config.val_samples} = {result['mean_at_k']}")
+        self.run.log(f"validation after {label}: Mean@{config.val_samples} = {result['mean_at_k']}")
         return result
 
     # -- helpers ---------------------------------------------------------------------------------------

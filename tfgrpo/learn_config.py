@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from experiences.textfile import MAX_ROW_BYTES
 from tfgrpo.config import LLMConfig
@@ -91,11 +91,38 @@ class LearnConfig(BaseModel):
     agent: AgentConfig = Field(default_factory=AgentConfig, description="Multi-turn tool use (tools: [python], max_turns, protocol).")
     val_samples: int = Field(4, ge=1, description="k of the validation Mean@k.")
 
+    # -- trust: leakage and test-set guards (docs/trust.md) ---------------------------------------
+    leakage: Literal["reject", "flag", "off"] = Field(
+        "reject", description="Operations whose text contains a gold answer of a training, validation or test problem: reject, flag (apply and list) or off."
+    )
+    leakage_copy: Literal["reject", "flag", "off"] = Field(
+        "flag", description="Operations whose text copies a training, validation or test problem (word n-gram overlap): reject, flag or off."
+    )
+    leakage_ngram: int = Field(6, ge=3, description="n of the word n-grams compared for copied problems.")
+    leakage_copy_threshold: float = Field(0.5, gt=0.0, le=1.0, description="Shared n-gram fraction from which a text copies a problem.")
+    test_data: list[str] = Field(
+        default_factory=list, description="Your test sets (names or files): learn refuses data sharing problems with them or the bundled aime24/aime25."
+    )
+    allow_test_overlap: bool = Field(False, description="Learn even when --data / --val-data share problems with a test set.")
+    seeds: int = Field(1, ge=1, description="Learn once per seed (seed, seed+1, ...) into out/seed-S, a seed set for eval and compare.")
+    select_by: Literal["epoch", "step"] = Field(
+        "epoch", description="With --val-data: validate and pick the best library per epoch, or per step (every step validated)."
+    )
+    gate: bool = Field(
+        False, description="With --val-data: keep a step's library only if validation does not drop beyond noise (bootstrap CI of Δ below 0)."
+    )
+
     # -- run control --------------------------------------------------------------------------------
     resume: bool = Field(False, description="Continue an interrupted run in `out` from its last completed step.")
     on_consolidation_failure: Literal["skip", "apply_proposed"] = Field(
         "skip", description="When stage 3 fails twice: apply nothing (skip) or the stage-2 proposals as they are."
     )
+
+    @model_validator(mode="after")
+    def _selection_needs_validation(self) -> LearnConfig:
+        if (self.gate or self.select_by == "step") and not self.val_data:
+            raise ValueError("gate and select_by: step validate on --val-data: add it")
+        return self
 
     @field_validator("inject")
     @classmethod
@@ -111,7 +138,8 @@ RESUME_LOCKED_KEYS = (
     "data", "problem_key", "answer_key", "id_key", "limit", "init_library", "group_size", "batch_size", "seed",
     "reward", "ground_truth", "std_threshold", "max_ops_per_group", "max_words", "trajectory_token_budget", "inject",
     "dedup_threshold", "dedup", "rollout_sampling", "stage_sampling", "templates", "system_prompt", "agent",
-    "on_consolidation_failure", "max_experiences", "max_library_tokens", "llm.backend", "llm.model", "llm.adapter",
+    "on_consolidation_failure", "max_experiences", "max_library_tokens", "leakage", "leakage_copy", "leakage_ngram",
+    "leakage_copy_threshold", "test_data", "gate", "llm.backend", "llm.model", "llm.adapter",
 )
 
 

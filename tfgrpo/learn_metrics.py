@@ -6,8 +6,10 @@
                ops_rejected, ops_evicted, parse_retries, parse_failures, consolidation_failed,
                api_failures, prompt_tokens, completion_tokens, cached_samples, cost_usd, wall_time_s,
                retries_{rate_limit,server_error,timeout,bad_body,connection} (transient failures retried),
-               stage_seconds {rollouts, summaries, group_advantage, consolidation}, library_version, library_size
+               stage_seconds {rollouts, summaries, group_advantage, consolidation}, library_version, library_size,
+               leaks_rejected, leaks_flagged, leakage [{action, kind, problem_id, source, evidence, text, op}]
     epochs[]:  epoch, steps, accuracy (over the epoch's scored rollouts), library_size, val_mean_at_k
+    leakage:   every leakage finding of the run, with its step (see tfgrpo.learn_guards)
     totals:    sums of the step counters + validation cost, rollouts, cost_usd, wall_time_s (all sessions)
 """
 
@@ -24,7 +26,7 @@ SUMMED = (
     "groups_skipped_homogeneous", "groups_skipped_too_few_valid", "groups_skipped_no_majority",
     "groups_skipped_no_summaries", "summaries", "summaries_failed", "group_calls_failed", "ops_proposed", "ops_final",
     "ops_applied", "ops_rejected", "ops_evicted", "parse_retries", "parse_failures", "consolidation_failed",
-    "api_failures", "prompt_tokens", "completion_tokens", "cached_samples",
+    "api_failures", "prompt_tokens", "completion_tokens", "cached_samples", "leaks_rejected", "leaks_flagged",
     *(f"retries_{cause}" for cause in RETRY_CAUSES),
 )
 
@@ -66,6 +68,11 @@ class StepCounters:
     retries_timeout: int = 0
     retries_bad_body: int = 0
     retries_connection: int = 0
+    leaks_rejected: int = 0  # findings of the leakage guard on rejected operations
+    leaks_flagged: int = 0  # ... on operations applied anyway (mode flag)
+    leakage: list[dict[str, Any]] = field(default_factory=list)
+    val_mean_at_k: float | None = None  # this step's candidate library on validation (select_by: step, or gate)
+    gate: dict[str, Any] | None = None  # the gate's decision on this step (tfgrpo.learn_selection.gate_decision)
     cost_usd: float = 0.0
     wall_time_s: float = 0.0
     library_version: int = 0
@@ -122,6 +129,12 @@ class StepCounters:
         self.ops_applied = len(applied.applied)
         self.ops_rejected += len(applied.rejected)
         self.ops_evicted = len(applied.evicted)
+
+    def count_leakage(self, records: list[dict[str, Any]]) -> None:
+        self.leakage = records
+        self.leaks_rejected = sum(r["action"] == "rejected" for r in records)
+        self.leaks_flagged = sum(r["action"] == "flagged" for r in records)
+        self.ops_rejected += len({id(r["op"]) for r in records if r["action"] == "rejected"})
 
     def finish(self, usage_before: Any, usage_after: Any, wall_time_s: float, library: Any) -> None:
         self.api_failures = usage_after.failed_calls - usage_before.failed_calls
@@ -203,6 +216,7 @@ def run_metrics(state: Any, *, best_epoch: int | None, library: Any, config: Any
         "validation": [state.validation[e] for e in sorted(state.validation)],
         "sessions": state.sessions,
         "totals": totals,
+        "leakage": [{"step": s["step"], **r} for s in state.steps for r in s.get("leakage", [])],
     }
 
 

@@ -13,11 +13,12 @@ from tfgrpo.cli.options import SeedOpt
 def register(app: typer.Typer) -> None:
     @app.command("compare")
     def compare(
-        run_dirs: Annotated[Optional[list[Path]], typer.Argument(help="Eval run directories; the first is the baseline.", show_default=False)] = None,
+        run_dirs: Annotated[Optional[list[Path]], typer.Argument(help="Eval run directories or seed sets; the first is the baseline.", show_default=False)] = None,
         out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Report directory (report.md, report.html, PNGs, comparison.json).")] = None,
         learn_run: Annotated[Optional[Path], typer.Option("--learn-run", help="A learn run directory: adds its learning curve.")] = None,
         traces: Annotated[Optional[str], typer.Option("--traces", help="Compare the A (holdout) and B (library) arms of `tfgrpo serve` traces instead (SQLite file or database URL).")] = None,
         seed: SeedOpt = None,
+        matrix: Annotated[Optional[Path], typer.Option("--matrix", help="An eval matrix directory (tfgrpo eval --matrix): the model x library table.")] = None,
     ) -> None:
         """Compare eval runs: Mean@K with CIs, pass@k, maj@k, paired differences vs the first run, cost table."""
         from rich.console import Console
@@ -30,13 +31,13 @@ def register(app: typer.Typer) -> None:
                 raise ConfigError("--traces compares served arms; give either eval run directories or --traces")
             _compare_traces(traces, out, seed=0 if seed is None else seed)
             return
-        if not run_dirs or out is None:
-            raise ConfigError("give eval run directories and --out (or --traces TRACES)")
+        if (not run_dirs and matrix is None) or out is None:
+            raise ConfigError("give eval run directories (or --matrix DIR) and --out, or --traces TRACES")
 
         from eval.compare import compare_runs
         from eval.report import build_tables
 
-        comparison, files = compare_runs(run_dirs, out, learn_run=learn_run, seed=0 if seed is None else seed)
+        comparison, files = compare_runs(run_dirs or [], out, learn_run=learn_run, seed=0 if seed is None else seed, matrix=matrix)
         console = Console()
         for table in build_tables(comparison):
             if table.key == "per_problem":

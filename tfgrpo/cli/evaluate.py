@@ -24,6 +24,7 @@ def register(app: typer.Typer) -> None:
         max_turns: Annotated[Optional[int], typer.Option("--max-turns", help="Turns per trajectory with tools.")] = None,
         protocol: Annotated[Optional[str], typer.Option("--protocol", help="Tool protocol: auto | native | text.")] = None,
         label: Annotated[Optional[str], typer.Option("--label", help="Name of this system in compare reports.")] = None,
+        matrix: Annotated[Optional[str], typer.Option("--matrix", help="YAML of models x libraries: one eval per cell (docs/trust.md).")] = None,
         config: opt.ConfigOpt = None,
         backend: opt.BackendOpt = None,
         model: opt.ModelOpt = None,
@@ -46,6 +47,9 @@ def register(app: typer.Typer) -> None:
         from eval.runner import EvalConfig, evaluate
         from tfgrpo.config import build_config
 
+        if matrix:
+            _run_matrix(matrix)
+            return
         overrides = {
             "data": data, "out": out, "library": library, "system_prompt": system_prompt, "inject": inject,
             "samples": samples, "limit": limit, "reward": reward, "agent": {"tools": tools, "max_turns": max_turns, "protocol": protocol},
@@ -56,18 +60,49 @@ def register(app: typer.Typer) -> None:
         settings = build_config(EvalConfig, config, overrides)
         console = Console(stderr=True, soft_wrap=True)
         try:
-            result = evaluate(settings, console=console)
+            from eval.seeds import is_seed_set
+
+            if settings.library and is_seed_set(settings.library):  # a learn seed set: one eval per seed
+                from eval.seed_eval import evaluate_seed_set
+
+                results = evaluate_seed_set(settings, console=console)
+            else:
+                results = [evaluate(settings, console=console)]
         except KeyboardInterrupt:
             console.print(f"[yellow]interrupted.[/] Rerun the same command to resume: answered calls are cached in {settings.out}/cache.sqlite.")
             raise typer.Exit(130) from None
+        for result in results:
+            m = result.metrics
+            table = Table(title=f"{m['label']} on {settings.data}")
+            for column in ("problems", f"Mean@{m['k']}", "95% CI", "maj@k", "pass@k", "failed", "tokens out", "cost $"):
+                table.add_column(column)
+            passes = " ".join(f"@{k}:{v:.3f}" for k, v in m["pass_at_k"].items())
+            table.add_row(
+                str(m["num_problems"]), f"{m['mean_at_k']:.3f}", f"[{m['ci95'][0]:.3f}, {m['ci95'][1]:.3f}]",
+                f"{m['maj_at_k']:.3f}", passes, str(m["failed_samples"]), str(m["tokens"]["completion"]), f"{m['cost_usd']:.4f}",
+            )
+            Console().print(table)
+            console.print(f"wrote {result.out}/metrics.json and samples.jsonl")
+        if len(results) > 1:
+            console.print(f"seed set: {settings.out} (compare it as one system: tfgrpo compare BASE {settings.out} --out REPORT)")
+
+
+def _run_matrix(path: str) -> None:
+    from rich.console import Console
+
+    from pydantic import ValidationError
+
+    from eval.matrix import MatrixConfig, run_matrix
+    from tfgrpo.config import ConfigError, format_validation_error, read_yaml
+
+    try:
+        settings = MatrixConfig.model_validate(read_yaml(path))
+        settings.cells()  # every cell's eval settings are checked before any call
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc, source=f"matrix {path}")) from None
+    console = Console(stderr=True, soft_wrap=True)
+    results = run_matrix(settings, console=console)
+    for result in results:
         m = result.metrics
-        table = Table(title=f"{m['label']} on {settings.data}")
-        for column in ("problems", f"Mean@{m['k']}", "95% CI", "maj@k", "pass@k", "failed", "tokens out", "cost $"):
-            table.add_column(column)
-        passes = " ".join(f"@{k}:{v:.3f}" for k, v in m["pass_at_k"].items())
-        table.add_row(
-            str(m["num_problems"]), f"{m['mean_at_k']:.3f}", f"[{m['ci95'][0]:.3f}, {m['ci95'][1]:.3f}]",
-            f"{m['maj_at_k']:.3f}", passes, str(m["failed_samples"]), str(m["tokens"]["completion"]), f"{m['cost_usd']:.4f}",
-        )
-        Console().print(table)
-        console.print(f"wrote {result.out}/metrics.json and samples.jsonl")
+        console.print(f"{m['label']}: Mean@{m['k']} {m['mean_at_k']:.3f} [{m['ci95'][0]:.3f}, {m['ci95'][1]:.3f}]", highlight=False)
+    console.print(f"matrix: {settings.out} ({len(results)} cells); table: tfgrpo compare --matrix {settings.out} --out REPORT", highlight=False)

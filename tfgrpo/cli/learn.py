@@ -47,6 +47,12 @@ def register(app: typer.Typer) -> None:
         val_samples: Annotated[Optional[int], typer.Option("--val-samples", help="k of validation Mean@k (default 4).")] = None,
         limit: Annotated[Optional[int], typer.Option("--limit", help="Use only the first N training problems.")] = None,
         init_library: Annotated[Optional[str], typer.Option("--init-library", help="Start from this library JSON.")] = None,
+        leakage: Annotated[Optional[str], typer.Option("--leakage", help="Operations containing a gold answer: reject (default) | flag | off.")] = None,
+        test_data: Annotated[Optional[list[str]], typer.Option("--test-data", help="A test set (name or file; repeatable): learning data must not share its problems.")] = None,
+        allow_test_overlap: Annotated[Optional[bool], typer.Option("--allow-test-overlap", help="Learn even if --data/--val-data share problems with a test set.")] = None,
+        select_by: Annotated[Optional[str], typer.Option("--select-by", help="With --val-data: pick the best library per epoch (default) or per step.")] = None,
+        seeds: Annotated[Optional[int], typer.Option("--seeds", help="Learn once per seed (--seed, --seed+1, ...) into OUT/seed-S: a seed set.")] = None,
+        gate: Annotated[Optional[bool], typer.Option("--gate/--no-gate", help="With --val-data: keep a step's library only if validation does not drop beyond noise.")] = None,
         resume: Annotated[bool, typer.Option("--resume", help="Continue the interrupted run in --out from its last completed step.")] = False,
         from_traces: Annotated[Optional[str], typer.Option("--from-traces", help="Learn from `tfgrpo serve` traces (SQLite file or database URL): exchanges with a gold answer as feedback, or every served prompt with --no-ground-truth.")] = None,
     ) -> None:
@@ -56,7 +62,6 @@ def register(app: typer.Typer) -> None:
         from tfgrpo.config import ConfigError, build_config
         from tfgrpo.learn import learn
         from tfgrpo.learn_config import LearnConfig
-        from tfgrpo.learn_metrics import epoch_table
 
         if from_traces is not None:
             data = _data_from_traces(from_traces, out, data=data, ground_truth=ground_truth, console=Console(stderr=True, soft_wrap=True))
@@ -70,6 +75,8 @@ def register(app: typer.Typer) -> None:
             "llm": opt.llm_overrides(backend, model, base_url, api_key, adapter, concurrency, budget_usd=budget_usd, timeout_s=timeout),
             "rollout_sampling": {"temperature": temperature, "max_tokens": max_tokens, "top_p": top_p},
             "stage_sampling": {"max_tokens": stage_max_tokens},
+            "leakage": leakage, "test_data": test_data, "allow_test_overlap": allow_test_overlap,
+            "select_by": select_by, "gate": gate, "seeds": seeds,
         }
         settings = build_config(LearnConfig, config, overrides) if config or data else None
         if settings is None:
@@ -80,17 +87,24 @@ def register(app: typer.Typer) -> None:
         from tfgrpo.llm.errors import LLMError
 
         try:
-            result = learn(settings, console=console)
+            if settings.seeds > 1:
+                from tfgrpo.learn_seeds import learn_seeds
+
+                results = learn_seeds(settings, settings.seeds, console=console)
+            else:
+                results = [learn(settings, console=console)]
         except LLMError as exc:
             console.print(f"[bold red]error:[/] {exc}", highlight=False)
             console.print(f"Completed steps are saved; once fixed, continue with: [bold]tfgrpo learn --out {settings.out} --resume[/]")
             raise typer.Exit(2) from None
-        if result.metrics.get("epochs") is not None:
-            console.print(epoch_table(result.metrics))
-        console.print(f"library: [bold]{result.out / 'library.json'}[/] ({len(result.library)} experiences)")
-        if result.status == "interrupted":
+        for result in results:
+            _report(console, result)
+        if len(results) > 1 or settings.seeds > 1:
+            console.print(f"seed set: [bold]{settings.out}[/] ({len(results)}/{settings.seeds} runs); evaluate all with "
+                          f"[bold]tfgrpo eval --library {settings.out}[/]")
+        if results[-1].status == "interrupted":
             raise typer.Exit(EXIT_INTERRUPTED)
-        if result.status == "budget_exceeded":
+        if results[-1].status == "budget_exceeded":
             raise typer.Exit(EXIT_BUDGET)
 
 
@@ -112,3 +126,15 @@ def _data_from_traces(traces: str, out: str | None, *, data: str | None, ground_
     if found.problems == 0:
         raise ConfigError(f"{traces}: no usable exchanges (send feedback with a 'gold' answer, or learn with --no-ground-truth)")
     return str(found.path)
+def _report(console, result) -> None:
+    from tfgrpo.learn_metrics import epoch_table
+
+    if result.metrics.get("epochs") is not None:
+        console.print(epoch_table(result.metrics))
+    leaks = result.metrics.get("leakage") or []
+    if leaks:
+        console.print(f"[yellow]leakage guard:[/] {len(leaks)} finding(s) (metrics.json 'leakage'):", highlight=False)
+        for leak in leaks[:10]:
+            console.print(f"  step {leak['step']} {leak['action']}: {leak['kind']} of {leak['source']}:{leak['problem_id']} "
+                          f"({leak['evidence']}): {leak['text'][:80]}", highlight=False, markup=False)
+    console.print(f"library: [bold]{result.out / 'library.json'}[/] ({len(result.library)} experiences)")

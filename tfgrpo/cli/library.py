@@ -11,6 +11,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from tfgrpo.cli import library_trust
+
 LibArg = Annotated[Path, typer.Argument(help="Library JSON file.", show_default=False)]
 HistoryOpt = Annotated[Optional[Path], typer.Option("--history", help="History folder (default: LIB's stem + '.history' beside it).")]
 StoreOpt = Annotated[Optional[Path], typer.Option("--store", help="Vector store folder (default: LIB's stem + '.chroma' beside it).")]
@@ -20,7 +22,7 @@ EmbedUrlOpt = Annotated[Optional[str], typer.Option("--embed-base-url", help="Op
 
 
 def register(app: typer.Typer) -> None:
-    library_app = typer.Typer(help="Inspect and edit an experience library: show, history, diff, rollback, dedup, apply.", no_args_is_help=True)
+    library_app = typer.Typer(help="Inspect and edit an experience library: show, history, diff, rollback, dedup, apply, check, ablate, prune.", no_args_is_help=True)
     app.add_typer(library_app, name="library")
 
     @library_app.command("show")
@@ -215,6 +217,8 @@ def _apply_reply(library_path: Path, library, reply_path: Path, max_words, max_i
         return
     _commit(library_path, library, result, history_dir, step=step)
     typer.echo(f"{library_path}: version {library.version} -> {result.library.version} ({len(result.library)} experiences)")
+
+    library_trust.register(library_app)  # check, ablate, prune (docs/trust.md)
 
 
 def _history(library_path: Path, history_dir: Path | None):

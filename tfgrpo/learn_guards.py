@@ -1,0 +1,108 @@
+"""The guards a learn run applies so its results can be trusted (docs/trust.md).
+
+- Test-set lockout, before any LLM call: the training and validation data must not share problems with
+  the bundled benchmarks or the user's declared test sets (`eval.lockout`).
+- Leakage, after every step's consolidation: an operation whose text contains a gold answer of a
+  training, validation or declared test problem, or copies one, is rejected or flagged per the config
+  (`experiences.leakage`); every finding is recorded in the step's metrics and the library history.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from eval.datasets import Problem
+from eval.lockout import check_no_test_overlap, find_test_overlap, load_test_sets
+from experiences.leakage import LeakageChecker, LeakFinding
+from experiences.model import Library
+from experiences.ops import Operation
+from tfgrpo.learn_config import LearnConfig
+
+
+def load_declared_test_sets(config: LearnConfig) -> dict[str, list[Problem]]:
+    keys = {"problem_key": config.problem_key, "answer_key": config.answer_key, "id_key": config.id_key}
+    return load_test_sets(config.test_data, **keys)
+
+
+def check_learning_data(config: LearnConfig, problems: Sequence[Problem], val_problems: Sequence[Problem],
+                        test_sets: dict[str, list[Problem]]) -> str | None:
+    """Raise on overlap with a test set; with `allow_test_overlap`, return a warning line instead (None: clean)."""
+    data = {f"--data {config.data}": problems}
+    if val_problems:
+        data[f"--val-data {config.val_data}"] = val_problems
+    if not config.allow_test_overlap:
+        check_no_test_overlap(data, test_sets)
+        return None
+    overlaps = find_test_overlap(data, test_sets)
+    if not overlaps:
+        return None
+    return f"learning data shares {len(overlaps)} problem(s) with test sets (allowed by --allow-test-overlap)"
+
+
+@dataclass
+class Screened:
+    """Operations that passed, and every finding with what was done about it."""
+
+    kept: list[Operation]
+    records: list[dict[str, Any]] = field(default_factory=list)  # one per finding: action, kind, problem, op
+
+
+class LeakageGuard:
+    """Screens a step's final operations against the run's training, validation and test problems."""
+
+    def __init__(self, config: LearnConfig, sets: dict[str, Sequence[Problem]]) -> None:
+        self.modes = {"answer": config.leakage, "copy": config.leakage_copy}
+        self.checker = LeakageChecker(sets, ngram=config.leakage_ngram, copy_threshold=config.leakage_copy_threshold)
+
+    @classmethod
+    def for_run(cls, config: LearnConfig, problems: Sequence[Problem], val_problems: Sequence[Problem],
+                test_sets: dict[str, list[Problem]]) -> LeakageGuard | None:
+        if config.leakage == "off" and config.leakage_copy == "off":
+            return None
+        declared = {name: test_sets[name] for name in config.test_data if name in test_sets}
+        return cls(config, {"train": problems, **({"val": val_problems} if val_problems else {}), **declared})
+
+    def screen(self, operations: Sequence[Operation]) -> Screened:
+        with_text = [(index, op.experience) for index, op in enumerate(operations) if getattr(op, "experience", None)]
+        findings_by_op: dict[int, list[LeakFinding]] = {}
+        for (index, _), finding_group in zip(with_text, self._per_item([text for _, text in with_text]), strict=True):
+            findings_by_op[index] = [f for f in finding_group if self.modes[f.kind] != "off"]
+        screened = Screened(kept=[])
+        for index, op in enumerate(operations):
+            findings = findings_by_op.get(index, [])
+            reject = any(self.modes[f.kind] == "reject" for f in findings)
+            wire = op.to_wire()
+            for finding in findings:
+                action = "rejected" if reject else "flagged"
+                screened.records.append({"action": action, **finding.model_dump(exclude={"experience_id"}), "op": wire})
+            if not reject:
+                screened.kept.append(op)
+        return screened
+
+    def initial_warnings(self, library: Library) -> list[str]:
+        """The starting library (--init-library) is the user's: its leaks are reported, never removed."""
+        return [f"--init-library: {finding.describe()}" for finding in self.checker.check_library(library)
+                if self.modes[finding.kind] != "off"]
+
+    def _per_item(self, texts: list[str]) -> list[list[LeakFinding]]:
+        keyed = self.checker.check((str(i), text) for i, text in enumerate(texts))
+        grouped: list[list[LeakFinding]] = [[] for _ in texts]
+        for finding in keyed:
+            grouped[int(finding.experience_id)].append(finding)
+        return grouped
+
+
+def history_records(screened: Screened) -> list[dict[str, Any]]:
+    """The library history's op-log entries for leaked operations that were rejected."""
+    reasons: dict[int, list[str]] = {}
+    ops: dict[int, dict[str, Any]] = {}
+    for record in screened.records:
+        if record["action"] == "rejected":
+            reasons.setdefault(id(record["op"]), []).append(f"{record['kind']} of {record['source']}:{record['problem_id']}")
+            ops[id(record["op"])] = record["op"]
+    return [{"kind": "rejected", "op": ops[key], "reason": "leakage: " + "; ".join(why)} for key, why in reasons.items()]
+
+
+__all__ = ["LeakageGuard", "Screened", "check_learning_data", "history_records", "load_declared_test_sets"]
