@@ -187,6 +187,8 @@ def register(app: typer.Typer) -> None:
         with open_library(library_path, _history(library_path, history_dir)) as library:
             _apply_reply(library_path, library, reply_path, max_words, max_items, max_tokens, step, dry_run, history_dir)
 
+    library_trust.register(library_app)  # check, ablate, prune (docs/trust.md)
+
 
 def _apply_reply(library_path: Path, library, reply_path: Path, max_words, max_items, max_tokens, step, dry_run,
                  history_dir: Path | None) -> None:
@@ -218,7 +220,6 @@ def _apply_reply(library_path: Path, library, reply_path: Path, max_words, max_i
     _commit(library_path, library, result, history_dir, step=step)
     typer.echo(f"{library_path}: version {library.version} -> {result.library.version} ({len(result.library)} experiences)")
 
-    library_trust.register(library_app)  # check, ablate, prune (docs/trust.md)
 
 
 def _history(library_path: Path, history_dir: Path | None):
