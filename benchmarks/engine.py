@@ -106,8 +106,8 @@ def wave(calls: int, concurrency: int, latency_s: float) -> float:
 def run(queries: int, group_size: int, concurrency: int, latency_s: float) -> dict:
     from rich.console import Console
 
-    from tfgrpo.learn import learn
-    from tfgrpo.learn_config import LearnConfig
+    from tfgrpo.learn.loop import learn
+    from tfgrpo.learn.config import LearnConfig
 
     port = free_port()
     ready = multiprocessing.Event()

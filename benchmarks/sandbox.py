@@ -19,7 +19,7 @@ import time
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from rewards.code import run_tests  # noqa: E402
-from tfgrpo.tools.python_sandbox import PythonTool  # noqa: E402
+from tfgrpo.rollout.tools.python_sandbox import PythonTool  # noqa: E402
 
 
 async def _tool_once(level: str) -> float:

@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from eval.runner import EvalConfig, EvalResult, evaluate
-from eval.stats import paired_bootstrap_ci
+from tfgrpo.core.stats import paired_bootstrap_ci
 from experiences.apply import ApplyResult, apply_operations, approximate_tokens
 from experiences.model import Library
 from experiences.ops import DeleteOp

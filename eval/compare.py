@@ -1,6 +1,6 @@
 """Compare eval runs on the same problems: side-by-side metrics, paired tests against the first run, plots.
 
-An eval run directory holds `metrics.json` (written by `eval.metrics.summarize` plus the runner's
+An eval run directory holds `metrics.json` (written by `tfgrpo.core.metrics.summarize` plus the runner's
 settings and an optional `provenance` block) and `samples.jsonl`. The first run is the baseline. When
 the runs cover different problems, every number is computed on the problems common to all of them, and
 the report says so.
@@ -15,12 +15,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from eval.datasets import iter_jsonl_objects
-from eval.errors import RunDirError
-from eval.metrics import N_BOOTSTRAP, aggregate, summarize
+from tfgrpo.core.datasets import iter_jsonl_objects
+from tfgrpo.core.errors import RunDirError
+from tfgrpo.core.metrics import N_BOOTSTRAP, aggregate, summarize
 from eval.matrix import matrix_rows, read_matrix
 from eval.seeds import expand_run_dirs, seed_set_rows
-from eval.stats import PairedComparison, compare_paired
+from tfgrpo.core.stats import PairedComparison, compare_paired
 
 
 class EvalRun(BaseModel):

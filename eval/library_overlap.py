@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from eval.datasets import Problem
+from tfgrpo.core.datasets import Problem
 from experiences.leakage import LeakageChecker
 from experiences.model import Library
 

@@ -27,10 +27,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from eval.errors import RunDirError
+from tfgrpo.core.errors import RunDirError
 from eval.runner import EvalConfig, EvalResult, evaluate
-from eval.stats import compare_paired
-from tfgrpo.config import LLMConfig
+from tfgrpo.core.stats import compare_paired
+from tfgrpo.llm.config import LLMConfig
 from tfgrpo.llm.client import LLMClient
 
 MATRIX_FILE = "matrix.json"

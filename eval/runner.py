@@ -18,14 +18,15 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from eval.datasets import Problem, load_dataset_rows
-from experiences.textfile import MAX_ROW_BYTES
+from tfgrpo.core.datasets import Problem, load_dataset_rows
+from tfgrpo.core.textfile import MAX_ROW_BYTES
 from experiences import Injection
-from eval.errors import EvalError
+from tfgrpo.core.errors import EvalError
 from eval.library_overlap import describe_overlap, library_eval_overlap
 from experiences.model import Library
-from tfgrpo.agent import AgentConfig
-from tfgrpo.config import LLMConfig, dump_config
+from tfgrpo.rollout.agent import AgentConfig
+from tfgrpo.core.config import dump_config
+from tfgrpo.llm.config import LLMConfig
 from tfgrpo.llm.client import LLMClient
 from tfgrpo.llm.errors import AllRequestsFailedError
 from tfgrpo.llm.types import SamplingParams
@@ -96,14 +97,14 @@ def evaluate(config: EvalConfig, *, client: LLMClient | None = None, console: An
 async def evaluate_async(config: EvalConfig, *, client: LLMClient | None = None, console: Any | None = None) -> EvalResult:
     from rich.console import Console
 
-    from eval.metrics import summarize
+    from tfgrpo.core.metrics import summarize
     from rewards import is_equivalent
     from tfgrpo import __version__
-    from tfgrpo.injection import Injector
+    from tfgrpo.rollout.injection import Injector
     from tfgrpo.llm.factory import build_client
-    from tfgrpo.progress import stage_progress
-    from tfgrpo.rollout import PromptSpec, sample_group, score_group
-    from tfgrpo.scoring import build_reward
+    from tfgrpo.core.progress import stage_progress
+    from tfgrpo.rollout.sampling import PromptSpec, sample_group, score_group
+    from tfgrpo.rollout.scoring import build_reward
 
     console = console or Console(stderr=True)
     out = Path(config.out)

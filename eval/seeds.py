@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from eval.errors import RunDirError
-from eval.metrics import N_BOOTSTRAP
+from tfgrpo.core.errors import RunDirError
+from tfgrpo.core.metrics import N_BOOTSTRAP
 
 SEED_SET_FILE = "seeds.json"
 

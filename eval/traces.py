@@ -1,7 +1,7 @@
 """Is the served library helping? The two arms of `tfgrpo serve` traces, per library version.
 
 Per version (and over all versions): each arm's mean reward over its rewarded exchanges with a
-bootstrap CI (`eval.metrics.bootstrap_ci`), and the paired comparison (`eval.stats.compare_paired`)
+bootstrap CI (`tfgrpo.core.metrics.bootstrap_ci`), and the paired comparison (`tfgrpo.core.stats.compare_paired`)
 over the prompts that were served in BOTH arms: per prompt, the mean reward of its A exchanges vs the
 mean of its B exchanges, so a difference is not an artefact of which users landed in which arm.
 """
@@ -14,8 +14,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from eval.metrics import bootstrap_ci
-from eval.stats import PairedComparison, compare_paired
+from tfgrpo.core.metrics import bootstrap_ci
+from tfgrpo.core.stats import PairedComparison, compare_paired
 from tfgrpo.serve.arms import CONTROL, LIBRARY
 from tfgrpo.serve.traces import TraceStore
 

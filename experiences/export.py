@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from experiences.errors import ImportFormatError, LibraryFileError
-from experiences.textfile import loads_json, read_text
+from tfgrpo.core.textfile import loads_json, read_text
 from experiences.model import Experience, Library, Provenance
 from experiences.render import render, render_system_prompt
 
@@ -61,7 +61,7 @@ def export_text(library: Library, fmt: str, *, template: str | Path | None = Non
 
 
 def export_library(library: Library, path: str | Path, fmt: str | None = None, **kwargs: Any) -> Path:
-    from experiences.atomic import atomic_write_text
+    from tfgrpo.core.atomic import atomic_write_text
 
     path = Path(path)
     atomic_write_text(path, export_text(library, fmt or format_from_suffix(path), **kwargs))

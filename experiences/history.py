@@ -22,10 +22,10 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from experiences.apply import ApplyResult
-from experiences.atomic import append_lines, atomic_write_text
+from tfgrpo.core.atomic import append_lines, atomic_write_text
 from experiences.errors import ExperienceError, LibraryFileError, UnknownVersionError
 from experiences.model import Experience, Library
-from experiences.textfile import read_text
+from tfgrpo.core.textfile import read_text
 
 logger = logging.getLogger(__name__)
 

@@ -16,9 +16,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from experiences.atomic import atomic_write_text
+from tfgrpo.core.atomic import atomic_write_text
 from experiences.errors import LibraryFileError
-from experiences.textfile import loads_json, read_text
+from tfgrpo.core.textfile import loads_json, read_text
 
 FORMAT = "tfgrpo.library/1"
 DEFAULT_ID_PREFIX = "G"

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from experiences.apply import ApplyResult
-from experiences.atomic import LOCK_TIMEOUT_S, crash_point, locked, remove_stale_temps
+from tfgrpo.core.atomic import LOCK_TIMEOUT_S, crash_point, locked, remove_stale_temps
 from experiences.history import History
 from experiences.model import Library
 

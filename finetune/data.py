@@ -5,7 +5,7 @@
                    ──► kto_examples     (every scored rollout, reward as thumbs up / down)
                    ──► prompt_examples  (unique problems, for the RL methods)
     problems.jsonl ──► prompt_examples  ({"prompt": [user message], "answer": gold} for GRPO/GSPO/PPO)
-    bundled name   ──► prompt_examples  (`easy`, `math_l5_train200`, `aime24`, ...: eval.datasets' own rows)
+    bundled name   ──► prompt_examples  (`easy`, `math_l5_train200`, `aime24`, ...: tfgrpo.core.datasets' own rows)
 
 All outputs are TRL's conversational formats, so each tokenizer's chat template applies. By default
 the prompt is the plain problem rendered by the very user template `tfgrpo eval` sends
@@ -32,7 +32,7 @@ DataKind = Literal["rollouts", "problems", "prepared"]
 
 def read_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line number, row) of each non-empty line; a bad line raises an error naming file and line."""
-    from eval.datasets import iter_jsonl_objects
+    from tfgrpo.core.datasets import iter_jsonl_objects
 
     path = Path(path)
     if not path.is_file():
@@ -45,15 +45,15 @@ def bundled_dataset_name(data: str | Path) -> str | None:
     no file or folder of that name exists (a local path always wins); else None."""
     if not isinstance(data, str) or Path(data).exists():
         return None
-    from eval.datasets import BUNDLED
+    from tfgrpo.core.datasets import BUNDLED
 
     return data if data in BUNDLED else None
 
 
 def load_bundled_problems(name: str) -> list[dict[str, Any]]:
     """The rows of a bundled problem set, read by the eval harness's own loader (same rows, same limit)."""
-    from eval.datasets import load_dataset_rows
-    from eval.errors import DatasetError
+    from tfgrpo.core.datasets import load_dataset_rows
+    from tfgrpo.core.errors import DatasetError
 
     try:
         problems = load_dataset_rows(name)
@@ -66,7 +66,7 @@ def resolve_data_file(data: str | Path) -> Path:
     """A learn run directory means its rollouts.jsonl; a file is used as is."""
     path = Path(data)
     if not path.exists():
-        from eval.datasets import BUNDLED
+        from tfgrpo.core.datasets import BUNDLED
 
         raise FinetuneDataError(f"data file not found: {data} (nor a bundled dataset: {', '.join(BUNDLED)})")
     if path.is_dir():

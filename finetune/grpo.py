@@ -64,7 +64,7 @@ class GRPOFinetuneConfig(trl.GRPOConfig, AdapterArguments):
     )
     tools: list[str] | None = field(
         default=None,
-        metadata={"help": "Tools for multi-turn rollouts: tfgrpo.tools names (python, web_search) or "
+        metadata={"help": "Tools for multi-turn rollouts: tfgrpo.rollout.tools names (python, web_search) or "
                   "'package.module:Class'. Each rollout gets its own sessions (the python tool: its own sandboxed "
                   "interpreter). Needs a chat template with tool calling (Qwen2.5/3, Llama 3.1, ...)."},
     )
@@ -102,7 +102,7 @@ class GRPOFinetuneConfig(trl.GRPOConfig, AdapterArguments):
         self._check_tool_arguments()
 
     def _check_tool_arguments(self) -> None:
-        from tfgrpo.tools import parse_tool_names
+        from tfgrpo.rollout.tools import parse_tool_names
 
         self.tools = parse_tool_names(self.tools) or None  # "python,web_search", a list, or none
         if self.tool_options and not self.tools:

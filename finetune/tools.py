@@ -1,4 +1,4 @@
-"""Our tools (`tfgrpo.tools`: the sandboxed `python` interpreter, `web_search`, users' own) as tools of TRL's
+"""Our tools (`tfgrpo.rollout.tools`: the sandboxed `python` interpreter, `web_search`, users' own) as tools of TRL's
 `GRPOTrainer`, for multi-turn GRPO / GSPO rollouts.
 
 How TRL 1.16 runs tools (`trl/trainer/grpo_trainer.py`): after the first generation it parses each
@@ -148,7 +148,7 @@ def build_tool_environment(
 ) -> type[ToolEnvironment]:
     """The environment class for TRL's `environment_factory=`: one method per named tool (`python`, `web_search`,
     "package.module:Class"); `options[name]` are that tool's keyword arguments (e.g. the sandbox limits)."""
-    from tfgrpo.tools import ToolError, get_tools
+    from tfgrpo.rollout.tools import ToolError, get_tools
 
     try:
         tools = get_tools(names, options=options, registry=registry)

@@ -2,7 +2,7 @@
 
 A page writes a marker such as
 
-    <!-- config-reference: tfgrpo.learn_config.LearnConfig -->
+    <!-- config-reference: tfgrpo.learn.config.LearnConfig -->
 
 and the build replaces it with a heading, the class's docstring and one table row per field (key, type,
 default, description), read from the pydantic model (`Field(description=...)`) or, for the fine-tuning

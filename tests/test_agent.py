@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tfgrpo.agent import (
+from tfgrpo.rollout.agent import (
     Agent,
     AgentConfig,
     Trajectory,
@@ -20,8 +20,8 @@ from tfgrpo.llm.cache import ResponseCache
 from tfgrpo.llm.client import LLMClient
 from tfgrpo.llm.errors import BudgetExceededError, InvalidRequestError, PermanentError
 from tfgrpo.llm.types import Completion
-from tfgrpo.tools import Tool, ToolError, ToolResult
-from tfgrpo.tools.python_sandbox import PythonTool
+from tfgrpo.rollout.tools import Tool, ToolError, ToolResult
+from tfgrpo.rollout.tools.python_sandbox import PythonTool
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from tfgrpo.chat import ChatConfig
-from tfgrpo.config import ConfigError, LLMConfig, build_config, dump_config
+from tfgrpo.llm.chat import ChatConfig
+from tfgrpo.core.config import ConfigError, build_config, dump_config
+from tfgrpo.llm.config import LLMConfig
 
 
 def test_yaml_is_overridden_by_command_line(tmp_path):
@@ -57,7 +58,7 @@ def test_a_partial_section_keeps_the_fields_own_defaults(tmp_path):
 
 
 def test_learn_stage_sampling_stays_greedy_when_only_its_length_changes():
-    from tfgrpo.learn_config import LearnConfig
+    from tfgrpo.learn.config import LearnConfig
 
     config = build_config(LearnConfig, None, {"data": "easy", "stage_sampling": {"max_tokens": 256}, "rollout_sampling": {"max_tokens": 64}})
     assert config.stage_sampling.temperature == 0.0 and config.stage_sampling.max_tokens == 256

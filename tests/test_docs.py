@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from eval.runner import EvalConfig
-from tfgrpo.config import LLMConfig
-from tfgrpo.learn_config import LearnConfig
+from tfgrpo.llm.config import LLMConfig
+from tfgrpo.learn.config import LearnConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -77,7 +77,7 @@ def test_readme_links_point_to_existing_files():
 
 def test_learn_reference_lists_every_field_with_its_default_and_description():
     hook = load_hook()
-    markdown = hook.render_markers("<!-- config-reference: tfgrpo.learn_config.LearnConfig -->\n")
+    markdown = hook.render_markers("<!-- config-reference: tfgrpo.learn.config.LearnConfig -->\n")
     rows = table_rows(markdown, "LearnConfig")
     assert list(rows) == list(LearnConfig.model_fields)
     assert rows["data"][1] == "required"
@@ -96,7 +96,7 @@ def test_a_model_placed_by_a_marker_is_not_appended_again():
     markdown = hook.render_markers(
         "<!-- config-reference: eval.runner.EvalConfig -->\n\n"
         "## Backend\n\n"
-        "<!-- config-reference: tfgrpo.config.LLMConfig -->\n"
+        "<!-- config-reference: tfgrpo.llm.config.LLMConfig -->\n"
     )
     assert markdown.count("### LLMConfig ") == 1
     assert markdown.index("## Backend") < markdown.index("### LLMConfig ")
@@ -105,10 +105,10 @@ def test_a_model_placed_by_a_marker_is_not_appended_again():
 
 def test_a_stale_marker_fails_the_build_in_one_line():
     hook = load_hook()
-    with pytest.raises(hook.ConfigReferenceError, match="cannot import tfgrpo.config.NoSuchConfig"):
-        hook.render_markers("<!-- config-reference: tfgrpo.config.NoSuchConfig -->")
+    with pytest.raises(hook.ConfigReferenceError, match="cannot import tfgrpo.core.config.NoSuchConfig"):
+        hook.render_markers("<!-- config-reference: tfgrpo.core.config.NoSuchConfig -->")
     with pytest.raises(hook.ConfigReferenceError, match="neither a pydantic model nor a dataclass"):
-        hook.render_markers("<!-- config-reference: tfgrpo.config.read_yaml -->")
+        hook.render_markers("<!-- config-reference: tfgrpo.core.config.read_yaml -->")
 
 
 def test_finetune_reference_lists_our_fields_and_the_trl_defaults_we_change():

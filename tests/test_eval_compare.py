@@ -13,9 +13,9 @@ import pytest
 from PIL import Image
 
 from eval.compare import build_comparison, compare_runs, load_eval_run
-from eval.errors import EvalError
-from eval.metrics import summarize
-from eval.stats import compare_paired, sign_flip_p_value
+from tfgrpo.core.errors import EvalError
+from tfgrpo.core.metrics import summarize
+from tfgrpo.core.stats import compare_paired, sign_flip_p_value
 
 
 def _samples(accuracies, *, k=8, seed=0, prefix="p"):

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from eval.datasets import BUNDLED, Problem, list_bundled, load_dataset_rows
-from eval.errors import DatasetError, EvalError
+from tfgrpo.core.datasets import BUNDLED, Problem, list_bundled, load_dataset_rows
+from tfgrpo.core.errors import DatasetError, EvalError
 
 
 @pytest.mark.parametrize(

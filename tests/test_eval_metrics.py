@@ -1,4 +1,4 @@
-"""Metric math of eval.metrics against values computed by hand."""
+"""Metric math of tfgrpo.core.metrics against values computed by hand."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from eval.metrics import (
+from tfgrpo.core.metrics import (
     aggregate,
     bootstrap_ci,
     ks_for,

@@ -9,7 +9,7 @@ import pytest
 
 from eval.runner import EvalConfig, evaluate
 from experiences import Library
-from tfgrpo.config import LLMConfig
+from tfgrpo.llm.config import LLMConfig
 from tfgrpo.llm.backends.scripted import ScriptedBackend
 from tfgrpo.llm.factory import build_client
 
@@ -113,7 +113,7 @@ def test_compare_detects_the_better_system_and_not_identical_ones(tmp_path, data
 
 def test_eval_with_python_tool_records_tool_calls(tmp_path, dataset):
     """Text protocol: the model runs code, sees the output, then answers; evals report tool calls."""
-    from tfgrpo.agent import AgentConfig
+    from tfgrpo.rollout.agent import AgentConfig
 
     def agentic(request, index):
         last = request.messages[-1].content or ""
@@ -182,7 +182,7 @@ def test_judge_reward_goes_through_the_client(tmp_path, dataset):
 
 
 def test_conflicting_injection_options_are_refused():
-    from tfgrpo.config import ConfigError, build_config
+    from tfgrpo.core.config import ConfigError, build_config
 
     with pytest.raises(ConfigError, match="not both"):
         build_config(EvalConfig, None, {"library": "a.json", "system_prompt": "p.txt"})

@@ -14,10 +14,10 @@ import pytest
 from filelock import FileLock
 
 from experiences import History, Library
-from experiences.atomic import CRASH_ENV, CRASH_EXIT_CODE, LockTimeoutError, atomic_write_text, locked
-from tfgrpo.config import ConfigError
-from tfgrpo.learn_config import LearnConfig
-from tfgrpo.rundir import RunDir
+from tfgrpo.core.atomic import CRASH_ENV, CRASH_EXIT_CODE, LockTimeoutError, atomic_write_text, locked
+from tfgrpo.core.config import ConfigError
+from tfgrpo.learn.config import LearnConfig
+from tfgrpo.learn.rundir import RunDir
 
 pytestmark = pytest.mark.timeout(300)
 

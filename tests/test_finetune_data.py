@@ -93,7 +93,7 @@ def test_errors_name_file_and_line(tmp_path):
 
 
 def test_bundled_dataset_names_give_rl_prompts(tmp_path, monkeypatch):
-    from eval.datasets import load_dataset_rows
+    from tfgrpo.core.datasets import load_dataset_rows
 
     rows = build_dataset_rows("prompts", "math_l5_train200", {})
     gold = load_dataset_rows("math_l5_train200")

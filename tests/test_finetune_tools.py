@@ -63,7 +63,7 @@ def test_environment_exposes_the_sandbox_as_a_typed_tool_with_per_trajectory_sta
     from transformers.utils import get_json_schema
 
     from finetune.tools import build_tool_environment
-    from tfgrpo.tools.python_sandbox import PythonTool
+    from tfgrpo.rollout.tools.python_sandbox import PythonTool
 
     environment_class = build_tool_environment(["python"], options={"python": {"timeout_s": 1}})
     env = environment_class()

@@ -19,8 +19,8 @@ from typer.testing import CliRunner
 
 from learn_world import World, read_jsonl, write_problems
 from tfgrpo.cli.app import app, main
-from tfgrpo.config import build_config
-from tfgrpo.learn_config import LearnConfig
+from tfgrpo.core.config import build_config
+from tfgrpo.learn.config import LearnConfig
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -190,7 +190,7 @@ def test_real_run_on_the_embedded_smollm2(tmp_path):
     """SmolLM2-135M rarely writes valid operations; the run must still complete and report what happened."""
     from rich.console import Console
 
-    from tfgrpo.learn import learn
+    from tfgrpo.learn.loop import learn
 
     config = build_config(LearnConfig, EXAMPLES / "learn_smollm2.yaml", {"out": str(tmp_path / "run"), "limit": 2})
     result = learn(config, console=Console(file=open(tmp_path / "progress.txt", "w")))
@@ -213,8 +213,8 @@ def test_library_history_commands_work_on_a_learn_run(tmp_path):
 
     from learn_world import World, write_problems
     from tfgrpo.cli.app import app
-    from tfgrpo.learn import learn
-    from tfgrpo.learn_config import LearnConfig
+    from tfgrpo.learn.loop import learn
+    from tfgrpo.learn.config import LearnConfig
     from tfgrpo.llm.backends.scripted import ScriptedBackend
     from tfgrpo.llm.factory import build_client
 

@@ -11,9 +11,9 @@ import pytest
 from rich.console import Console
 
 from learn_world import World, read_jsonl, write_problems
-from tfgrpo.agent import AgentConfig
-from tfgrpo.learn import learn, plan_steps
-from tfgrpo.learn_config import LearnConfig
+from tfgrpo.rollout.agent import AgentConfig
+from tfgrpo.learn.loop import learn, plan_steps
+from tfgrpo.learn.config import LearnConfig
 from tfgrpo.llm.backends.scripted import ScriptedBackend
 from tfgrpo.llm.factory import build_client
 
@@ -55,7 +55,7 @@ def test_group_size_epochs_and_batches_are_respected(tmp_path):
 
 
 def result_problems(config: LearnConfig):
-    from tfgrpo.learn import load_problems
+    from tfgrpo.learn.loop import load_problems
 
     return load_problems(config, config.data)
 
@@ -263,7 +263,7 @@ def test_tool_rollouts_are_learned_from(tmp_path):
 
 def test_no_ground_truth_learns_from_unlabelled_data(tmp_path):
     """Self-discrimination needs no answer column; ground-truth mode still refuses such a file."""
-    from eval.errors import DatasetError
+    from tfgrpo.core.errors import DatasetError
 
     data = tmp_path / "unlabelled.jsonl"
     data.write_text("".join(json.dumps({"id": f"u{i}", "problem": f"What is {i}+{i + 1}?"}) + "\n" for i in (1, 3)))
@@ -305,7 +305,7 @@ def test_a_step_where_every_call_failed_is_an_error_not_a_result(tmp_path):
 
 def test_unscorable_rollouts_are_left_out_of_group_statistics(tmp_path, monkeypatch):
     """A reward of None is no evidence: the group's mean/std use the scored rollouts only, and it is counted."""
-    import tfgrpo.scoring
+    import tfgrpo.rollout.scoring
     from rewards import Score, get_reward
 
     math = get_reward("math")
@@ -317,7 +317,7 @@ def test_unscorable_rollouts_are_left_out_of_group_statistics(tmp_path, monkeypa
             scores = math.score(completions, **columns)
             return [s if "\\boxed" in c else Score(None, None, "no box") for c, s in zip(completions, scores)]
 
-    monkeypatch.setattr(tfgrpo.scoring, "build_reward", lambda name, client=None, **kw: CannotTell())
+    monkeypatch.setattr(tfgrpo.rollout.scoring, "build_reward", lambda name, client=None, **kw: CannotTell())
     world = World(kinds={"1+2": "right"})
     base = world.reply_for
 

@@ -10,9 +10,9 @@ import pytest
 from rich.console import Console
 
 from learn_world import SimulatedCrash, World, read_jsonl, write_problems
-from tfgrpo.config import ConfigError
-from tfgrpo.learn import learn
-from tfgrpo.learn_config import LearnConfig
+from tfgrpo.core.config import ConfigError
+from tfgrpo.learn.loop import learn
+from tfgrpo.learn.config import LearnConfig
 from tfgrpo.llm.backends.scripted import ScriptedBackend
 from tfgrpo.llm.factory import build_client
 

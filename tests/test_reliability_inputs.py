@@ -8,16 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from eval.datasets import load_dataset_rows
-from eval.errors import DatasetError
+from tfgrpo.core.datasets import load_dataset_rows
+from tfgrpo.core.errors import DatasetError
 from eval.runner import EvalConfig, evaluate
 from experiences import Library
 from experiences.errors import ImportFormatError, LibraryFileError
 from experiences.export import import_library
-from experiences.textfile import MAX_ROW_BYTES
+from tfgrpo.core.textfile import MAX_ROW_BYTES
 from tfgrpo.cli.app import main
-from tfgrpo.config import ConfigError, build_config
-from tfgrpo.learn_config import LearnConfig
+from tfgrpo.core.config import ConfigError, build_config
+from tfgrpo.learn.config import LearnConfig
 
 BAD_BYTES = b'{"version": 0, "experiences": [{"id": "G0", "text": "caf\xe9 \xff"}]}\n'
 

@@ -10,10 +10,10 @@ import pytest
 from typer.testing import CliRunner
 
 from eval.compare import compare_runs
-from eval.metrics import summarize
+from tfgrpo.core.metrics import summarize
 from tests.servers import Reply
 from tfgrpo.cli.app import app
-from tfgrpo.learn_metrics import StepCounters, epoch_table
+from tfgrpo.learn.metrics import StepCounters, epoch_table
 from tfgrpo.llm.accounting import TagTotals, context_window, retries_line
 from tfgrpo.llm.backends.scripted import ScriptedBackend
 from tfgrpo.llm.client import LLMClient

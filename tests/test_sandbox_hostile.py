@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from rewards.code import CodeReward, resolve_sandbox
-from tfgrpo.tools.python_sandbox import PythonTool, probe_isolation
+from tfgrpo.rollout.tools.python_sandbox import PythonTool, probe_isolation
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -11,9 +11,9 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from tfgrpo.tools import Tool, ToolError, ToolRegistry, ToolResult, get_tools, parse_tool_names
-from tfgrpo.tools.python_sandbox import PythonTool
-from tfgrpo.tools.web_search import WebSearchTool
+from tfgrpo.rollout.tools import Tool, ToolError, ToolRegistry, ToolResult, get_tools, parse_tool_names
+from tfgrpo.rollout.tools.python_sandbox import PythonTool
+from tfgrpo.rollout.tools.web_search import WebSearchTool
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -81,7 +81,7 @@ def test_registry_accepts_user_tools_by_registration_and_import_path(tmp_path, m
     assert tool.suffix == "!"
 
     (tmp_path / "my_tools.py").write_text(
-        "from tfgrpo.tools import Tool, ToolResult\n"
+        "from tfgrpo.rollout.tools import Tool, ToolResult\n"
         "class Echo(Tool):\n    name = 'echo'\n    description = 'Echo.'\n"
         "    parameters = {'type': 'object', 'properties': {}}\n"
         "    async def run(self, arguments):\n        return ToolResult(output=str(arguments))\n"
@@ -89,7 +89,7 @@ def test_registry_accepts_user_tools_by_registration_and_import_path(tmp_path, m
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     assert get_tools(["my_tools:Echo"])[0].name == "echo"
-    with pytest.raises(ToolError, match="not a tfgrpo.tools.Tool"):
+    with pytest.raises(ToolError, match="not a tfgrpo.rollout.tools.Tool"):
         get_tools(["my_tools:not_a_tool"])
     with pytest.raises(ToolError, match="cannot import module 'no_such_module'"):
         get_tools(["no_such_module:Tool"])

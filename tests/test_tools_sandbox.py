@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tfgrpo.tools.base import ToolError
-from tfgrpo.tools.python_sandbox import PythonSandboxConfig, PythonTool, probe_isolation
+from tfgrpo.rollout.tools.base import ToolError
+from tfgrpo.rollout.tools.python_sandbox import PythonSandboxConfig, PythonTool, probe_isolation
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -18,8 +18,8 @@ from experiences import Library
 from experiences.leakage import LeakageChecker
 from learn_world import World, write_problems
 from tfgrpo.cli.app import app
-from tfgrpo.learn import learn
-from tfgrpo.learn_config import LearnConfig
+from tfgrpo.learn.loop import learn
+from tfgrpo.learn.config import LearnConfig
 from tfgrpo.llm.backends.scripted import ScriptedBackend
 from tfgrpo.llm.factory import build_client
 

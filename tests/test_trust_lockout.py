@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from eval.datasets import load_dataset_rows
-from eval.lockout import TestSetOverlapError, check_no_test_overlap, find_test_overlap, text_hash
+from tfgrpo.core.datasets import load_dataset_rows
+from tfgrpo.core.lockout import TestSetOverlapError, check_no_test_overlap, find_test_overlap, text_hash
 from learn_world import World, write_problems
 from tfgrpo.cli.app import main
-from tfgrpo.learn import learn
-from tfgrpo.learn_config import LearnConfig
+from tfgrpo.learn.loop import learn
+from tfgrpo.learn.config import LearnConfig
 from tfgrpo.llm.backends.scripted import ScriptedBackend
 from tfgrpo.llm.factory import build_client
 

@@ -19,7 +19,7 @@ def test_pareto_view_renders_in_headless_chromium(tmp_path):
     import json
 
     from eval.compare import compare_runs
-    from eval.metrics import summarize
+    from tfgrpo.core.metrics import summarize
 
     run_learn(tmp_path, gate=True)
     rows = [{"problem_id": f"p{i}", "sample": s, "reward": float((i + s) % 2), "extracted": "1", "gold": "1", "error": None}

@@ -12,12 +12,12 @@ import pytest
 from rich.console import Console
 
 from eval.compare import compare_runs
-from eval.metrics import summarize
+from tfgrpo.core.metrics import summarize
 from eval.runner import EvalConfig, evaluate
 from eval.seed_eval import evaluate_seed_set
 from eval.seeds import SEED_SET_FILE, two_way_bootstrap_ci, write_seed_set
 from learn_world import World, write_problems
-from tfgrpo.learn_config import LearnConfig
+from tfgrpo.learn.config import LearnConfig
 from tfgrpo.learn_seeds import learn_seeds
 from tfgrpo.llm.backends.scripted import ScriptedBackend
 from tfgrpo.llm.factory import build_client

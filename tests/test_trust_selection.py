@@ -11,10 +11,10 @@ from rich.console import Console
 
 from experiences import Library
 from learn_world import World, write_problems
-from tfgrpo.config import ConfigError, build_config
-from tfgrpo.learn import learn
-from tfgrpo.learn_config import LearnConfig
-from tfgrpo.learn_selection import gate_decision, pareto_view
+from tfgrpo.core.config import ConfigError, build_config
+from tfgrpo.learn.loop import learn
+from tfgrpo.learn.config import LearnConfig
+from tfgrpo.learn.selection import gate_decision, pareto_view
 from tfgrpo.llm.backends.scripted import ScriptedBackend
 from tfgrpo.llm.factory import build_client
 
@@ -102,7 +102,7 @@ def test_compare_report_shows_the_pareto_view_and_gate(tmp_path):
     import json
 
     from eval.compare import compare_runs
-    from eval.metrics import summarize
+    from tfgrpo.core.metrics import summarize
 
     run_learn(tmp_path, gate=True)
     rows = [{"problem_id": f"p{i}", "sample": s, "reward": float((i + s) % 2), "extracted": "1", "gold": "1", "error": None}

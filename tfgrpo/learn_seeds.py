@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from eval.seeds import write_seed_set
-from tfgrpo.learn import LearnResult, learn
-from tfgrpo.learn_config import LearnConfig
+from tfgrpo.learn.loop import LearnResult, learn
+from tfgrpo.learn.config import LearnConfig
 from tfgrpo.llm.client import LLMClient
 
 

@@ -31,14 +31,14 @@ def register(app: typer.Typer) -> None:
         """Print one reply. With no backend options: the embedded SmolLM2-135M-Instruct, offline."""
         from rich.console import Console
 
-        from tfgrpo.chat import ChatConfig, run_chat
+        from tfgrpo.llm.chat import ChatConfig, run_chat
 
         overrides = {
             "llm": opt.llm_overrides(backend, model, base_url, api_key, adapter, cache=cache, timeout_s=timeout),
             "sampling": opt.sampling_overrides(temperature, top_p, max_tokens, seed),
             "system": system,
         }
-        from tfgrpo.config import build_config
+        from tfgrpo.core.config import build_config
 
         settings = build_config(ChatConfig, config, overrides)
         completion = run_chat(settings, prompt)

@@ -24,7 +24,7 @@ def register(app: typer.Typer) -> None:
         from rich.console import Console
         from rich.table import Table as RichTable
 
-        from tfgrpo.config import ConfigError
+        from tfgrpo.core.config import ConfigError
 
         if traces is not None:
             if run_dirs:

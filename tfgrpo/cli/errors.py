@@ -5,13 +5,11 @@ from __future__ import annotations
 
 def user_facing_errors() -> tuple[type[BaseException], ...]:
     from experiences.errors import ExperienceError
+    from finetune.errors import FinetuneError
+    from tfgrpo.core.atomic import LockTimeoutError
+    from tfgrpo.core.errors import EvalError
     from rewards.errors import RewardError
-    from tfgrpo.config import ConfigError
+    from tfgrpo.core.config import ConfigError
     from tfgrpo.llm.errors import LLMError
 
-    errors: list[type[BaseException]] = [ConfigError, LLMError, ExperienceError, RewardError, FileNotFoundError]
-    from eval.errors import EvalError
-    from finetune.errors import FinetuneError
-
-    errors.extend([EvalError, FinetuneError])
-    return tuple(errors)
+    return (ConfigError, LLMError, ExperienceError, RewardError, EvalError, FinetuneError, LockTimeoutError, FileNotFoundError)

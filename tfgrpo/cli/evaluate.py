@@ -45,7 +45,7 @@ def register(app: typer.Typer) -> None:
         from rich.table import Table
 
         from eval.runner import EvalConfig, evaluate
-        from tfgrpo.config import build_config
+        from tfgrpo.core.config import build_config
 
         if matrix:
             _run_matrix(matrix)
@@ -93,7 +93,7 @@ def _run_matrix(path: str) -> None:
     from pydantic import ValidationError
 
     from eval.matrix import MatrixConfig, run_matrix
-    from tfgrpo.config import ConfigError, format_validation_error, read_yaml
+    from tfgrpo.core.config import ConfigError, format_validation_error, read_yaml
 
     try:
         settings = MatrixConfig.model_validate(read_yaml(path))

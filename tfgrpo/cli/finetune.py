@@ -15,7 +15,7 @@ def _parse_sets(items: list[str] | None) -> dict[str, Any]:
     """`--set beta=0.2 --set lora_target_modules=[q_proj,v_proj]`: values parsed as YAML scalars/lists."""
     import yaml
 
-    from tfgrpo.config import ConfigError
+    from tfgrpo.core.config import ConfigError
 
     parsed: dict[str, Any] = {}
     for item in items or []:
@@ -59,7 +59,7 @@ def register(app: typer.Typer) -> None:
         """Fine-tune a model with METHOD on a learn run's rollouts or a problem file; save adapter + summary."""
         from rich.console import Console
 
-        from tfgrpo.config import ConfigError, deep_merge, drop_unset, read_yaml
+        from tfgrpo.core.config import ConfigError, deep_merge, drop_unset, read_yaml
 
         file_options = read_yaml(config) if config else {}
         cli_options = drop_unset({

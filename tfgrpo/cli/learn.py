@@ -1,4 +1,4 @@
-"""`tfgrpo learn`: learn an experience library with Training-Free GRPO (thin over `tfgrpo.learn.learn`)."""
+"""`tfgrpo learn`: learn an experience library with Training-Free GRPO (thin over `tfgrpo.learn.loop.learn`)."""
 
 from __future__ import annotations
 
@@ -59,9 +59,9 @@ def register(app: typer.Typer) -> None:
         """Learn an experience library: G rollouts per query, summaries, group advantage, consolidation."""
         from rich.console import Console
 
-        from tfgrpo.config import ConfigError, build_config
-        from tfgrpo.learn import learn
-        from tfgrpo.learn_config import LearnConfig
+        from tfgrpo.core.config import ConfigError, build_config
+        from tfgrpo.learn.loop import learn
+        from tfgrpo.learn.config import LearnConfig
 
         if from_traces is not None:
             data = _data_from_traces(from_traces, out, data=data, ground_truth=ground_truth, console=Console(stderr=True, soft_wrap=True))
@@ -110,7 +110,7 @@ def register(app: typer.Typer) -> None:
 
 def _data_from_traces(traces: str, out: str | None, *, data: str | None, ground_truth: bool | None, console) -> str:
     """Write the traces' usable exchanges as `OUT/traces_problems.jsonl` and return that path as --data."""
-    from tfgrpo.config import ConfigError
+    from tfgrpo.core.config import ConfigError
     from tfgrpo.serve.dataset import problems_from_traces
 
     if data is not None:
@@ -127,7 +127,7 @@ def _data_from_traces(traces: str, out: str | None, *, data: str | None, ground_
         raise ConfigError(f"{traces}: no usable exchanges (send feedback with a 'gold' answer, or learn with --no-ground-truth)")
     return str(found.path)
 def _report(console, result) -> None:
-    from tfgrpo.learn_metrics import epoch_table
+    from tfgrpo.learn.metrics import epoch_table
 
     if result.metrics.get("epochs") is not None:
         console.print(epoch_table(result.metrics))

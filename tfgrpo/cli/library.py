@@ -194,7 +194,7 @@ def _apply_reply(library_path: Path, library, reply_path: Path, max_words, max_i
                  history_dir: Path | None) -> None:
     from experiences import Budget, apply_operations, parse_operations
     from experiences.errors import ExperienceError
-    from experiences.textfile import read_text
+    from tfgrpo.core.textfile import read_text
 
     words = 32 if max_words is None else max_words
     parsed = parse_operations(read_text(reply_path, error=ExperienceError), library, max_words=words)

@@ -32,7 +32,7 @@ def register(library_app: typer.Typer) -> None:
         from rich.console import Console
         from rich.table import Table
 
-        from eval.datasets import load_dataset_rows
+        from tfgrpo.core.datasets import load_dataset_rows
         from experiences import Library
         from experiences.leakage import LeakageChecker
 
@@ -82,10 +82,10 @@ def register(library_app: typer.Typer) -> None:
         from rich.console import Console
 
         from eval.ablation import ablate, plan_ablation
-        from eval.datasets import load_dataset_rows
+        from tfgrpo.core.datasets import load_dataset_rows
         from eval.runner import EvalConfig
         from experiences import Library
-        from tfgrpo.config import build_config
+        from tfgrpo.core.config import build_config
         from tfgrpo.llm.accounting import resolve_pricing
         from tfgrpo.llm.factory import LOCAL_BACKENDS
 

@@ -47,7 +47,7 @@ def register(app: typer.Typer) -> None:
 
         from rich.console import Console
 
-        from experiences.textfile import iter_lines
+        from tfgrpo.core.textfile import iter_lines
         from rewards import get_reward
         from rewards.errors import RewardError
         from rewards.jsonl import ScoreSummary, score_lines
@@ -80,10 +80,11 @@ def register(app: typer.Typer) -> None:
 def _judge_callable(backend, model, base_url, api_key, timeout=None):  # type: ignore[no-untyped-def]
     """The judge's sync `complete(messages) -> str`, over the project's LLM client."""
     from tfgrpo.cli import options as opt
-    from tfgrpo.config import LLMConfig, build_config
+    from tfgrpo.core.config import build_config
+    from tfgrpo.llm.config import LLMConfig
     from tfgrpo.llm.factory import build_client
 
-    from tfgrpo.scoring import JUDGE_SAMPLING, daemon_loop
+    from tfgrpo.rollout.scoring import JUDGE_SAMPLING, daemon_loop
 
     client = build_client(build_config(LLMConfig, None, opt.llm_overrides(backend, model, base_url, api_key, timeout_s=timeout)))
     # One loop for every judge call of this command: async clients must not hop between event loops.

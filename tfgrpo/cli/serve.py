@@ -42,7 +42,7 @@ def register(app: typer.Typer) -> None:
         """Serve a library as an OpenAI-compatible endpoint: injection, A/B holdout, traces, feedback, hot reload."""
         from rich.console import Console
 
-        from tfgrpo.config import ConfigError, build_config
+        from tfgrpo.core.config import ConfigError, build_config
 
         overrides = {
             "library": library, "upstream": upstream, "port": port, "host": host, "model": model, "api_key": api_key,

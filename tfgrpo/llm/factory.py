@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tfgrpo.config import LLMConfig
+from tfgrpo.llm.config import LLMConfig
 from tfgrpo.llm.accounting import context_window, resolve_pricing
 from tfgrpo.llm.base import Backend
 from tfgrpo.llm.cache import ResponseCache

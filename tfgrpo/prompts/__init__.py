@@ -22,7 +22,7 @@ def load_template(name_or_path: str):
     if not path.suffix:
         path = PROMPTS_DIR / f"{name_or_path}.jinja"
     if not path.is_file():
-        from tfgrpo.config import ConfigError
+        from tfgrpo.core.config import ConfigError
 
         raise ConfigError(f"prompt template not found: {name_or_path}")
     # Compiling costs milliseconds and rollouts render thousands of prompts; an edited file recompiles.

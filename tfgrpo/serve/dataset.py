@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from experiences.atomic import atomic_write_text
+from tfgrpo.core.atomic import atomic_write_text
 from tfgrpo.serve.exchange import last_user_text
 from tfgrpo.serve.traces import TraceStore
 

@@ -16,7 +16,7 @@ from experiences import Experience, Injection, Library
 from experiences.errors import ExperienceError
 from experiences.render import render, render_system_text
 from experiences.store import ExperienceStore
-from tfgrpo.injection import Injector
+from tfgrpo.rollout.injection import Injector
 
 
 @dataclass(frozen=True)

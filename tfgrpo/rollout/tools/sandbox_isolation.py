@@ -15,7 +15,7 @@ import sys
 from pydantic import BaseModel, Field
 
 from rewards.isolation import probe_bubblewrap
-from tfgrpo.tools.base import ToolError
+from tfgrpo.rollout.tools.base import ToolError
 
 logger = logging.getLogger(__name__)
 

@@ -8,52 +8,17 @@ defaults are `None`), so the YAML file supplies the rest and the command line wi
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ValidationError
 
-from tfgrpo.llm.types import SamplingParams
 
-BackendName = Literal["transformers", "llamacpp", "openai", "litellm", "vllm"]
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
 class ConfigError(ValueError):
     """A configuration file or option is wrong; the message names the key and the fix."""
-
-
-class LLMConfig(BaseModel):
-    """Where completions come from, shared by every command that talks to a model."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    backend: BackendName = Field("transformers", description="Which backend serves the model.")
-    model: str | None = Field(
-        None, description="Model name (API), local path / GGUF file (transformers, llamacpp, vllm). "
-        "None = the embedded SmolLM2-135M-Instruct."
-    )
-    base_url: list[str] = Field(default_factory=list, description="One or more OpenAI-compatible base URLs.")
-    api_key: str | None = Field(None, description="API key; else OPENAI_API_KEY or the provider's variable.")
-    adapter: str | None = Field(None, description="A LoRA adapter directory (transformers, vllm).")
-    concurrency: int = Field(64, ge=1, description="Requests in flight at once, per endpoint.")
-    max_retries: int = Field(5, ge=0, description="Retries of a transient failure (429, 5xx, timeout).")
-    timeout_s: float = Field(600.0, gt=0, description="Per-request timeout in seconds.")
-    cache: str | None = Field(
-        None, description="SQLite response cache path; None = the run directory's cache.sqlite (or none for chat)."
-    )
-    price_input_per_1m: float | None = Field(None, ge=0, description="USD per 1M prompt tokens (else litellm's table).")
-    price_output_per_1m: float | None = Field(None, ge=0, description="USD per 1M completion tokens.")
-    budget_usd: float | None = Field(None, gt=0, description="Stop cleanly once this much has been spent.")
-    batch_size: int = Field(32, ge=1, description="Prompts per forward pass for local backends.")
-    dtype: str = Field("float32", description="Torch dtype of local models.")
-
-    @field_validator("base_url", mode="before")
-    @classmethod
-    def _one_or_many(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            return [value]
-        return value
 
 
 def format_validation_error(error: ValidationError, *, source: str = "config") -> str:
@@ -193,10 +158,7 @@ def _scrub(data: Any) -> None:
 
 
 __all__ = [
-    "BackendName",
     "ConfigError",
-    "LLMConfig",
-    "SamplingParams",
     "build_config",
     "deep_merge",
     "drop_unset",

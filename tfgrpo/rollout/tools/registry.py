@@ -7,19 +7,19 @@ from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from tfgrpo.tools.base import Tool, ToolError
+from tfgrpo.rollout.tools.base import Tool, ToolError
 
 ToolFactory = Callable[..., Tool]
 
 
 def _python_tool(**options: Any) -> Tool:
-    from tfgrpo.tools.python_sandbox import PythonTool
+    from tfgrpo.rollout.tools.python_sandbox import PythonTool
 
     return PythonTool(**options)
 
 
 def _web_search_tool(**options: Any) -> Tool:
-    from tfgrpo.tools.web_search import WebSearchTool
+    from tfgrpo.rollout.tools.web_search import WebSearchTool
 
     return WebSearchTool(**options)
 
@@ -49,7 +49,7 @@ class ToolRegistry:
             raise ToolError(f"unknown tool '{spec}'; available: {', '.join(self.names())} "
                             "(or 'package.module:ClassName' for your own)")
         if not isinstance(tool, Tool):
-            raise ToolError(f"tool '{spec}' built a {type(tool).__name__}, not a tfgrpo.tools.Tool")
+            raise ToolError(f"tool '{spec}' built a {type(tool).__name__}, not a tfgrpo.rollout.tools.Tool")
         return tool
 
 

@@ -9,7 +9,7 @@
                stage_seconds {rollouts, summaries, group_advantage, consolidation}, library_version, library_size,
                leaks_rejected, leaks_flagged, leakage [{action, kind, problem_id, source, evidence, text, op}]
     epochs[]:  epoch, steps, accuracy (over the epoch's scored rollouts), library_size, val_mean_at_k
-    leakage:   every leakage finding of the run, with its step (see tfgrpo.learn_guards)
+    leakage:   every leakage finding of the run, with its step (see tfgrpo.learn.guards)
     totals:    sums of the step counters + validation cost, rollouts, cost_usd, wall_time_s (all sessions)
 """
 
@@ -72,7 +72,7 @@ class StepCounters:
     leaks_flagged: int = 0  # ... on operations applied anyway (mode flag)
     leakage: list[dict[str, Any]] = field(default_factory=list)
     val_mean_at_k: float | None = None  # this step's candidate library on validation (select_by: step, or gate)
-    gate: dict[str, Any] | None = None  # the gate's decision on this step (tfgrpo.learn_selection.gate_decision)
+    gate: dict[str, Any] | None = None  # the gate's decision on this step (tfgrpo.learn.selection.gate_decision)
     cost_usd: float = 0.0
     wall_time_s: float = 0.0
     library_version: int = 0

@@ -29,9 +29,9 @@ from pydantic import BaseModel, Field
 
 from experiences.history import History
 from experiences.model import Library
-from experiences.atomic import append_lines, atomic_write_text, remove_stale_temps
-from tfgrpo.config import ConfigError, dump_config, read_yaml
-from tfgrpo.learn_config import RESUME_LOCKED_KEYS, LearnConfig
+from tfgrpo.core.atomic import append_lines, atomic_write_text, remove_stale_temps
+from tfgrpo.core.config import ConfigError, dump_config, read_yaml
+from tfgrpo.learn.config import RESUME_LOCKED_KEYS, LearnConfig
 
 STAGE_LOGS = ("summaries", "group_ops", "consolidation")
 

@@ -14,8 +14,8 @@ from experiences.model import Library
 from experiences.ops import Operation
 from tfgrpo.llm.client import LLMClient
 from tfgrpo.llm.types import SamplingParams
-from tfgrpo.stages import OpsReply, render_stage_prompt, request_operations
-from tfgrpo.stages.advantage import GroupAnalysis
+from tfgrpo.learn.stages import OpsReply, render_stage_prompt, request_operations
+from tfgrpo.learn.stages.advantage import GroupAnalysis
 
 
 @dataclass

@@ -14,8 +14,8 @@ from experiences.model import Library
 from experiences.ops import Rejection
 from tfgrpo.llm.client import LLMClient
 from tfgrpo.llm.types import SamplingParams
-from tfgrpo.stages import OpsReply, render_stage_prompt, request_operations
-from tfgrpo.stages.summarize import Summary, outcome_of
+from tfgrpo.learn.stages import OpsReply, render_stage_prompt, request_operations
+from tfgrpo.learn.stages.summarize import Summary, outcome_of
 
 
 @dataclass

@@ -20,8 +20,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from eval.errors import DatasetError
-from experiences.textfile import MAX_ROW_BYTES, iter_lines
+from tfgrpo.core.errors import DatasetError
+from tfgrpo.core.textfile import MAX_ROW_BYTES, iter_lines
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 

@@ -14,8 +14,8 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from tfgrpo.config import format_validation_error
-from tfgrpo.tools.base import Tool, ToolError, ToolResult
+from tfgrpo.core.config import format_validation_error
+from tfgrpo.rollout.tools.base import Tool, ToolError, ToolResult
 
 
 class WebSearchConfig(BaseModel):

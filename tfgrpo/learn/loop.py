@@ -27,22 +27,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from eval.datasets import Problem, load_dataset_rows
+from tfgrpo.core.datasets import Problem, load_dataset_rows
 from experiences.apply import Budget, apply_operations
 from experiences.model import Library
-from tfgrpo.injection import Injector
-from tfgrpo.learn_config import LearnConfig
-from tfgrpo.learn_guards import LeakageGuard, Screened, check_learning_data, history_records, load_declared_test_sets
-from tfgrpo.learn_metrics import StepCounters, run_metrics
-from tfgrpo.learn_selection import INITIAL, gate_decision, reference_step, select_best_step, selection_metrics
+from tfgrpo.rollout.injection import Injector
+from tfgrpo.learn.config import LearnConfig
+from tfgrpo.learn.guards import LeakageGuard, Screened, check_learning_data, history_records, load_declared_test_sets
+from tfgrpo.learn.metrics import StepCounters, run_metrics
+from tfgrpo.learn.selection import INITIAL, gate_decision, reference_step, select_best_step, selection_metrics
 from tfgrpo.llm.client import LLMClient
 from tfgrpo.llm.errors import AllRequestsFailedError, BudgetExceededError
-from tfgrpo.rollout import PromptSpec, Rollout, sample_group, score_group
-from tfgrpo.rundir import RunDir, RunState
-from tfgrpo.stages import gather_all
-from tfgrpo.stages.advantage import GroupAnalysis, GroupRequest, analyze_group
-from tfgrpo.stages.consolidate import NearDuplicate, consolidate
-from tfgrpo.stages.summarize import CORRECT_THRESHOLD, Summary, SummaryRequest, summarize_rollouts
+from tfgrpo.rollout.sampling import PromptSpec, Rollout, sample_group, score_group
+from tfgrpo.learn.rundir import RunDir, RunState
+from tfgrpo.learn.stages import gather_all
+from tfgrpo.learn.stages.advantage import GroupAnalysis, GroupRequest, analyze_group
+from tfgrpo.learn.stages.consolidate import NearDuplicate, consolidate
+from tfgrpo.learn.stages.summarize import CORRECT_THRESHOLD, Summary, SummaryRequest, summarize_rollouts
 
 T = TypeVar("T")
 
@@ -109,7 +109,7 @@ async def _learn_in(run: RunDir, config: LearnConfig, *, client: LLMClient | Non
     from rich.console import Console
 
     from tfgrpo.llm.factory import build_client
-    from tfgrpo.scoring import build_reward
+    from tfgrpo.rollout.scoring import build_reward
 
     console = console or Console(stderr=True)
     # Everything that can fail on bad input fails here, before any LLM call.
@@ -224,7 +224,7 @@ class Engine:
 
     def __init__(self, config: LearnConfig, client: LLMClient, reward: Any, run: RunDir, console: Any,
                  guard: LeakageGuard | None = None, val_problems: list[Problem] | None = None):
-        from tfgrpo.progress import stage_progress
+        from tfgrpo.core.progress import stage_progress
 
         self.config = config
         self.client = client
@@ -432,7 +432,7 @@ class Engine:
 
     async def validate(self, epoch: int, library: Library, problems: list[Problem], *, label: str | None = None) -> dict[str, Any]:
         """Mean@k of this epoch's library on the validation problems (failed calls left out)."""
-        from eval.metrics import mean_at_k
+        from tfgrpo.core.metrics import mean_at_k
 
         config = self.config
         injector = Injector(library=library, spec=config.inject, store=self.store(library) if config.inject != "all" else None)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tfgrpo.config import LLMConfig
+from tfgrpo.llm.config import LLMConfig
 from tfgrpo.llm.factory import build_client
 from tfgrpo.llm.types import Completion, SamplingParams
 

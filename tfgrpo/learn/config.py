@@ -11,9 +11,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from experiences.textfile import MAX_ROW_BYTES
-from tfgrpo.config import LLMConfig
-from tfgrpo.agent import AgentConfig
+from tfgrpo.core.textfile import MAX_ROW_BYTES
+from tfgrpo.llm.config import LLMConfig
+from tfgrpo.rollout.agent import AgentConfig
 from tfgrpo.llm.types import SamplingParams
 
 _TOPK = re.compile(r"^topk:[1-9]\d*$")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from eval.stats import paired_bootstrap_ci
+from tfgrpo.core.stats import paired_bootstrap_ci
 
 INITIAL = 0  # the step number of the starting library
 

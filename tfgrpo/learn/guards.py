@@ -1,7 +1,7 @@
 """The guards a learn run applies so its results can be trusted (docs/trust.md).
 
 - Test-set lockout, before any LLM call: the training and validation data must not share problems with
-  the bundled benchmarks or the user's declared test sets (`eval.lockout`).
+  the bundled benchmarks or the user's declared test sets (`tfgrpo.core.lockout`).
 - Leakage, after every step's consolidation: an operation whose text contains a gold answer of a
   training, validation or declared test problem, or copies one, is rejected or flagged per the config
   (`experiences.leakage`); every finding is recorded in the step's metrics and the library history.
@@ -13,12 +13,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from eval.datasets import Problem
-from eval.lockout import check_no_test_overlap, find_test_overlap, load_test_sets
+from tfgrpo.core.datasets import Problem
+from tfgrpo.core.lockout import check_no_test_overlap, find_test_overlap, load_test_sets
 from experiences.leakage import LeakageChecker, LeakFinding
 from experiences.model import Library
 from experiences.ops import Operation
-from tfgrpo.learn_config import LearnConfig
+from tfgrpo.learn.config import LearnConfig
 
 
 def load_declared_test_sets(config: LearnConfig) -> dict[str, list[Problem]]:

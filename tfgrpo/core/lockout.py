@@ -19,8 +19,8 @@ from collections.abc import Mapping, Sequence
 
 from pydantic import BaseModel
 
-from eval.datasets import Problem, load_dataset_rows
-from eval.errors import EvalError
+from tfgrpo.core.datasets import Problem, load_dataset_rows
+from tfgrpo.core.errors import EvalError
 
 BENCHMARKS = ("aime24", "aime25")
 _GENERATED_ID = re.compile(r"^row-\d{4,}$")

@@ -24,7 +24,6 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from experiences.errors import ExperienceError
 
 CRASH_ENV = "TFGRPO_TEST_CRASH_AT"
 CRASH_EXIT_CODE = 86
@@ -32,8 +31,8 @@ LOCK_TIMEOUT_S = 60.0
 _crash_points_passed = [0]  # per process; only read when CRASH_ENV is set
 
 
-class LockTimeoutError(ExperienceError):
-    """Another process holds the lock of a file longer than we were willing to wait."""
+class LockTimeoutError(ValueError):
+    """Another process holds the lock of a file longer than we were willing to wait (printed as one line by the CLI)."""
 
 
 def crash_point() -> None:

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from eval.metrics import N_BOOTSTRAP, bootstrap_ci
+from tfgrpo.core.metrics import N_BOOTSTRAP, bootstrap_ci
 
 N_PERMUTATIONS = 10_000
 EXACT_MAX = 16

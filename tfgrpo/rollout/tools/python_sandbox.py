@@ -49,9 +49,9 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rewards.isolation import bwrap_command
-from tfgrpo.config import format_validation_error
-from tfgrpo.tools.base import Tool, ToolError, ToolResult
-from tfgrpo.tools.sandbox_isolation import Isolation, probe_isolation
+from tfgrpo.core.config import format_validation_error
+from tfgrpo.rollout.tools.base import Tool, ToolError, ToolResult
+from tfgrpo.rollout.tools.sandbox_isolation import Isolation, probe_isolation
 
 WORKER_SCRIPT = Path(__file__).with_name("_sandbox_worker.py")
 #: where the worker script appears inside a bubblewrap sandbox (no other project file is visible)

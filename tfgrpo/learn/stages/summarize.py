@@ -15,10 +15,10 @@ from experiences.apply import approximate_tokens
 from tfgrpo.llm.client import LLMClient
 from tfgrpo.llm.errors import PER_REQUEST_FAILURES
 from tfgrpo.llm.types import SamplingParams
-from tfgrpo.rollout import Rollout
-from tfgrpo.stages import gather_all, render_stage_prompt
+from tfgrpo.rollout.sampling import Rollout
+from tfgrpo.learn.stages import gather_all, render_stage_prompt
 
-CORRECT_THRESHOLD = 0.5  # math rewards are 0/1; the same threshold as eval.metrics
+CORRECT_THRESHOLD = 0.5  # math rewards are 0/1; the same threshold as tfgrpo.core.metrics
 
 
 @dataclass
@@ -110,7 +110,7 @@ def trajectory_text(rollout: Rollout, max_chars: int = 8000) -> str:
     """The attempt as text: the completion, or every turn, tool call and tool result of an agent trajectory."""
     if rollout.trajectory is None:
         return rollout.completion
-    from tfgrpo.agent import Trajectory  # the agent's own rendering, shared with eval
+    from tfgrpo.rollout.agent import Trajectory  # the agent's own rendering, shared with eval
 
     return Trajectory.from_jsonable(rollout.trajectory).render_for_summary(max_chars=max_chars)
 

@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from tfgrpo.llm.errors import PER_REQUEST_FAILURES
 from tfgrpo.llm.types import Completion, Message, SamplingParams
 from tfgrpo.prompts import render_prompt
-from tfgrpo.tools.base import Tool, ToolError, ToolResult
+from tfgrpo.rollout.tools.base import Tool, ToolError, ToolResult
 
 logger = logging.getLogger(__name__)
 
@@ -178,7 +178,7 @@ class AgentConfig(BaseModel):
     tool_timeout_s: float = Field(300.0, gt=0, description="Backstop wall time of any one tool call.")
 
     def build(self) -> Agent:
-        from tfgrpo.tools import get_tools
+        from tfgrpo.rollout.tools import get_tools
 
         return Agent(get_tools(self.tools, options=self.tool_options), max_turns=self.max_turns,
                      protocol=self.protocol, tool_timeout_s=self.tool_timeout_s)
