@@ -65,6 +65,13 @@ def _method(system: SystemSummary) -> str:
     return "base model"
 
 
+def _eval_tokens(tokens: dict[str, Any]) -> str:
+    """`prompt (cached) / completion`; the cached part is the provider's prompt cache, billed at its cached rate."""
+    prompt = tokens.get("prompt", "–")
+    cached = f" ({tokens['cached_prompt']} cached)" if tokens.get("cached_prompt") is not None else ""
+    return f"{prompt}{cached} / {tokens.get('completion', '–')}"
+
+
 def _training_cost(system: SystemSummary) -> str:
     provenance = system.provenance
     return _usd(provenance.get("learn_cost_usd")) if provenance.get("learn_cost_usd") is not None else "–"
@@ -129,7 +136,7 @@ def build_tables(comparison: Comparison) -> list[Table]:
         Table(
             key="cost",
             title="How each system was obtained",
-            headers=["System", "Method", "Model", "Training cost", "Training time", "Training samples", "Eval tokens (prompt / completion)", "Eval cost", "Eval time"],
+            headers=["System", "Method", "Model", "Training cost", "Training time", "Training samples", "Eval tokens (prompt (cached) / completion)", "Eval cost", "Eval time"],
             rows=[
                 [
                     system.name,
@@ -138,7 +145,7 @@ def build_tables(comparison: Comparison) -> list[Table]:
                     _training_cost(system),
                     _training_time(system),
                     str(system.provenance.get("train_samples", "–")),
-                    f"{system.eval_tokens.get('prompt', '–')} / {system.eval_tokens.get('completion', '–')}",
+                    _eval_tokens(system.eval_tokens),
                     _usd(system.eval_cost_usd),
                     _duration(system.eval_wall_s),
                 ]
@@ -186,6 +193,9 @@ _LEARN_TOTALS = {
     "ops_proposed": "Ops proposed",
     "ops_applied": "Ops applied",
     "parse_failures": "Unparsable replies",
+    "prompt_tokens": "Tokens in",
+    "cached_prompt_tokens": "Tokens in, cached",
+    "uncached_prompt_tokens": "Tokens in, uncached",
     "completion_tokens": "Tokens out",
     "cost_usd": "Cost",
     "wall_time_s": "Wall time",

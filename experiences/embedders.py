@@ -32,7 +32,8 @@ class LocalEmbedder:
         self.name = f"local:{model_path or 'all-MiniLM-L6-v2'}"
         self._model: Any = None
 
-    def _load(self) -> Any:
+    def load(self) -> Any:
+        """Load the model now (import + weights, seconds on a small CPU) rather than at the first `embed`."""
         if self._model is None:
             path = self.model_path
             if path is None:
@@ -53,7 +54,7 @@ class LocalEmbedder:
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         if not texts:
             return []
-        vectors = self._load().encode(
+        vectors = self.load().encode(
             list(texts), batch_size=self.batch_size, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
         )
         return vectors.tolist()

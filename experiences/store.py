@@ -93,6 +93,17 @@ class ExperienceStore:
         self._vectors: OrderedDict[str, Any] = OrderedDict()  # text -> float32 vector, most recent last
 
     @classmethod
+    def opened_warm(cls, path: str | Path | None, **kwargs: Any) -> ExperienceStore:
+        """A store whose embedding model is already loaded and has run once: what a caller builds in a
+        background thread so the cold start (seconds) is not paid on its critical path."""
+        store = cls(path, **kwargs)
+        load = getattr(store.embedder, "load", None)
+        if callable(load):  # a local model; a remote endpoint has nothing to warm
+            load()
+            store.embedder.embed(["warm-up"])
+        return store
+
+    @classmethod
     def for_library(cls, library_path: str | Path, **kwargs: Any) -> ExperienceStore:
         """The conventional store folder beside a library file: `run/library.json` -> `run/library.chroma/`."""
         path = Path(library_path)

@@ -23,6 +23,7 @@ import random
 import statistics
 import time
 from collections.abc import Awaitable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -30,6 +31,7 @@ from typing import Any, TypeVar
 from eval.datasets import Problem, load_dataset_rows
 from experiences.apply import Budget, apply_operations
 from experiences.model import Library
+from experiences.store import ExperienceStore
 from tfgrpo.injection import Injector
 from tfgrpo.learn_config import LearnConfig
 from tfgrpo.learn_metrics import StepCounters, run_metrics
@@ -124,6 +126,8 @@ async def learn_async(config: LearnConfig, *, client: LLMClient | None = None, c
     session = {"started": time.strftime("%Y-%m-%dT%H:%M:%S"), "from_step": state.completed_step}
     run.log(f"{'resumed' if config.resume else 'started'} at step {state.completed_step}; {len(plans)} steps planned")
     engine = Engine(config, client, reward, run, console)
+    if engine.needs_store:
+        engine.start_store()  # loads while the first step's rollouts run; dedup needs it from step 2
     started = time.perf_counter()
     status, message = "failed", "crashed"  # until the loop finishes or stops cleanly
     try:
@@ -154,6 +158,7 @@ async def learn_async(config: LearnConfig, *, client: LLMClient | None = None, c
         state.sessions.append(session)
         state.status = status
         run.save_state(state)
+        engine.close()
         if owns_client:
             await client.aclose()
             client.close_cache()
@@ -216,7 +221,23 @@ class Engine:
         )
         self.agent = config.agent.build() if config.agent.tools else None
         self.progress = stage_progress(console)
-        self._store: Any | None = None
+        # The vector store lives on one worker thread: its cold start (chromadb, sentence-transformers,
+        # the model: seconds) runs there while the first rollouts wait on the network, and every later
+        # store call runs there too, so one thread owns chromadb and torch and the event loop never blocks.
+        self._store_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vector-store")
+        self._store_future: Future[ExperienceStore] | None = None
+
+    @property
+    def needs_store(self) -> bool:
+        return self.config.dedup or self.config.inject != "all"
+
+    def start_store(self) -> None:
+        """Begin opening the vector store in the background (a no-op once started)."""
+        if self._store_future is None:
+            self._store_future = self._store_thread.submit(ExperienceStore.opened_warm, self.run.store_dir)
+
+    def close(self) -> None:
+        self._store_thread.shutdown(wait=True, cancel_futures=True)
 
     # -- one step --------------------------------------------------------------------------------------
     async def run_step(self, plan: StepPlan, library: Library, state: RunState) -> Library:
@@ -274,7 +295,7 @@ class Engine:
         counters.lap("group_advantage")
 
         # Stage 3: one consolidation of the batch's proposals, applied to the library.
-        near = self.near_duplicates(library, analyses)
+        near = await self.near_duplicates(library, analyses)
         consolidation = (
             await self.tracked(
                 f"{label} · consolidation",
@@ -322,7 +343,7 @@ class Engine:
 
     async def rollouts(self, plan: StepPlan, library: Library, label: str) -> list[Group]:
         config = self.config
-        injector = Injector(library=library, spec=config.inject, store=self.store(library) if config.inject != "all" else None)
+        injector = Injector(library=library, spec=config.inject, store=await self.store(library) if config.inject != "all" else None)
 
         async def one(problem: Problem) -> Group:
             chosen = injector.select(problem.problem)
@@ -382,7 +403,7 @@ class Engine:
         from eval.metrics import mean_at_k
 
         config = self.config
-        injector = Injector(library=library, spec=config.inject, store=self.store(library) if config.inject != "all" else None)
+        injector = Injector(library=library, spec=config.inject, store=await self.store(library) if config.inject != "all" else None)
         before = self.client.accounting.total.cost_usd
 
         async def one(problem: Problem) -> list[Rollout]:
@@ -425,25 +446,28 @@ class Engine:
         finally:
             self.progress.remove_task(task_id)  # one live bar per running stage; finished steps print one line
 
-    def store(self, library: Library) -> Any:
-        if self._store is None:
-            from experiences.store import ExperienceStore
+    async def store(self, library: Library) -> ExperienceStore:
+        """The vector store, in step with `library` (waits for the background load if still running)."""
+        self.start_store()
+        store = await asyncio.wrap_future(self._store_future)
+        await self.on_store_thread(store.sync, library)
+        return store
 
-            self._store = ExperienceStore(self.run.store_dir)
-        self._store.sync(library)
-        return self._store
+    async def on_store_thread(self, function: Any, *args: Any, **kwargs: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._store_thread, lambda: function(*args, **kwargs))
 
     def render_all(self, library: Library) -> str:
         from experiences.render import render
 
         return render(library)
 
-    def near_duplicates(self, library: Library, analyses: list[GroupAnalysis]) -> list[NearDuplicate]:
+    async def near_duplicates(self, library: Library, analyses: list[GroupAnalysis]) -> list[NearDuplicate]:
         """Proposed texts very close to an existing experience, for stage 3 to merge instead of copying."""
         texts = [op.experience for a in analyses for op in a.reply.operations if hasattr(op, "experience")]
         if not (self.config.dedup and texts and len(library)):
             return []
-        matches = self.store(library).query_many(texts, k=1)
+        store = await self.store(library)
+        matches = await self.on_store_thread(store.query_many, texts, k=1)
         return [
             NearDuplicate(text=text, id=found[0].id, similarity=round(found[0].similarity, 2))
             for text, found in zip(texts, matches)

@@ -19,7 +19,7 @@ import time
 from typing import Any
 
 from tfgrpo.llm.backends.errors_map import map_openai_error
-from tfgrpo.llm.backends.usage import share_usage
+from tfgrpo.llm.backends.usage import cached_prompt_tokens, share_usage
 from tfgrpo.llm.base import Backend
 from tfgrpo.llm.errors import BackendUnavailableError, MalformedResponseError
 from tfgrpo.llm.types import ChatRequest, Completion
@@ -110,7 +110,7 @@ class ChatCompletionsBackend(Backend):
         usage = getattr(response, "usage", None)
         prompt_tokens = _int_or_zero(getattr(usage, "prompt_tokens", 0))
         completion_tokens = _int_or_zero(getattr(usage, "completion_tokens", 0))
-        shares = share_usage(prompt_tokens, completion_tokens, len(choices))
+        shares = share_usage(prompt_tokens, completion_tokens, len(choices), cached_prompt_tokens(usage))
         completions = []
         for choice, share in zip(choices, shares, strict=True):
             message = getattr(choice, "message", None)
