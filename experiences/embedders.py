@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from experiences.errors import EmbeddingError
+from experiences.onnx_embedder import OnnxMiniLMEmbedder
 
 
 @runtime_checkable
@@ -126,9 +127,9 @@ class OpenAIEmbedder:
 
 
 def build_embedder(kind: str = "local", *, model: str | None = None, base_url: str | None = None, api_key: str | None = None) -> Embedder:
-    """`local` (offline MiniLM, or `model` = a sentence-transformers folder) or `openai` (needs `model`, `base_url`)."""
+    """`local` (offline MiniLM on onnxruntime, or `model` = a sentence-transformers folder) or `openai` (needs `model`, `base_url`)."""
     if kind == "local":
-        return LocalEmbedder(model)
+        return LocalEmbedder(model) if model else OnnxMiniLMEmbedder()
     if kind == "openai":
         if not model:
             raise EmbeddingError("the openai embedder needs a model name (--embed-model)")
@@ -141,4 +142,4 @@ def _unit(vector: list[float]) -> list[float]:
     return vector if norm == 0 else [x / norm for x in vector]
 
 
-__all__ = ["Embedder", "LocalEmbedder", "OpenAIEmbedder", "build_embedder"]
+__all__ = ["Embedder", "LocalEmbedder", "OnnxMiniLMEmbedder", "OpenAIEmbedder", "build_embedder"]

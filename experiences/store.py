@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from experiences.embedders import Embedder, LocalEmbedder
+from experiences.embedders import Embedder, OnnxMiniLMEmbedder
 from experiences.errors import ExperienceError
 from experiences.model import Library
 
@@ -70,7 +70,7 @@ class ExperienceStore:
         from chromadb.config import Settings
 
         self.path = Path(path) if path is not None else None
-        self.embedder = embedder or LocalEmbedder()
+        self.embedder = embedder or OnnxMiniLMEmbedder()
         settings = Settings(anonymized_telemetry=False, allow_reset=False)
         if self.path is None:
             self._client = chromadb.EphemeralClient(settings=settings)

@@ -234,6 +234,10 @@ class Engine:
     def start_store(self) -> None:
         """Begin opening the vector store in the background (a no-op once started)."""
         if self._store_future is None:
+            # chromadb imports httpx; the openai SDK looks httpx up in sys.modules on every reply, and a
+            # half-imported module there (from the store thread) breaks it. So it is imported here, whole.
+            import httpx  # noqa: F401
+
             self._store_future = self._store_thread.submit(ExperienceStore.opened_warm, self.run.store_dir)
 
     def close(self) -> None:
