@@ -265,20 +265,22 @@ def run_steps(latency_s: float, *, queries: int = 30, group_size: int = 5, epoch
     return {
         "latency_ms": latency_s * 1000, "steps": len(steps), "requests": len(log), "calls": calls, "bound_s": bound,
         "total_s": total_s, "first_request_s": first_request_s, "ratio": total_s / bound,
-        "ratio_after_start": (total_s - first_request_s) / bound, "prefix_share": prefix_shares(log, step_starts),
+        "ratio_after_start": (total_s - first_request_s) / bound,
+        "prefix_share": prefix_shares(log, step_starts),
+        "tail_s": started + total_s - log[-1]["t"] - latency_s,  # from the last reply to the process's exit
         "status": metrics["status"], "stages": [s["stage_seconds"] for s in steps],
     }
 
 
 def main_steps(latencies_ms: list[float], verbose: bool = False) -> None:
-    print("| latency | steps | requests | critical-path bound | first request after start | wall time (from process start) | ratio to bound | ratio without start-up |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| latency | steps | requests | critical-path bound | first request after start | last reply to exit | wall time (from process start) | ratio to bound | ratio without start-up |")
+    print("|---|---|---|---|---|---|---|---|---|")
     shares: dict[str, dict[str, float]] = {}
     for latency_ms in latencies_ms:
         r = run_steps(latency_ms / 1000)
         shares[f"{latency_ms:.0f} ms"] = r["prefix_share"]
         print(
-            f"| {latency_ms:.0f} ms | {r['steps']} | {r['requests']} | {r['bound_s']:.2f} s | {r['first_request_s']:.2f} s | "
+            f"| {latency_ms:.0f} ms | {r['steps']} | {r['requests']} | {r['bound_s']:.2f} s | {r['first_request_s']:.2f} s | {r['tail_s']:.2f} s | "
             f"{r['total_s']:.2f} s | {r['ratio']:.2f} | {r['ratio_after_start']:.2f} |",
             flush=True,
         )

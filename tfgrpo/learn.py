@@ -125,9 +125,7 @@ async def learn_async(config: LearnConfig, *, client: LLMClient | None = None, c
         client.budget_usd = max(config.llm.budget_usd - spent_before, 0.0)
     session = {"started": time.strftime("%Y-%m-%dT%H:%M:%S"), "from_step": state.completed_step}
     run.log(f"{'resumed' if config.resume else 'started'} at step {state.completed_step}; {len(plans)} steps planned")
-    engine = Engine(config, client, reward, run, console)
-    if engine.needs_store:
-        engine.start_store()  # loads while the first step's rollouts run; dedup needs it from step 2
+    engine = Engine(config, client, reward, run, console, steps_planned=len(plans))
     started = time.perf_counter()
     status, message = "failed", "crashed"  # until the loop finishes or stops cleanly
     try:
@@ -206,7 +204,7 @@ def select_best_epoch(state: RunState) -> int | None:
 class Engine:
     """The stages of one step, wired to the client, the reward, the run directory and the progress display."""
 
-    def __init__(self, config: LearnConfig, client: LLMClient, reward: Any, run: RunDir, console: Any):
+    def __init__(self, config: LearnConfig, client: LLMClient, reward: Any, run: RunDir, console: Any, *, steps_planned: int = 0):
         from tfgrpo.progress import stage_progress
 
         self.config = config
@@ -220,6 +218,7 @@ class Engine:
             Path(config.system_prompt).read_text(encoding="utf-8") if config.system_prompt else None,
         )
         self.agent = config.agent.build() if config.agent.tools else None
+        self.steps_planned = steps_planned
         self.progress = stage_progress(console)
         # The vector store lives on one worker thread: its cold start (chromadb, sentence-transformers,
         # the model: seconds) runs there while the first rollouts wait on the network, and every later
@@ -359,6 +358,11 @@ class Engine:
                 # each epoch draws fresh samples of a prompt (cache keys include the index); a rerun the same ones
                 sample_offset=(plan.epoch - 1) * config.group_size,
             )
+            if self.needs_store and (len(library) or plan.step < self.steps_planned):
+                # Dedup needs the store once the library has items (a later step, or a given library): it
+                # loads now, with the first wave on the wire (no start-up CPU taken from the first
+                # requests) and long before it is needed; a one-step run from scratch never loads it.
+                self.start_store()
             group = Group(problem, experiences, [e.id for e in chosen], rollouts)
             await asyncio.to_thread(self.score, group)
             return group
