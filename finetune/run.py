@@ -12,6 +12,7 @@ import dataclasses
 import importlib
 import json
 import logging
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -159,6 +160,12 @@ def run_finetune(
     started = time.perf_counter()
     spec = method_spec(method)
     _, builder = load_method(method)  # also checks that trl / peft / datasets are installed
+    import torch
+
+    # `accelerate launch --use_fsdp` sets this for every process; on CPU accelerate keeps the processes
+    # plain DDP (MULTI_CPU) and would ignore FSDP without a word, so say it instead.
+    if os.environ.get("ACCELERATE_USE_FSDP", "").lower() in ("1", "true") and not torch.cuda.is_available():
+        raise FinetuneError("FSDP needs GPUs: accelerate runs CPU processes as plain DDP; drop --use_fsdp (DDP) or run on GPUs")
     from datasets import Dataset
 
     from finetune import adapters
@@ -197,8 +204,11 @@ def run_finetune(
         from finetune.longlora import disable_s2_attention
 
         disable_s2_attention(trainer.accelerator.unwrap_model(trainer.model))  # saved model: plain attention
-    trainer.save_model(str(out))
-    tokenizer.save_pretrained(str(out))
+    trainer.save_model(str(out))  # the main process writes; the others wait for it
+    # Under `accelerate launch` every process gets here: each reports its rank (a collective, so this also
+    # proves all of them trained to the end), and only the main process writes files.
+    accelerator = trainer.accelerator
+    ranks = accelerator.gather(torch.tensor([accelerator.process_index], device=accelerator.device)).tolist()
     summary = {
         "method": method,
         "model": source.display,
@@ -213,6 +223,12 @@ def run_finetune(
         "wall_time_s": round(time.perf_counter() - started, 3),
         "train_time_s": round(float(train_result.metrics.get("train_runtime", 0.0)), 3),
         "final_metrics": next((h for h in reversed(trainer.state.log_history) if "loss" in h), {}),
+        "world_size": accelerator.num_processes,
+        "distributed_type": str(accelerator.distributed_type.value),
+        "ranks_finished": sorted(int(rank) for rank in ranks),
     }
-    (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, default=float) + "\n", encoding="utf-8")
+    if accelerator.is_main_process:
+        tokenizer.save_pretrained(str(out))
+        (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, default=float) + "\n", encoding="utf-8")
+    accelerator.wait_for_everyone()
     return summary
