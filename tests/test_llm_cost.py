@@ -125,3 +125,23 @@ def test_learn_metrics_show_cached_tokens_and_their_price(tmp_path):
     expected = ((sum(prompts) - cached) * INPUT + cached * CACHED + sum(completions) * OUTPUT) / 1e6
     assert totals["cost_usd"] == pytest.approx(expected, rel=1e-4)
     assert metrics["sessions"][-1]["usage"]["total"]["cached_prompt_tokens"] == cached
+
+
+def test_eval_metrics_and_the_compare_cost_table_show_cached_tokens(tmp_path):
+    from eval.compare import build_comparison, load_eval_run
+    from eval.metrics import summarize
+    from eval.report import build_tables
+
+    rows = [
+        {"problem_id": f"p{i}", "sample": s, "reward": float(s == 0), "extracted": "1", "answer": "1",
+         "prompt_tokens": 100, "cached_prompt_tokens": 80, "completion_tokens": 5, "cost_usd": 1e-5}
+        for i in range(3) for s in range(2)
+    ]
+    metrics = summarize(rows, n_bootstrap=100)
+    assert metrics["tokens"]["prompt"] == 600 and metrics["tokens"]["cached_prompt"] == 480
+    run = tmp_path / "eval-run"
+    run.mkdir()
+    (run / "metrics.json").write_text(json.dumps(metrics))
+    comparison = build_comparison([load_eval_run(run)], n_bootstrap=100)
+    cost = next(t for t in build_tables(comparison) if t.key == "cost")
+    assert "600 (480 cached) / 30" in cost.rows[0]

@@ -123,6 +123,7 @@ async def sample_group(
                 rollout.trajectory = trajectory.to_jsonable()
                 rollout.num_tool_calls = trajectory.num_tool_calls
                 rollout.prompt_tokens = trajectory.prompt_tokens
+                rollout.cached_prompt_tokens = trajectory.cached_prompt_tokens
                 rollout.completion_tokens = trajectory.completion_tokens
                 rollout.cost_usd = trajectory.cost_usd
                 rollout.cached = trajectory.cached
