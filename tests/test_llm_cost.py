@@ -9,12 +9,16 @@ import json
 import pytest
 from openai.types import CompletionUsage
 
+from eval.compare import build_comparison, load_eval_run
+from eval.metrics import summarize
+from eval.report import build_tables
 from learn_world import World, write_problems
 from test_learn_cli import WorldServer
-from tests.servers import FaultServer, Reply, completion_body
+from tests.servers import FaultServer, Reply, ask, completion_body
 from tfgrpo.learn import learn
 from tfgrpo.learn_config import LearnConfig
 from tfgrpo.llm.accounting import Pricing, resolve_pricing
+from tfgrpo.llm.backends.litellm_backend import LiteLLMBackend
 from tfgrpo.llm.backends.openai_backend import OpenAIBackend
 from tfgrpo.llm.backends.usage import cached_prompt_tokens, share_usage
 from tfgrpo.llm.client import LLMClient
@@ -128,10 +132,6 @@ def test_learn_metrics_show_cached_tokens_and_their_price(tmp_path):
 
 
 def test_eval_metrics_and_the_compare_cost_table_show_cached_tokens(tmp_path):
-    from eval.compare import build_comparison, load_eval_run
-    from eval.metrics import summarize
-    from eval.report import build_tables
-
     rows = [
         {"problem_id": f"p{i}", "sample": s, "reward": float(s == 0), "extracted": "1", "answer": "1",
          "prompt_tokens": 100, "cached_prompt_tokens": 80, "completion_tokens": 5, "cost_usd": 1e-5}
@@ -145,3 +145,10 @@ def test_eval_metrics_and_the_compare_cost_table_show_cached_tokens(tmp_path):
     comparison = build_comparison([load_eval_run(run)], n_bootstrap=100)
     cost = next(t for t in build_tables(comparison) if t.key == "cost")
     assert "600 (480 cached) / 30" in cost.rows[0]
+
+
+async def test_litellm_reads_cached_tokens_from_the_server(fault_server: FaultServer):
+    fault_server.default = cached_reply(1000, 900)
+    backend = LiteLLMBackend("openai/m", api_base=fault_server.base_url, api_key="k")
+    (completion,) = await backend.forward(ask())
+    assert completion.usage.prompt_tokens == 1000 and completion.usage.cached_prompt_tokens == 900
