@@ -220,9 +220,9 @@ class Engine:
         self.agent = config.agent.build() if config.agent.tools else None
         self.steps_planned = steps_planned
         self.progress = stage_progress(console)
-        # The vector store lives on one worker thread: its cold start (chromadb, sentence-transformers,
-        # the model: seconds) runs there while the first rollouts wait on the network, and every later
-        # store call runs there too, so one thread owns chromadb and torch and the event loop never blocks.
+        # The vector store lives on one worker thread: its cold start (chromadb, onnxruntime, the model)
+        # runs there while the first rollouts wait on the network, and every later store call runs there
+        # too, so one thread owns chromadb and the embedder and the event loop never blocks on them.
         self._store_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vector-store")
         self._store_future: Future[ExperienceStore] | None = None
 

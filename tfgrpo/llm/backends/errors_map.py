@@ -195,7 +195,6 @@ def describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-
 def _refused(exc: BaseException) -> str | None:
     """The text of an aiohttp connector error (connection refused, DNS failure) in `exc`'s causes, if any."""
     seen = exc.__cause__ or exc.__context__
@@ -204,6 +203,7 @@ def _refused(exc: BaseException) -> str | None:
             return str(seen)
         seen = seen.__cause__ or seen.__context__
     return None
+
 
 __all__ = [
     "describe",
