@@ -213,3 +213,4 @@ __all__ = [
     "map_status_error",
     "parse_retry_after",
 ]
+
