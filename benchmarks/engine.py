@@ -1,5 +1,12 @@
 """How close does one learn epoch come to its critical path? (`python benchmarks/engine.py`)
 
+Two workloads. `--workload epoch` (default): one epoch in one batch, inside this process (below).
+`--workload steps`: the issue-16 run, `tfgrpo learn` as a fresh process (start-up included) with 30
+problems x G=5, 2 epochs, batches of 10, concurrency 64 and the vector store on (dedup): 6 steps, so the
+bound is 6 x 4 waves; the server records when the first request arrives, so start-up is reported too.
+It also reports, per stage, the share of prompt tokens in the prefix shared by all that stage's calls
+within a step (what a provider's prompt cache can serve).
+
 A local OpenAI-compatible server (aiohttp on uvloop where installed, in its own process) answers every request after a fixed
 latency with scripted replies: rollouts are right or wrong in turn (every group is mixed, so every
 group is kept), summaries and group analyses are short, each group proposes one operation, and the
@@ -59,9 +66,11 @@ def serve(port: int, latency_s: float, ready: multiprocessing.Event) -> None:
     from aiohttp import web
 
     seen: dict[str, int] = {}
+    log: list[dict] = []  # arrival time and messages of every request, for /log
 
     async def completions(request: web.Request) -> web.Response:
         body = await request.json()
+        log.append({"t": time.time(), "messages": body["messages"]})
         key = json.dumps(body["messages"], sort_keys=True)
         count = seen.get(key, 0)
         seen[key] = count + 1
@@ -75,8 +84,12 @@ def serve(port: int, latency_s: float, ready: multiprocessing.Event) -> None:
             }
         )
 
+    async def request_log(request: web.Request) -> web.Response:
+        return web.json_response(log)
+
     app = web.Application()
     app.router.add_post("/v1/chat/completions", completions)
+    app.router.add_get("/log", request_log)
 
     async def main() -> None:
         runner = web.AppRunner(app, access_log=None)
@@ -167,8 +180,123 @@ async def client_floor(config, calls: dict[str, int]) -> float:
     return time.perf_counter() - started
 
 
+STAGE_MARKERS = (("consolidate", "<proposed_changes>"), ("group", "<attempt "), ("summary", "<trajectory>"))
+
+
+def stage_of(messages: list[dict]) -> str:
+    first = messages[0]["content"]
+    return next((stage for stage, marker in STAGE_MARKERS if marker in first), "rollout")
+
+
+def shared_prefix_share(prompts: list[str]) -> float:
+    """Share of these prompts' characters that lie in the prefix common to all of them."""
+    if len(prompts) < 2:
+        return 1.0
+    common = os.path.commonprefix(prompts)
+    return len(common) * len(prompts) / sum(len(p) for p in prompts)
+
+
+def prefix_shares(log: list[dict], step_starts: list[float]) -> dict[str, float]:
+    """Per stage, the mean over steps of the shared-prefix share of that step's prompts (all messages joined)."""
+    by_stage: dict[str, list[float]] = {}
+    bounds = [*step_starts, float("inf")]
+    for start, end in zip(bounds, bounds[1:]):
+        stages: dict[str, list[str]] = {}
+        for entry in log:
+            if start <= entry["t"] < end:
+                text = "\n".join(str(m.get("content") or "") for m in entry["messages"])
+                stages.setdefault(stage_of(entry["messages"]), []).append(text)
+        for stage, prompts in stages.items():
+            if len(prompts) > 1:
+                by_stage.setdefault(stage, []).append(shared_prefix_share(prompts))
+    return {stage: sum(v) / len(v) for stage, v in by_stage.items()}
+
+
+def run_steps(latency_s: float, *, queries: int = 30, group_size: int = 5, epochs: int = 2, batch_size: int = 10,
+              concurrency: int = 64) -> dict:
+    """`tfgrpo learn` as a fresh process; wall time from process start, against the bound of its steps."""
+    import subprocess
+    import urllib.request
+
+    port = free_port()
+    ready = multiprocessing.Event()
+    server = multiprocessing.Process(target=serve, args=(port, latency_s, ready), daemon=True)
+    server.start()
+    if not ready.wait(30):
+        raise RuntimeError("benchmark server did not start")
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            data = Path(tmp) / "train.jsonl"
+            data.write_text("".join(json.dumps({"id": f"q{i}", "problem": f"What is {i}+{i + 7}?", "answer": str(2 * i + 7)}) + "\n" for i in range(queries)))
+            out = Path(tmp) / "run"
+            command = [
+                sys.executable, "-m", "tfgrpo", "learn", "--data", str(data), "--out", str(out), "--backend", "openai",
+                "--model", "bench", "--base-url", f"http://127.0.0.1:{port}/v1", "--api-key", "x", "-G", str(group_size),
+                "--epochs", str(epochs), "--batch-size", str(batch_size), "--concurrency", str(concurrency), "--dedup",
+            ]
+            env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+            started = time.time()
+            finished = subprocess.run(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            total_s = time.time() - started
+            if finished.returncode != 0:
+                raise SystemExit(f"tfgrpo learn failed ({finished.returncode}):\n{finished.stderr[-3000:]}")
+            metrics = json.loads((out / "metrics.json").read_text())
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/log") as response:
+                log = json.loads(response.read())
+    finally:
+        server.terminate()
+        server.join()
+    steps = metrics["steps"]
+    calls = {tag: t["calls"] for tag, t in metrics["sessions"][-1]["usage"]["by_tag"].items()}
+    per_step = {tag: math.ceil(count / len(steps)) for tag, count in calls.items()}
+    step_bound = (
+        wave(per_step.get("rollout", 0), concurrency, latency_s) + wave(per_step.get("summary", 0), concurrency, latency_s)
+        + wave(per_step.get("group", 0), concurrency, latency_s) + per_step.get("consolidate", 0) * latency_s
+    )
+    bound = step_bound * len(steps)
+    first_request_s = log[0]["t"] - started
+    # a step starts with its rollouts: the first rollout request after the previous step's consolidation
+    step_starts, previous = [], "consolidate"
+    for entry in log:
+        stage = stage_of(entry["messages"])
+        if stage == "rollout" and previous == "consolidate":
+            step_starts.append(entry["t"])
+        previous = stage
+    return {
+        "latency_ms": latency_s * 1000, "steps": len(steps), "requests": len(log), "calls": calls, "bound_s": bound,
+        "total_s": total_s, "first_request_s": first_request_s, "ratio": total_s / bound,
+        "ratio_after_start": (total_s - first_request_s) / bound,
+        "prefix_share": prefix_shares(log, step_starts),
+        "tail_s": started + total_s - log[-1]["t"] - latency_s,  # from the last reply to the process's exit
+        "status": metrics["status"], "stages": [s["stage_seconds"] for s in steps],
+    }
+
+
+def main_steps(latencies_ms: list[float], verbose: bool = False) -> None:
+    print("| latency | steps | requests | critical-path bound | first request after start | last reply to exit | wall time (from process start) | ratio to bound | ratio without start-up |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    shares: dict[str, dict[str, float]] = {}
+    for latency_ms in latencies_ms:
+        r = run_steps(latency_ms / 1000)
+        shares[f"{latency_ms:.0f} ms"] = r["prefix_share"]
+        print(
+            f"| {latency_ms:.0f} ms | {r['steps']} | {r['requests']} | {r['bound_s']:.2f} s | {r['first_request_s']:.2f} s | {r['tail_s']:.2f} s | "
+            f"{r['total_s']:.2f} s | {r['ratio']:.2f} | {r['ratio_after_start']:.2f} |",
+            flush=True,
+        )
+        if verbose:
+            print(f"  stage seconds per step: {r['stages']}", flush=True)
+    print("\nShare of prompt characters in the prefix shared by a stage's calls within one step (mean over steps):\n")
+    print("| run | rollout | summary | group | consolidate (one call a step) |")
+    print("|---|---|---|---|---|")
+    for run_name, share in shares.items():
+        cells = [f"{share[s]:.0%}" if s in share else "–" for s in ("rollout", "summary", "group", "consolidate")]
+        print(f"| {run_name} | " + " | ".join(cells) + " |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workload", choices=["epoch", "steps"], default="epoch")
     parser.add_argument("--queries", type=int, default=100)
     parser.add_argument("--group-size", type=int, default=5)
     parser.add_argument("--concurrency", type=int, default=64)
@@ -177,6 +305,9 @@ def main() -> None:
     args = parser.parse_args()
     # Shared machines: say how busy this one was, since every ratio depends on it.
     print(f"{os.cpu_count()} CPU cores, load average {', '.join(f'{x:.2f}' for x in os.getloadavg())} (1, 5, 15 min) at start", flush=True)
+    if args.workload == "steps":
+        main_steps(args.latency_ms, args.verbose)
+        return
     print("| queries x G | concurrency | latency | calls (rollout / summary / group / consolidate) | critical-path bound | client-only floor | measured epoch | ratio to bound | ratio to floor |")
     print("|---|---|---|---|---|---|---|---|---|")
     for latency_ms in args.latency_ms:

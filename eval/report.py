@@ -66,6 +66,13 @@ def _method(system: SystemSummary) -> str:
     return "base model"
 
 
+def _eval_tokens(tokens: dict[str, Any]) -> str:
+    """`prompt (cached) / completion`; the cached part is the provider's prompt cache, billed at its cached rate."""
+    prompt = tokens.get("prompt", "–")
+    cached = f" ({tokens['cached_prompt']} cached)" if tokens.get("cached_prompt") is not None else ""
+    return f"{prompt}{cached} / {tokens.get('completion', '–')}"
+
+
 def _training_cost(system: SystemSummary) -> str:
     provenance = system.provenance
     return _usd(provenance.get("learn_cost_usd")) if provenance.get("learn_cost_usd") is not None else "–"
@@ -130,7 +137,7 @@ def build_tables(comparison: Comparison) -> list[Table]:
         Table(
             key="cost",
             title="How each system was obtained",
-            headers=["System", "Method", "Model", "Training cost", "Training time", "Training samples", "Eval tokens (prompt / completion)", "Eval cost", "Eval time", "Eval retries"],
+            headers=["System", "Method", "Model", "Training cost", "Training time", "Training samples", "Eval tokens (prompt (cached) / completion)", "Eval cost", "Eval time", "Eval retries"],
             rows=[
                 [
                     system.name,
@@ -139,7 +146,7 @@ def build_tables(comparison: Comparison) -> list[Table]:
                     _training_cost(system),
                     _training_time(system),
                     str(system.provenance.get("train_samples", "–")),
-                    f"{system.eval_tokens.get('prompt', '–')} / {system.eval_tokens.get('completion', '–')}",
+                    _eval_tokens(system.eval_tokens),
                     _usd(system.eval_cost_usd),
                     _duration(system.eval_wall_s),
                     retries_line(system.eval_retries).removeprefix("retried calls: ") if system.eval_retries else "–",
@@ -256,6 +263,9 @@ _LEARN_TOTALS = {
     "parse_failures": "Unparsable replies",
     "leaks_rejected": "Leaks rejected",
     "leaks_flagged": "Leaks flagged",
+    "prompt_tokens": "Tokens in",
+    "cached_prompt_tokens": "Tokens in, cached",
+    "uncached_prompt_tokens": "Tokens in, uncached",
     "completion_tokens": "Tokens out",
     "cost_usd": "Cost",
     "wall_time_s": "Wall time",

@@ -36,6 +36,7 @@ _LAZY = {
     "MergeCandidate": "experiences.dedup",
     "DedupReport": "experiences.dedup",
     "LocalEmbedder": "experiences.embedders",
+    "OnnxMiniLMEmbedder": "experiences.onnx_embedder",
     "OpenAIEmbedder": "experiences.embedders",
     "build_embedder": "experiences.embedders",
 }

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from experiences.errors import EmbeddingError
+from experiences.onnx_embedder import OnnxMiniLMEmbedder
 
 
 @runtime_checkable
@@ -32,7 +33,8 @@ class LocalEmbedder:
         self.name = f"local:{model_path or 'all-MiniLM-L6-v2'}"
         self._model: Any = None
 
-    def _load(self) -> Any:
+    def load(self) -> Any:
+        """Load the model now (import + weights, seconds on a small CPU) rather than at the first `embed`."""
         if self._model is None:
             path = self.model_path
             if path is None:
@@ -53,7 +55,7 @@ class LocalEmbedder:
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         if not texts:
             return []
-        vectors = self._load().encode(
+        vectors = self.load().encode(
             list(texts), batch_size=self.batch_size, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
         )
         return vectors.tolist()
@@ -125,9 +127,9 @@ class OpenAIEmbedder:
 
 
 def build_embedder(kind: str = "local", *, model: str | None = None, base_url: str | None = None, api_key: str | None = None) -> Embedder:
-    """`local` (offline MiniLM, or `model` = a sentence-transformers folder) or `openai` (needs `model`, `base_url`)."""
+    """`local` (offline MiniLM on onnxruntime, or `model` = a sentence-transformers folder) or `openai` (needs `model`, `base_url`)."""
     if kind == "local":
-        return LocalEmbedder(model)
+        return LocalEmbedder(model) if model else OnnxMiniLMEmbedder()
     if kind == "openai":
         if not model:
             raise EmbeddingError("the openai embedder needs a model name (--embed-model)")
@@ -140,4 +142,4 @@ def _unit(vector: list[float]) -> list[float]:
     return vector if norm == 0 else [x / norm for x in vector]
 
 
-__all__ = ["Embedder", "LocalEmbedder", "OpenAIEmbedder", "build_embedder"]
+__all__ = ["Embedder", "LocalEmbedder", "OnnxMiniLMEmbedder", "OpenAIEmbedder", "build_embedder"]

@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from experiences.embedders import Embedder, LocalEmbedder
+from experiences.embedders import Embedder, OnnxMiniLMEmbedder
 from experiences.errors import ExperienceError
 from experiences.model import Library
 
@@ -70,7 +70,7 @@ class ExperienceStore:
         from chromadb.config import Settings
 
         self.path = Path(path) if path is not None else None
-        self.embedder = embedder or LocalEmbedder()
+        self.embedder = embedder or OnnxMiniLMEmbedder()
         settings = Settings(anonymized_telemetry=False, allow_reset=False)
         if self.path is None:
             self._client = chromadb.EphemeralClient(settings=settings)
@@ -91,6 +91,17 @@ class ExperienceStore:
             )
         self._synced: str | None = None
         self._vectors: OrderedDict[str, Any] = OrderedDict()  # text -> float32 vector, most recent last
+
+    @classmethod
+    def opened_warm(cls, path: str | Path | None, **kwargs: Any) -> ExperienceStore:
+        """A store whose embedding model is already loaded and has run once: what a caller builds in a
+        background thread so the cold start (seconds) is not paid on its critical path."""
+        store = cls(path, **kwargs)
+        load = getattr(store.embedder, "load", None)
+        if callable(load):  # a local model; a remote endpoint has nothing to warm
+            load()
+            store.embedder.embed(["warm-up"])
+        return store
 
     @classmethod
     def for_library(cls, library_path: str | Path, **kwargs: Any) -> ExperienceStore:

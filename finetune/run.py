@@ -12,6 +12,7 @@ import dataclasses
 import importlib
 import json
 import logging
+import os
 import shutil
 import time
 from dataclasses import dataclass
@@ -160,6 +161,12 @@ def run_finetune(
     started = time.perf_counter()
     spec = method_spec(method)
     _, builder = load_method(method)  # also checks that trl / peft / datasets are installed
+    import torch
+
+    # `accelerate launch --use_fsdp` sets this for every process; on CPU accelerate keeps the processes
+    # plain DDP (MULTI_CPU) and would ignore FSDP without a word, so say it instead.
+    if os.environ.get("ACCELERATE_USE_FSDP", "").lower() in ("1", "true") and not torch.cuda.is_available():
+        raise FinetuneError("FSDP needs GPUs: accelerate runs CPU processes as plain DDP; drop --use_fsdp (DDP) or run on GPUs")
     from datasets import Dataset
 
     from finetune import adapters
@@ -197,7 +204,8 @@ def run_finetune(
                           callbacks=[MetricsLogCallback(metrics_path)])
     except ValueError as exc:  # TRL's own checks of options against the model and data: one line
         raise FinetuneError(f"{method}: {exc}".splitlines()[0]) from None
-    trained = trainer.accelerator.unwrap_model(trainer.model)
+    accelerator = trainer.accelerator
+    trained = accelerator.unwrap_model(trainer.model)
     initial_adapter = adapters.save_initial_adapter(trained, getattr(config, "peft", "none"))
     try:
         train_result = trainer.train()
@@ -206,13 +214,15 @@ def run_finetune(
                                 f"size {config.per_device_train_batch_size}; RL methods need batch size / group size "
                                 "distinct prompts); lower the batch size or add data")
         s2_calls = finish_longlora(policy, config)  # the transformers model inside any peft wrapper
-        trainer.save_model(str(out))
-        if initial_adapter is not None:  # PiSSA / OLoRA: overwrite with the plain-LoRA delta on the original base
-            adapters.save_adapter(trained, out, initial_adapter)
+        trainer.save_model(str(out))  # the main process writes; the others wait for it
+        if initial_adapter is not None and accelerator.is_main_process:
+            adapters.save_adapter(trained, out, initial_adapter)  # PiSSA / OLoRA: the plain-LoRA delta on the base
     finally:
         if initial_adapter is not None:
             shutil.rmtree(initial_adapter, ignore_errors=True)
-    tokenizer.save_pretrained(str(out))
+    # Under `accelerate launch` every process gets here: each reports its rank (a collective, so this also
+    # proves all of them trained to the end), and only the main process writes files.
+    ranks = accelerator.gather(torch.tensor([accelerator.process_index], device=accelerator.device)).tolist()
     summary = {
         "method": method,
         "model": source.display,
@@ -230,8 +240,14 @@ def run_finetune(
         "run_name": out.name,
         "s2_attention_calls": s2_calls,
         **learning_signal(trainer),
+        "world_size": accelerator.num_processes,
+        "distributed_type": str(accelerator.distributed_type.value),
+        "ranks_finished": sorted(int(rank) for rank in ranks),
     }
-    (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, default=float) + "\n", encoding="utf-8")
+    if accelerator.is_main_process:
+        tokenizer.save_pretrained(str(out))
+        (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, default=float) + "\n", encoding="utf-8")
+    accelerator.wait_for_everyone()
     check_something_learned(method, config, summary)
     return summary
 

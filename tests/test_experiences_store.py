@@ -12,7 +12,7 @@ import pytest
 
 from experiences import AddOp, EmbeddingError, Injection, Library, apply_operations
 from experiences.dedup import dedup_library, find_duplicate_groups, lexical_similarity, screen_adds
-from experiences.embedders import LocalEmbedder, OpenAIEmbedder, build_embedder
+from experiences.embedders import LocalEmbedder, OnnxMiniLMEmbedder, OpenAIEmbedder, build_embedder
 from experiences.store import ExperienceStore
 
 pytestmark = pytest.mark.timeout(180)
@@ -194,7 +194,8 @@ def test_openai_embedder_unreachable_is_a_typed_error() -> None:
 
 
 def test_build_embedder() -> None:
-    assert isinstance(build_embedder("local"), LocalEmbedder)
+    assert isinstance(build_embedder("local"), OnnxMiniLMEmbedder)  # the default: MiniLM on onnxruntime
+    assert isinstance(build_embedder("local", model="/some/sentence-transformers/folder"), LocalEmbedder)
     assert build_embedder("openai", model="m", base_url="http://h/v1").name == "openai:m@http://h/v1"
     with pytest.raises(EmbeddingError):
         build_embedder("word2vec")
@@ -237,3 +238,14 @@ def test_screened_lessons_are_not_embedded_twice(tmp_path: Path, library: Librar
     store.query("same problem text", k=1)
     store.query("same problem text", k=1)  # G samples of one problem: one embedding
     assert counting.texts.count(new.experience) == 1 and counting.texts.count("same problem text") == 1
+
+
+def test_onnx_embedder_gives_the_sentence_transformers_vectors(embedder: LocalEmbedder) -> None:
+    """The default (onnxruntime) and sentence-transformers run the same MiniLM: same vectors, same name,
+    so a store built by either opens with the other."""
+    texts = ["When adding numbers, line up the digits first.", "Check the domain before dividing.", "x"]
+    onnx = OnnxMiniLMEmbedder()
+    got, want = onnx.embed(texts), embedder.embed(texts)
+    assert onnx.name == embedder.name
+    assert max(abs(a - b) for u, v in zip(got, want) for a, b in zip(u, v)) < 1e-4
+    assert all(abs(sum(x * x for x in v) - 1.0) < 1e-4 for v in got)

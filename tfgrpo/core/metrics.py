@@ -234,6 +234,7 @@ def summarize(
             "ci_method": f"percentile bootstrap over problems, {n_bootstrap} resamples, seed {seed}",
             "tokens": {
                 "prompt": _sum_int(rows, "prompt_tokens"),
+                "cached_prompt": _sum_int(rows, "cached_prompt_tokens"),
                 "completion": _sum_int(rows, "completion_tokens"),
                 "mean_completion": _sum_int(scored, "completion_tokens") / len(scored) if scored else 0.0,
             },

@@ -23,6 +23,7 @@ import random
 import statistics
 import time
 from collections.abc import Awaitable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -30,6 +31,7 @@ from typing import Any, TypeVar
 from tfgrpo.core.datasets import Problem, load_dataset_rows
 from experiences.apply import Budget, apply_operations
 from experiences.model import Library
+from experiences.store import ExperienceStore
 from tfgrpo.rollout.injection import Injector
 from tfgrpo.learn.config import LearnConfig
 from tfgrpo.learn.guards import LeakageGuard, Screened, check_learning_data, history_records, load_declared_test_sets
@@ -139,7 +141,7 @@ async def _learn_in(run: RunDir, config: LearnConfig, *, client: LLMClient | Non
         if warning:
             run.log(warning)
             console.print(f"warning: {warning}", style="yellow", highlight=False, markup=False)
-    engine = Engine(config, client, reward, run, console, guard=guard, val_problems=val_problems)
+    engine = Engine(config, client, reward, run, console, guard=guard, val_problems=val_problems, steps_planned=len(plans))
     started = time.perf_counter()
     status, message = "failed", "crashed"  # until the loop finishes or stops cleanly
     try:
@@ -170,6 +172,7 @@ async def _learn_in(run: RunDir, config: LearnConfig, *, client: LLMClient | Non
         state.sessions.append(session)
         state.status = status
         run.save_state(state)
+        engine.close()
         if owns_client:
             await client.aclose()
             client.close_cache()
@@ -222,8 +225,8 @@ def select_best_epoch(state: RunState) -> int | None:
 class Engine:
     """The stages of one step, wired to the client, the reward, the run directory and the progress display."""
 
-    def __init__(self, config: LearnConfig, client: LLMClient, reward: Any, run: RunDir, console: Any,
-                 guard: LeakageGuard | None = None, val_problems: list[Problem] | None = None):
+    def __init__(self, config: LearnConfig, client: LLMClient, reward: Any, run: RunDir, console: Any, *,
+                 guard: LeakageGuard | None = None, val_problems: list[Problem] | None = None, steps_planned: int = 0):
         from tfgrpo.core.progress import stage_progress
 
         self.config = config
@@ -239,8 +242,29 @@ class Engine:
         self.agent = config.agent.build() if config.agent.tools else None
         self.guard = guard
         self.val_problems = val_problems or []
+        self.steps_planned = steps_planned
         self.progress = stage_progress(console)
-        self._store: Any | None = None
+        # The vector store lives on one worker thread: its cold start (chromadb, onnxruntime, the model)
+        # runs there while the first rollouts wait on the network, and every later store call runs there
+        # too, so one thread owns chromadb and the embedder and the event loop never blocks on them.
+        self._store_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vector-store")
+        self._store_future: Future[ExperienceStore] | None = None
+
+    @property
+    def needs_store(self) -> bool:
+        return self.config.dedup or self.config.inject != "all"
+
+    def start_store(self) -> None:
+        """Begin opening the vector store in the background (a no-op once started)."""
+        if self._store_future is None:
+            # chromadb imports httpx; the openai SDK looks httpx up in sys.modules on every reply, and a
+            # half-imported module there (from the store thread) breaks it. So it is imported here, whole.
+            import httpx  # noqa: F401
+
+            self._store_future = self._store_thread.submit(ExperienceStore.opened_warm, self.run.store_dir)
+
+    def close(self) -> None:
+        self._store_thread.shutdown(wait=True, cancel_futures=True)
 
     # -- one step --------------------------------------------------------------------------------------
     async def run_step(self, plan: StepPlan, library: Library, state: RunState) -> Library:
@@ -298,7 +322,7 @@ class Engine:
         counters.lap("group_advantage")
 
         # Stage 3: one consolidation of the batch's proposals, applied to the library.
-        near = self.near_duplicates(library, analyses)
+        near = await self.near_duplicates(library, analyses)
         consolidation = (
             await self.tracked(
                 f"{label} · consolidation",
@@ -352,7 +376,7 @@ class Engine:
 
     async def rollouts(self, plan: StepPlan, library: Library, label: str) -> list[Group]:
         config = self.config
-        injector = Injector(library=library, spec=config.inject, store=self.store(library) if config.inject != "all" else None)
+        injector = Injector(library=library, spec=config.inject, store=await self.store(library) if config.inject != "all" else None)
 
         async def one(problem: Problem) -> Group:
             chosen = injector.select(problem.problem)
@@ -364,6 +388,11 @@ class Engine:
                 # each epoch draws fresh samples of a prompt (cache keys include the index); a rerun the same ones
                 sample_offset=(plan.epoch - 1) * config.group_size,
             )
+            if self.needs_store and (len(library) or plan.step < self.steps_planned):
+                # Dedup needs the store once the library has items (a later step, or a given library): it
+                # loads now, with the first wave on the wire (no start-up CPU taken from the first
+                # requests) and long before it is needed; a one-step run from scratch never loads it.
+                self.start_store()
             group = Group(problem, experiences, [e.id for e in chosen], rollouts)
             await asyncio.to_thread(self.score, group)
             return group
@@ -435,7 +464,7 @@ class Engine:
         from tfgrpo.core.metrics import mean_at_k
 
         config = self.config
-        injector = Injector(library=library, spec=config.inject, store=self.store(library) if config.inject != "all" else None)
+        injector = Injector(library=library, spec=config.inject, store=await self.store(library) if config.inject != "all" else None)
         before = self.client.accounting.total.cost_usd
 
         async def one(problem: Problem) -> list[Rollout]:
@@ -481,25 +510,28 @@ class Engine:
         finally:
             self.progress.remove_task(task_id)  # one live bar per running stage; finished steps print one line
 
-    def store(self, library: Library) -> Any:
-        if self._store is None:
-            from experiences.store import ExperienceStore
+    async def store(self, library: Library) -> ExperienceStore:
+        """The vector store, in step with `library` (waits for the background load if still running)."""
+        self.start_store()
+        store = await asyncio.wrap_future(self._store_future)
+        await self.on_store_thread(store.sync, library)
+        return store
 
-            self._store = ExperienceStore(self.run.store_dir)
-        self._store.sync(library)
-        return self._store
+    async def on_store_thread(self, function: Any, *args: Any, **kwargs: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._store_thread, lambda: function(*args, **kwargs))
 
     def render_all(self, library: Library) -> str:
         from experiences.render import render
 
         return render(library)
 
-    def near_duplicates(self, library: Library, analyses: list[GroupAnalysis]) -> list[NearDuplicate]:
+    async def near_duplicates(self, library: Library, analyses: list[GroupAnalysis]) -> list[NearDuplicate]:
         """Proposed texts very close to an existing experience, for stage 3 to merge instead of copying."""
         texts = [op.experience for a in analyses for op in a.reply.operations if hasattr(op, "experience")]
         if not (self.config.dedup and texts and len(library)):
             return []
-        matches = self.store(library).query_many(texts, k=1)
+        store = await self.store(library)
+        matches = await self.on_store_thread(store.query_many, texts, k=1)
         return [
             NearDuplicate(text=text, id=found[0].id, similarity=round(found[0].similarity, 2))
             for text, found in zip(texts, matches)

@@ -4,7 +4,8 @@
                groups_{total,kept,skipped_homogeneous,skipped_too_few_valid,skipped_no_majority,skipped_no_summaries},
                summaries, summaries_failed, group_calls_failed, ops_proposed, ops_final, ops_applied,
                ops_rejected, ops_evicted, parse_retries, parse_failures, consolidation_failed,
-               api_failures, prompt_tokens, completion_tokens, cached_samples, cost_usd, wall_time_s,
+               api_failures, prompt_tokens, cached_prompt_tokens (provider prompt cache),
+               uncached_prompt_tokens, completion_tokens, cached_samples (our response cache), cost_usd, wall_time_s,
                retries_{rate_limit,server_error,timeout,bad_body,connection} (transient failures retried),
                stage_seconds {rollouts, summaries, group_advantage, consolidation}, library_version, library_size,
                leaks_rejected, leaks_flagged, leakage [{action, kind, problem_id, source, evidence, text, op}]
@@ -26,8 +27,8 @@ SUMMED = (
     "groups_skipped_homogeneous", "groups_skipped_too_few_valid", "groups_skipped_no_majority",
     "groups_skipped_no_summaries", "summaries", "summaries_failed", "group_calls_failed", "ops_proposed", "ops_final",
     "ops_applied", "ops_rejected", "ops_evicted", "parse_retries", "parse_failures", "consolidation_failed",
-    "api_failures", "prompt_tokens", "completion_tokens", "cached_samples", "leaks_rejected", "leaks_flagged",
-    *(f"retries_{cause}" for cause in RETRY_CAUSES),
+    "api_failures", "prompt_tokens", "cached_prompt_tokens", "uncached_prompt_tokens", "completion_tokens", "cached_samples",
+    "leaks_rejected", "leaks_flagged", *(f"retries_{cause}" for cause in RETRY_CAUSES),
 )
 
 
@@ -61,6 +62,8 @@ class StepCounters:
     consolidation_failed: bool = False
     api_failures: int = 0
     prompt_tokens: int = 0
+    cached_prompt_tokens: int = 0  # of prompt_tokens: served from the provider's prompt cache, billed at its cached rate
+    uncached_prompt_tokens: int = 0
     completion_tokens: int = 0
     cached_samples: int = 0
     retries_rate_limit: int = 0
@@ -139,6 +142,8 @@ class StepCounters:
     def finish(self, usage_before: Any, usage_after: Any, wall_time_s: float, library: Any) -> None:
         self.api_failures = usage_after.failed_calls - usage_before.failed_calls
         self.prompt_tokens = usage_after.prompt_tokens - usage_before.prompt_tokens
+        self.cached_prompt_tokens = usage_after.cached_prompt_tokens - usage_before.cached_prompt_tokens
+        self.uncached_prompt_tokens = self.prompt_tokens - self.cached_prompt_tokens
         self.completion_tokens = usage_after.completion_tokens - usage_before.completion_tokens
         self.cached_samples = usage_after.cached_samples - usage_before.cached_samples
         for cause in RETRY_CAUSES:
@@ -242,7 +247,8 @@ def epoch_table(metrics: dict[str, Any]) -> Any:
         f"{totals['rollouts']} rollouts ({totals['rollouts_failed']} failed calls, {totals['rollouts_unscored']} unscored), groups kept {totals['groups_kept']}/"
         f"{totals['groups_total']}, ops proposed {totals['ops_proposed']} → applied {totals['ops_applied']}, "
         f"parse retries {totals['parse_retries']} (failures {totals['parse_failures']}), tokens "
-        f"{totals['prompt_tokens']:,} in / {totals['completion_tokens']:,} out, ${totals['cost_usd']:.4f}, "
+        f"{totals['prompt_tokens']:,} in ({totals.get('cached_prompt_tokens', 0):,} cached) / {totals['completion_tokens']:,} out, "
+        f"${totals['cost_usd']:.4f}, "
         f"{totals['wall_time_s']:.1f}s; final library v{totals['library_version']} with {totals['library_size']} experiences"
         + f"; {retries_line(totals)}"
         + ("; * = best epoch on validation" if metrics.get("best_epoch") else "")

@@ -12,14 +12,23 @@ from typing import Any
 
 @dataclass
 class Pricing:
-    """USD per 1M tokens. `known=False` means no price was given or found: cost is reported as 0."""
+    """USD per 1M tokens. `known=False` means no price was given or found: cost is reported as 0.
+
+    `cached_input_per_1m` prices the prompt tokens a provider served from its prompt cache (DeepSeek,
+    OpenAI and Anthropic bill them at a fraction of the input price); None = the full input price.
+    """
 
     input_per_1m: float = 0.0
     output_per_1m: float = 0.0
     known: bool = True
+    cached_input_per_1m: float | None = None
 
-    def cost(self, prompt_tokens: int, completion_tokens: int) -> float:
-        return (prompt_tokens * self.input_per_1m + completion_tokens * self.output_per_1m) / 1_000_000
+    def cost(self, prompt_tokens: int, completion_tokens: int, cached_prompt_tokens: int = 0) -> float:
+        cached = min(max(cached_prompt_tokens, 0), prompt_tokens)
+        cached_rate = self.input_per_1m if self.cached_input_per_1m is None else self.cached_input_per_1m
+        return (
+            (prompt_tokens - cached) * self.input_per_1m + cached * cached_rate + completion_tokens * self.output_per_1m
+        ) / 1_000_000
 
 
 @lru_cache(maxsize=1)
@@ -35,20 +44,28 @@ def _litellm_price_table() -> dict[str, Any]:
 
 
 def resolve_pricing(
-    model: str | None, input_per_1m: float | None, output_per_1m: float | None, *, local: bool
+    model: str | None,
+    input_per_1m: float | None,
+    output_per_1m: float | None,
+    *,
+    local: bool,
+    cached_input_per_1m: float | None = None,
 ) -> Pricing:
-    """User prices win; local backends cost nothing; API models are looked up in litellm's table."""
-    if input_per_1m is not None or output_per_1m is not None:
-        return Pricing(input_per_1m or 0.0, output_per_1m or 0.0)
+    """User prices win; local backends cost nothing; API models are looked up in litellm's table
+    (`cache_read_input_token_cost` gives the cached-prompt rate; a model without one pays full price)."""
+    if input_per_1m is not None or output_per_1m is not None or cached_input_per_1m is not None:
+        return Pricing(input_per_1m or 0.0, output_per_1m or 0.0, cached_input_per_1m=cached_input_per_1m)
     if local:
         return Pricing()
     table = _litellm_price_table()
     for name in _candidate_names(model or ""):
         entry = table.get(name)
         if entry and "input_cost_per_token" in entry:
+            cached = entry.get("cache_read_input_token_cost")
             return Pricing(
                 float(entry.get("input_cost_per_token", 0.0)) * 1_000_000,
                 float(entry.get("output_cost_per_token", 0.0)) * 1_000_000,
+                cached_input_per_1m=None if cached is None else float(cached) * 1_000_000,
             )
     return Pricing(known=False)
 
@@ -82,6 +99,7 @@ class TagTotals:
     cached_samples: int = 0
     failed_calls: int = 0
     prompt_tokens: int = 0
+    cached_prompt_tokens: int = 0  # of prompt_tokens, served from the provider's prompt cache
     completion_tokens: int = 0
     cost_usd: float = 0.0
     latency_s: float = 0.0
@@ -111,11 +129,15 @@ class Accounting:
     def _tag(self, tag: str) -> TagTotals:
         return self.by_tag.setdefault(tag or "untagged", TagTotals())
 
-    def record_call(self, tag: str, *, samples: int, prompt_tokens: int, completion_tokens: int, cost_usd: float, latency_s: float) -> None:
+    def record_call(
+        self, tag: str, *, samples: int, prompt_tokens: int, completion_tokens: int, cost_usd: float, latency_s: float,
+        cached_prompt_tokens: int = 0,
+    ) -> None:
         totals = self._tag(tag)
         totals.calls += 1
         totals.samples += samples
         totals.prompt_tokens += prompt_tokens
+        totals.cached_prompt_tokens += cached_prompt_tokens
         totals.completion_tokens += completion_tokens
         totals.cost_usd += cost_usd
         totals.latency_s += latency_s

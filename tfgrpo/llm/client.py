@@ -249,7 +249,8 @@ class LLMClient:
             raise MalformedResponseError(f"{backend.endpoint} returned {len(completions)} samples, {request.n} asked")
         priced = []
         for position, completion in enumerate(completions):
-            cost = self.pricing.cost(completion.usage.prompt_tokens, completion.usage.completion_tokens)
+            usage = completion.usage
+            cost = self.pricing.cost(usage.prompt_tokens, usage.completion_tokens, usage.cached_prompt_tokens)
             # One copy per sample (the backend's object stays untouched): priced, timed and numbered.
             update = {"cost_usd": cost, "latency_s": latency, "index": request.sample_offset + position, "cached": False}
             priced.append(completion.model_copy(update=update))
@@ -257,6 +258,7 @@ class LLMClient:
             request.tag,
             samples=len(priced),
             prompt_tokens=sum(c.usage.prompt_tokens for c in priced),
+            cached_prompt_tokens=sum(c.usage.cached_prompt_tokens for c in priced),
             completion_tokens=sum(c.usage.completion_tokens for c in priced),
             cost_usd=sum(c.cost_usd for c in priced),
             latency_s=latency,

@@ -30,6 +30,9 @@ class LLMConfig(BaseModel):
     )
     price_input_per_1m: float | None = Field(None, ge=0, description="USD per 1M prompt tokens (else litellm's table).")
     price_output_per_1m: float | None = Field(None, ge=0, description="USD per 1M completion tokens.")
+    price_cached_input_per_1m: float | None = Field(
+        None, ge=0, description="USD per 1M prompt tokens served from the provider's prompt cache (else the input price)."
+    )
     budget_usd: float | None = Field(None, gt=0, description="Stop cleanly once this much has been spent.")
     batch_size: int = Field(32, ge=1, description="Prompts per forward pass for local backends.")
     dtype: str = Field("float32", description="Torch dtype of local models.")

@@ -65,7 +65,8 @@ def build_client(
     cache = ResponseCache(path) if path else None
     backends = backends or build_backends(config, cache_dir=cache_dir)
     pricing = resolve_pricing(
-        config.model, config.price_input_per_1m, config.price_output_per_1m, local=config.backend in LOCAL_BACKENDS
+        config.model, config.price_input_per_1m, config.price_output_per_1m, local=config.backend in LOCAL_BACKENDS,
+        cached_input_per_1m=config.price_cached_input_per_1m,
     )
     return LLMClient(
         backends,

@@ -66,6 +66,8 @@ class ChatRequest(BaseModel):
 class Usage(BaseModel):
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    #: the part of `prompt_tokens` the provider served from its prompt cache (billed at the cached rate)
+    cached_prompt_tokens: int = 0
 
     @property
     def total_tokens(self) -> int:

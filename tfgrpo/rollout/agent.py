@@ -60,6 +60,7 @@ class Turn(BaseModel):
     tool_calls: list[ToolCallRecord] = Field(default_factory=list)
     finish_reason: str | None = None
     prompt_tokens: int = 0
+    cached_prompt_tokens: int = 0  # of prompt_tokens, served from the provider's prompt cache
     completion_tokens: int = 0
     cost_usd: float = 0.0
     latency_s: float = 0.0
@@ -90,6 +91,10 @@ class Trajectory(BaseModel):
     @property
     def prompt_tokens(self) -> int:
         return sum(turn.prompt_tokens for turn in self.turns)
+
+    @property
+    def cached_prompt_tokens(self) -> int:
+        return sum(turn.cached_prompt_tokens for turn in self.turns)
 
     @property
     def completion_tokens(self) -> int:
@@ -262,6 +267,7 @@ async def run_agent(
 def _turn(index: int, completion: Completion) -> Turn:
     return Turn(index=index, assistant=completion.text or "", finish_reason=completion.finish_reason,
                 prompt_tokens=completion.usage.prompt_tokens, completion_tokens=completion.usage.completion_tokens,
+                cached_prompt_tokens=completion.usage.cached_prompt_tokens,
                 cost_usd=completion.cost_usd, latency_s=completion.latency_s, cached=completion.cached)
 
 

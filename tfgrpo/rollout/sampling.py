@@ -60,6 +60,7 @@ class Rollout:
     reason: str = ""
     error: str | None = None
     prompt_tokens: int = 0
+    cached_prompt_tokens: int = 0
     completion_tokens: int = 0
     cost_usd: float = 0.0
     cached: bool = False
@@ -82,6 +83,7 @@ class Rollout:
             "reason": self.reason,
             "error": self.error,
             "prompt_tokens": self.prompt_tokens,
+            "cached_prompt_tokens": self.cached_prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "cost_usd": round(self.cost_usd, 8),
             "cached": self.cached,
@@ -121,6 +123,7 @@ async def sample_group(
                 rollout.trajectory = trajectory.to_jsonable()
                 rollout.num_tool_calls = trajectory.num_tool_calls
                 rollout.prompt_tokens = trajectory.prompt_tokens
+                rollout.cached_prompt_tokens = trajectory.cached_prompt_tokens
                 rollout.completion_tokens = trajectory.completion_tokens
                 rollout.cost_usd = trajectory.cost_usd
                 rollout.cached = trajectory.cached
@@ -133,6 +136,7 @@ async def sample_group(
             return rollout
         rollout.completion = completion.text
         rollout.prompt_tokens = completion.usage.prompt_tokens
+        rollout.cached_prompt_tokens = completion.usage.cached_prompt_tokens
         rollout.completion_tokens = completion.usage.completion_tokens
         rollout.cost_usd = completion.cost_usd
         rollout.cached = completion.cached

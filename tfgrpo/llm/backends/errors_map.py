@@ -122,6 +122,9 @@ def map_openai_error(exc: BaseException) -> LLMError:
     if isinstance(exc, LLMError):
         return exc
     message = _message_of(exc)
+    if isinstance(exc, openai.APITimeoutError) and _refused(exc):
+        # The SDK's aiohttp transport maps a refused connection to ConnectTimeout: say what happened.
+        return ConnectionFailedError(f"could not reach the server: {_refused(exc)}")
     if isinstance(exc, openai.APITimeoutError):  # subclass of APIConnectionError: check first
         return RequestTimeoutError(f"request timed out: {message}")
     if isinstance(exc, openai.APIConnectionError):
@@ -190,6 +193,16 @@ def _looks_malformed(message: str) -> bool:
 def describe(exc: BaseException) -> str:
     """One line about an exception, for error messages."""
     return f"{type(exc).__name__}: {exc}"
+
+
+def _refused(exc: BaseException) -> str | None:
+    """The text of an aiohttp connector error (connection refused, DNS failure) in `exc`'s causes, if any."""
+    seen = exc.__cause__ or exc.__context__
+    while seen is not None:
+        if type(seen).__name__ == "ClientConnectorError":
+            return str(seen)
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 __all__ = [

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tfgrpo.llm.backends.errors_map import is_context_window_message
-from tfgrpo.llm.backends.usage import share_usage
+from tfgrpo.llm.backends.usage import cached_prompt_tokens, share_usage
 from tfgrpo.llm.base import Backend
 from tfgrpo.llm.embedded import EMBEDDED_MODEL_NAME, embedded_gguf_path
 from tfgrpo.llm.errors import BackendUnavailableError, ContextWindowExceededError, MalformedResponseError, PermanentError
@@ -118,7 +118,8 @@ class LlamaCppBackend(Backend):
                 replies.append((response, time.perf_counter() - started))
         completions = [self._completion(response, latency) for response, latency in replies]
         if greedy and request.n > 1:
-            shares = share_usage(completions[0].usage.prompt_tokens, completions[0].usage.completion_tokens, request.n)
+            first = completions[0].usage
+            shares = share_usage(first.prompt_tokens, first.completion_tokens, request.n, first.cached_prompt_tokens)
             completions = [completions[0].model_copy(update={"usage": share}) for share in shares]
         for k, completion in enumerate(completions):
             completion.index = request.sample_offset + k
@@ -135,6 +136,7 @@ class LlamaCppBackend(Backend):
                 usage=Usage(
                     prompt_tokens=int(usage.get("prompt_tokens", 0)),
                     completion_tokens=int(usage.get("completion_tokens", 0)),
+                    cached_prompt_tokens=cached_prompt_tokens(usage),
                 ),
                 latency_s=latency,
             )

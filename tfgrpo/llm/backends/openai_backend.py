@@ -19,7 +19,7 @@ import time
 from typing import Any
 
 from tfgrpo.llm.backends.errors_map import map_openai_error
-from tfgrpo.llm.backends.usage import share_usage
+from tfgrpo.llm.backends.usage import cached_prompt_tokens, share_usage
 from tfgrpo.llm.base import Backend
 from tfgrpo.llm.errors import BackendUnavailableError, MalformedResponseError
 from tfgrpo.llm.types import ChatRequest, Completion
@@ -27,6 +27,9 @@ from tfgrpo.llm.types import ChatRequest, Completion
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 # Local servers accept any key; the SDK insists on one.
 PLACEHOLDER_API_KEY = "EMPTY"
+# The SDK's HTTP stacks; benchmarks/transport.py measures them (client CPU per call) and the faster is the default.
+TRANSPORTS = ("httpx", "aiohttp")
+DEFAULT_TRANSPORT = "aiohttp"
 
 
 class ChatCompletionsBackend(Backend):
@@ -110,7 +113,7 @@ class ChatCompletionsBackend(Backend):
         usage = getattr(response, "usage", None)
         prompt_tokens = _int_or_zero(getattr(usage, "prompt_tokens", 0))
         completion_tokens = _int_or_zero(getattr(usage, "completion_tokens", 0))
-        shares = share_usage(prompt_tokens, completion_tokens, len(choices))
+        shares = share_usage(prompt_tokens, completion_tokens, len(choices), cached_prompt_tokens(usage))
         completions = []
         for choice, share in zip(choices, shares, strict=True):
             message = getattr(choice, "message", None)
@@ -142,12 +145,16 @@ class OpenAIBackend(ChatCompletionsBackend):
         api_key: str | None = None,
         timeout_s: float = 600.0,
         extra_body: dict[str, Any] | None = None,
+        transport: str = DEFAULT_TRANSPORT,
     ) -> None:
         if not model:
             raise BackendUnavailableError("the openai backend needs a model name (--model)")
+        if transport not in TRANSPORTS:
+            raise BackendUnavailableError(f"unknown HTTP transport {transport!r}: use one of {', '.join(TRANSPORTS)}")
         super().__init__(model, endpoint=(base_url or DEFAULT_BASE_URL).rstrip("/"), extra_body=extra_body)
         self.timeout_s = timeout_s
-        self._client = _make_client(base_url, api_key, timeout_s)
+        self.transport = transport
+        self._client = _make_client(base_url, api_key, timeout_s, transport)
 
     async def _create(self, arguments: dict[str, Any]) -> Any:
         import openai
@@ -161,19 +168,25 @@ class OpenAIBackend(ChatCompletionsBackend):
         await self._client.close()
 
 
-def _make_client(base_url: str | None, api_key: str | None, timeout_s: float) -> Any:
+def _make_client(base_url: str | None, api_key: str | None, timeout_s: float, transport: str = DEFAULT_TRANSPORT) -> Any:
     import openai
+
+    # The SDK's own HTTP stacks, both maintained by it: httpx (its default) or aiohttp (`DefaultAioHttpClient`).
+    def http_client() -> Any:
+        return openai.DefaultAioHttpClient(timeout=timeout_s) if transport == "aiohttp" else None
 
     try:
         # api_key=None lets the SDK read OPENAI_API_KEY, the usual place users keep it.
-        return openai.AsyncOpenAI(base_url=base_url, api_key=api_key, timeout=timeout_s, max_retries=0)
+        return openai.AsyncOpenAI(base_url=base_url, api_key=api_key, timeout=timeout_s, max_retries=0, http_client=http_client())
     except openai.OpenAIError as exc:
         if base_url is None:
             raise BackendUnavailableError(
                 "no API key for api.openai.com: pass --api-key or set OPENAI_API_KEY "
                 "(or point --base-url at a local OpenAI-compatible server)"
             ) from exc
-        return openai.AsyncOpenAI(base_url=base_url, api_key=PLACEHOLDER_API_KEY, timeout=timeout_s, max_retries=0)
+        return openai.AsyncOpenAI(
+            base_url=base_url, api_key=PLACEHOLDER_API_KEY, timeout=timeout_s, max_retries=0, http_client=http_client()
+        )
 
 
 def _int_or_zero(value: Any) -> int:

@@ -159,7 +159,9 @@ class VLLMBackend(Backend):
         else:
             counts = [len(sample.token_ids) for sample in samples]
         prompt_tokens = len(output.prompt_token_ids or [])
-        usages = share_usage(prompt_tokens, counts, len(samples))
+        # vLLM's automatic prefix caching reports the prompt tokens it reused (a local engine: no price, just the count).
+        cached = getattr(output, "num_cached_tokens", None)
+        usages = share_usage(prompt_tokens, counts, len(samples), cached if isinstance(cached, int) else 0)
         return [
             Completion(
                 text=sample.text,
