@@ -17,9 +17,9 @@ app = typer.Typer(
 
 def _register() -> None:
     # Each module imports only typer at the top, so `tfgrpo --help` stays fast.
-    from tfgrpo.cli import chat, compare, evaluate, export, finetune, learn, library, score
+    from tfgrpo.cli import chat, compare, evaluate, experiment, export, finetune, learn, library, score
 
-    for module in (chat, learn, evaluate, compare, score, library, export, finetune):
+    for module in (chat, learn, evaluate, compare, score, library, export, finetune, experiment):
         module.register(app)
 
 
