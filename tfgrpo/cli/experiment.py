@@ -29,10 +29,9 @@ def register(app: typer.Typer) -> None:
         from tfgrpo.experiment.recipe import load_recipe
         from tfgrpo.experiment.runner import run_experiment
 
-        overrides = list(set_ or [])
+        loaded = load_recipe(recipe, set_)
         if api_key:
-            overrides.append(f"model.api_key={api_key}")
-        loaded = load_recipe(recipe, overrides)
+            loaded.model.api_key = api_key
         console = Console(stderr=True, soft_wrap=True)
         result = run_experiment(loaded, out, budget_usd=budget_usd, dry_run=dry_run, console=console)
         if result.status == "budget_exceeded":

@@ -62,7 +62,7 @@ def _stable_settings(config: Any, drop: tuple[str, ...]) -> dict[str, Any]:
 def _check_reserved(kind: str, where: str, settings: dict[str, Any]) -> None:
     taken = sorted(set(settings) & set(_RESERVED[kind]))
     if taken:
-        raise ConfigError(f"recipe {where}: {', '.join(taken)} are set by the experiment itself; remove them")
+        raise ConfigError(f"recipe {where}: {', '.join(taken)}: set by the experiment itself (remove from the recipe)")
 
 
 def _llm_dict(llm: LLMConfig) -> dict[str, Any]:
