@@ -103,8 +103,24 @@ def test_whole_recipe_makes_the_table_then_reruns_only_what_changed(tmp_path):
         assert table["headers"][1] == "arith Mean@3 [95% CI]"
 
 
-def _request_keys(server: WorldServer) -> list[str]:
-    return [json.dumps([b["messages"], b.get("temperature")], sort_keys=True) for b in server.bodies]
+def test_a_changed_learn_setting_reruns_the_learn_run_and_what_depends_on_it(tmp_path):
+    out = tmp_path / "exp"
+    with WorldServer(World()) as server:
+        recipe = write_recipe(tmp_path, server.base_url, seeds=(1,))
+        assert run(recipe, "--out", out).exit_code == 0
+        before = len(server.bodies)
+        more = run(recipe, "--out", out, "--set", "learn.settings.epochs=2")
+        assert more.exit_code == 0, more.output
+        actions = last_actions(out)
+        assert actions == {"learn/seed-1": "ran", "eval/arith/base": "skipped", "eval/arith/library-seed-1": "ran", "report": "ran"}
+        rollouts = [b for b in server.bodies[before:] if b["temperature"] == 0.7]
+        assert len(rollouts) == 2 * 2  # more epochs: the learn run resumed and drew only epoch 2's rollouts
+        assert json.loads((out / "learn" / "seed-1" / "metrics.json").read_text())["totals"]["steps"] == 4
+
+        fresh = run(recipe, "--out", out, "--set", "learn.settings.group_size=3")
+        assert fresh.exit_code == 0, fresh.output
+        assert last_actions(out)["learn/seed-1"] == "ran" and last_actions(out)["eval/arith/base"] == "skipped"
+        assert json.loads((out / "learn" / "seed-1" / "metrics.json").read_text())["totals"]["rollouts"] == 2 * 3
 
 
 def test_kill_9_mid_experiment_then_the_same_command_finishes_without_repeating_paid_calls(tmp_path):

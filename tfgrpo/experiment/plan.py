@@ -50,13 +50,18 @@ def _fingerprint(kind: str, settings: dict[str, Any], dep_fingerprints: list[str
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
-def _stable_settings(config: Any, drop: tuple[str, ...]) -> dict[str, Any]:
-    data = json.loads(config.model_dump_json())
+def stable_dict(data: dict[str, Any], drop: tuple[str, ...]) -> dict[str, Any]:
+    """A config's JSON without `drop` and the LLM keys that cannot change a result."""
+    data = json.loads(json.dumps(data))
     for key in drop:
         data.pop(key, None)
     for key in _VOLATILE_LLM_KEYS:
         (data.get("llm") or {}).pop(key, None)
     return data
+
+
+def _stable_settings(config: Any, drop: tuple[str, ...]) -> dict[str, Any]:
+    return stable_dict(json.loads(config.model_dump_json()), drop)
 
 
 def _check_reserved(kind: str, where: str, settings: dict[str, Any]) -> None:
@@ -150,4 +155,4 @@ def build_plan(recipe: Recipe, out: str | Path) -> list[Step]:
     return steps
 
 
-__all__ = ["Step", "build_plan"]
+__all__ = ["Step", "build_plan", "stable_dict"]

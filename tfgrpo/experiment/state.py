@@ -44,10 +44,6 @@ class ExperimentState(BaseModel):
         record = self.steps.get(step_id)
         return record is not None and record.status == "done" and record.fingerprint == fingerprint
 
-    def was_started(self, step_id: str, fingerprint: str) -> bool:
-        record = self.steps.get(step_id)
-        return record is not None and record.fingerprint == fingerprint
-
     def mark_started(self, step_id: str, fingerprint: str) -> None:
         previous = self.steps.get(step_id)
         keep_started = previous is not None and previous.fingerprint == fingerprint

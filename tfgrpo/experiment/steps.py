@@ -17,7 +17,8 @@ from typing import Any
 
 from eval.runner import evaluate_async
 from finetune.run import SUMMARY_FILE, run_finetune
-from tfgrpo.experiment.plan import Step
+from tfgrpo.config import read_yaml
+from tfgrpo.experiment.plan import Step, stable_dict
 from tfgrpo.experiment.state import ExperimentState
 from tfgrpo.learn import learn
 from tfgrpo.llm.client import LLMClient
@@ -37,11 +38,23 @@ def _with_budget(config: Any, budget_usd: float | None) -> Any:
     return config.model_copy(update={"llm": config.llm.model_copy(update={"budget_usd": budget_usd})})
 
 
+def can_resume_learn(run_dir: Path, config: Any) -> bool:
+    """The run in `run_dir` has the same settings, or only fewer epochs (a resumed run adds the new ones)."""
+    if not (run_dir / "state.json").is_file() or not (run_dir / "config.yaml").is_file():
+        return False
+    drop = ("out", "resume")
+    saved = stable_dict(read_yaml(run_dir / "config.yaml"), drop)
+    current = stable_dict(json.loads(config.model_dump_json()), drop)
+    if saved == current:
+        return True
+    saved_epochs, current_epochs = saved.pop("epochs", None), current.pop("epochs", None)
+    return saved == current and isinstance(saved_epochs, int) and current_epochs >= saved_epochs
+
+
 def run_learn_step(step: Step, state: ExperimentState, budget_usd: float | None, console: Any) -> StepOutcome:
-    """Resume the learn run when it was started with these very settings; otherwise start it afresh."""
-    started_here = (step.out / "state.json").is_file()
-    resume = started_here and state.was_started(step.id, step.fingerprint)
-    if started_here and not resume:
+    """Resume the learn run in the step's folder when its saved settings allow it; otherwise start afresh."""
+    resume = can_resume_learn(step.out, step.config)
+    if step.out.exists() and not resume:
         shutil.rmtree(step.out)  # settings changed: the old run answers a different question
     config = _with_budget(step.config, budget_usd).model_copy(update={"resume": resume})
     started = time.perf_counter()
