@@ -72,6 +72,7 @@ class EstimateSpec(BaseModel):
     consolidate_completion_tokens: int = Field(600, ge=1, description="Stage 3 consolidation reply.")
     template_prompt_tokens: int = Field(400, ge=0, description="Prompt tokens of a template without its inputs.")
     library_prompt_tokens: int = Field(600, ge=0, description="Prompt tokens of an injected library.")
+    tool_turns: float = Field(3.0, ge=1, description="Average model turns of a trajectory with tools (ceiling: max_turns).")
 
 
 class ReportSpec(BaseModel):
