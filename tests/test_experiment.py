@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 from learn_world import World, write_problems
 from tests.test_learn_cli import WorldServer
 from tfgrpo.cli.app import app, main
+from tfgrpo.experiment.estimate import estimate_step
 from tfgrpo.experiment.plan import build_plan
 from tfgrpo.experiment.recipe import BUNDLED_RECIPES, load_recipe
 
@@ -175,6 +176,25 @@ def test_the_budget_stops_the_experiment_cleanly_and_a_larger_one_continues(tmp_
         assert finished.exit_code == 0, finished.output
         assert (out / "report" / "report.md").is_file()
         assert json.loads((out / "learn" / "seed-1" / "metrics.json").read_text())["status"] == "completed"
+
+
+def test_the_estimate_counts_the_calls_a_run_makes(tmp_path):
+    with WorldServer(World()) as server:
+        recipe_path = write_recipe(tmp_path, server.base_url, seeds=(1,))
+        recipe = load_recipe(str(recipe_path))
+        estimates = {step.id: estimate_step(step, recipe.estimate) for step in build_plan(recipe, tmp_path / "exp")}
+        assert run(recipe_path, "--out", tmp_path / "exp").exit_code == 0
+        made = len(server.bodies)
+    # learn: 2 problems x G=2 rollouts + 4 summaries + 2 group analyses + 2 consolidations; eval: 3 problems x K=2
+    assert estimates["learn/seed-1"].calls == 12 and estimates["eval/arith/base"].calls == 6
+    assert sum(e.calls for e in estimates.values()) == made
+    assert estimates["report"].cost_usd == 0 and estimates["eval/arith/base"].cost_usd > 0
+
+    with_tools = load_recipe(str(recipe_path), ["eval_defaults.agent.tools=[python]", "eval_defaults.agent.max_turns=4",
+                                                "estimate.tool_turns=2"])
+    step = next(s for s in build_plan(with_tools, tmp_path / "exp") if s.id == "eval/arith/base")
+    tools = estimate_step(step, with_tools.estimate)
+    assert tools.calls == 2 * 6 and tools.ceiling_usd > 4 * estimates["eval/arith/base"].ceiling_usd * 0.99
 
 
 def test_dry_run_of_paper_math_prints_the_plan_and_a_cost_estimate(tmp_path):

@@ -122,7 +122,7 @@ def _run_steps(recipe: Recipe, plan: list[Step], state: ExperimentState, result:
         console.rule(f"[{index}/{len(plan)}] {step.id}: {step.label}")
         state.mark_started(step.id, step.fingerprint)
         state.save(result.out)
-        outcome = _run_one(recipe, plan, step, state, left, console)
+        outcome = _run_one(recipe, plan, step, left, console)
         result.actions[step.id] = "ran"
         state.record_cost(step.id, outcome.cost_usd, cumulative=step.kind == "learn")
         state.save(result.out)
@@ -136,14 +136,13 @@ def _run_steps(recipe: Recipe, plan: list[Step], state: ExperimentState, result:
     return "completed"
 
 
-def _run_one(recipe: Recipe, plan: list[Step], step: Step, state: ExperimentState, budget_usd: float | None,
-             console: Console) -> StepOutcome:
+def _run_one(recipe: Recipe, plan: list[Step], step: Step, budget_usd: float | None, console: Console) -> StepOutcome:
     if step.kind == "report":
         started = time.perf_counter()
         write_experiment_report(recipe, plan, step.out)
         return StepOutcome("done", 0.0, time.perf_counter() - started)
     try:
-        return RUNNERS[step.kind](step, state, budget_usd, console)
+        return RUNNERS[step.kind](step, budget_usd, console)
     except KeyboardInterrupt:
         return StepOutcome("interrupted", message="interrupted by the user")
 

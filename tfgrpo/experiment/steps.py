@@ -19,7 +19,6 @@ from eval.runner import evaluate_async
 from finetune.run import SUMMARY_FILE, run_finetune
 from tfgrpo.config import read_yaml
 from tfgrpo.experiment.plan import Step, stable_dict
-from tfgrpo.experiment.state import ExperimentState
 from tfgrpo.learn import learn
 from tfgrpo.llm.client import LLMClient
 from tfgrpo.llm.errors import BudgetExceededError
@@ -51,7 +50,7 @@ def can_resume_learn(run_dir: Path, config: Any) -> bool:
     return saved == current and isinstance(saved_epochs, int) and current_epochs >= saved_epochs
 
 
-def run_learn_step(step: Step, state: ExperimentState, budget_usd: float | None, console: Any) -> StepOutcome:
+def run_learn_step(step: Step, budget_usd: float | None, console: Any) -> StepOutcome:
     """Resume the learn run in the step's folder when its saved settings allow it; otherwise start afresh."""
     resume = can_resume_learn(step.out, step.config)
     if step.out.exists() and not resume:
@@ -72,7 +71,7 @@ async def _evaluate_with(config: Any, client: LLMClient, console: Any) -> Any:
         client.close_cache()
 
 
-def run_eval_step(step: Step, state: ExperimentState, budget_usd: float | None, console: Any) -> StepOutcome:
+def run_eval_step(step: Step, budget_usd: float | None, console: Any) -> StepOutcome:
     """The eval folder is kept across setting changes: its response cache makes samples already drawn free.
 
     The client is built here so that what an eval stopped by the budget had spent is still known."""
@@ -89,7 +88,7 @@ def run_eval_step(step: Step, state: ExperimentState, budget_usd: float | None, 
     return StepOutcome("done", client.accounting.cost_usd, time.perf_counter() - started)
 
 
-def run_finetune_step(step: Step, state: ExperimentState, budget_usd: float | None, console: Any) -> StepOutcome:
+def run_finetune_step(step: Step, budget_usd: float | None, console: Any) -> StepOutcome:
     """Fine-tuning has no resume: an unfinished or outdated folder is trained again from the start."""
     if step.out.exists():
         shutil.rmtree(step.out)
