@@ -71,7 +71,7 @@ def test_whole_recipe_makes_the_table_then_reruns_only_what_changed(tmp_path):
         assert result.exit_code == 0, result.output
         table = json.loads((out / "report" / "table.json").read_text())
         labels = [row[0] for row in table["rows"]]
-        assert labels == ["base", "library seed 1", "library seed 2", "library pooled (2 seeds)", "sft (sft)"]
+        assert labels == ["base", "library seed 1", "library seed 2", "library pooled (2 seeds)", "sft"]
         assert table["headers"][1:3] == ["arith Mean@2 [95% CI]", "arith Δ vs base (p)"]
         assert all("p=" in row[2] for row in table["rows"][1:])
         for name in ("report.md", "report.html", "accuracy.png", "arith/report.md", "arith/comparison.json"):
@@ -222,6 +222,22 @@ def test_a_bad_recipe_or_override_is_a_clear_error(tmp_path, capsys, override, m
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+def test_fingerprints_follow_settings_files_and_inputs_but_not_endpoints(tmp_path):
+    recipe_path = write_recipe(tmp_path, "http://127.0.0.1:1/v1")
+    first = {s.id: s.fingerprint for s in build_plan(load_recipe(str(recipe_path)), tmp_path / "exp")}
+    moved = {s.id: s.fingerprint for s in build_plan(load_recipe(str(recipe_path), [
+        "model.base_url=http://127.0.0.1:2/v1", "model.api_key=other", "model.concurrency=1"]), tmp_path / "exp")}
+    assert moved == first  # where requests go and how many at once change no result
+    write_problems(tmp_path / "eval.jsonl", [(5, 6), (7, 8), (9, 2)])  # an edited eval file
+    edited = {s.id: s.fingerprint for s in build_plan(load_recipe(str(recipe_path)), tmp_path / "exp")}
+    assert {k for k in first if first[k] != edited[k]} == {"eval/arith/base", "eval/arith/library-seed-1",
+                                                           "eval/arith/library-seed-2", "report"}
+    seed = {s.id: s.fingerprint for s in build_plan(load_recipe(str(recipe_path), ["learn.settings.max_ops_per_group=1"]),
+                                                     tmp_path / "exp")}
+    assert {k for k in edited if edited[k] != seed[k]} == {"learn/seed-1", "learn/seed-2", "eval/arith/library-seed-1",
+                                                          "eval/arith/library-seed-2", "report"}
 
 
 @pytest.mark.parametrize("name", BUNDLED_RECIPES)

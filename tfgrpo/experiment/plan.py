@@ -8,8 +8,9 @@ Steps are the existing commands on the existing run directories under the experi
     report                the paper-style table and one compare report per eval set
 
 A step's fingerprint hashes its resolved settings (minus what cannot change a result: output folder,
-API key, budget, concurrency, endpoint URLs) and the fingerprints of the steps it reads, so a changed
-setting reruns that step and everything downstream of it, and nothing else.
+API key, budget, concurrency, endpoint URLs), the content of the user's files it names (data, initial
+library, system prompt) and the fingerprints of the steps it reads, so a changed setting or an edited file
+reruns that step and everything downstream of it, and nothing else.
 """
 
 from __future__ import annotations
@@ -45,8 +46,22 @@ class Step:
     seed: int | None = None
 
 
+# Settings that may name a user's file: its content is an input too (an edited data file reruns the step).
+_FILE_KEYS = ("data", "val_data", "init_library", "system_prompt")
+
+
+def _file_hashes(settings: dict[str, Any]) -> dict[str, str]:
+    hashes = {}
+    for key in _FILE_KEYS:
+        value = settings.get(key)
+        if isinstance(value, str) and Path(value).is_file():
+            hashes[key] = hashlib.sha256(Path(value).read_bytes()).hexdigest()
+    return hashes
+
+
 def _fingerprint(kind: str, settings: dict[str, Any], dep_fingerprints: list[str]) -> str:
-    payload = json.dumps({"kind": kind, "settings": settings, "inputs": dep_fingerprints}, sort_keys=True, default=str)
+    payload = json.dumps({"kind": kind, "settings": settings, "files": _file_hashes(settings), "inputs": dep_fingerprints},
+                         sort_keys=True, default=str)
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
@@ -99,13 +114,17 @@ def _finetune_data(spec: FinetuneSpec, recipe: Recipe, out: Path, name: str) -> 
     return spec.data, []
 
 
+def _finetune_label(name: str, spec: FinetuneSpec) -> str:
+    return name if name == spec.method else f"{name} ({spec.method})"
+
+
 def finetune_steps(recipe: Recipe, out: Path) -> list[Step]:
     steps = []
     for name, spec in recipe.finetunes.items():
         data, deps = _finetune_data(spec, recipe, out, name)
         arguments = {"method": spec.method, "model": spec.model, "data": data, "options": dict(spec.options)}
         settings = {**arguments, "data": spec.data}  # the learn run's folder is an input (hashed via deps), not a setting
-        steps.append(Step(f"finetune/{name}", "finetune", out / "finetune" / name, f"{name} ({spec.method})",
+        steps.append(Step(f"finetune/{name}", "finetune", out / "finetune" / name, _finetune_label(name, spec),
                           deps=deps, config=arguments, settings=settings, system=name))
     return steps
 
@@ -121,7 +140,7 @@ def _eval_systems(recipe: Recipe, out: Path) -> list[tuple[str, str, dict[str, A
                         [f"learn/seed-{seed}"]))
     for name, spec in recipe.finetunes.items():
         llm = {"backend": "transformers", "model": spec.model, "adapter": str(out / "finetune" / name), **spec.eval_llm}
-        systems.append((name, f"{name} ({spec.method})", {"llm": llm}, [f"finetune/{name}"]))
+        systems.append((name, _finetune_label(name, spec), {"llm": llm}, [f"finetune/{name}"]))
     return systems
 
 
