@@ -246,4 +246,9 @@ def test_bundled_recipes_plan(name, tmp_path):
     plan = build_plan(recipe, tmp_path)
     assert plan[-1].id == "report" and len({s.fingerprint for s in plan}) == len(plan)
     if name == "baselines-local":
+        from finetune.models import device_training_defaults
+        from finetune.run import build_method_config
+
         assert {s.id for s in plan} >= {"finetune/sft", "finetune/grpo", "eval/amc23/sft", "eval/amc23/grpo"}
+        for spec in recipe.finetunes.values():  # the options are valid TRL configs, as `tfgrpo finetune` builds them
+            build_method_config(spec.method, {**device_training_defaults(), "output_dir": str(tmp_path), **spec.options})

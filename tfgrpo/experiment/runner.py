@@ -102,7 +102,9 @@ def run_experiment(
     state.save(out)
     if result.status == "completed":
         result.report = out / "report" / "report.md"
-        console.print(f"[green]done[/]: {result.report} (and report.html, accuracy.png); spent ${result.spent_usd:.4f}")
+        ran = sum(action == "ran" for action in result.actions.values())
+        console.print(f"[green]done[/]: {ran} steps ran, {len(result.actions) - ran} skipped (complete with the same settings); "
+                      f"{result.report} (and report.html, accuracy.png); ${result.spent_usd:.4f} spent", highlight=False)
     return result
 
 
