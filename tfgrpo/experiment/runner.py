@@ -88,16 +88,17 @@ def run_experiment(
     estimates = {step.id: estimate_step(step, recipe.estimate) for step in plan}
     print_plan(plan, state, estimates, console)
     pending = [estimates[s.id] for s in plan if not state.is_done(s.id, s.fingerprint)]
-    console.print(_estimate_line(pending, budget_usd, state.spent_usd()), highlight=False)
+    step_ids = [step.id for step in plan]
+    console.print(_estimate_line(pending, budget_usd, state.spent_usd(step_ids)), highlight=False)
     result = ExperimentResult("planned", out, estimate_usd=sum(e.cost_usd for e in pending),
-                              ceiling_usd=sum(e.ceiling_usd for e in pending), spent_usd=state.spent_usd())
+                              ceiling_usd=sum(e.ceiling_usd for e in pending), spent_usd=state.spent_usd(step_ids))
     if dry_run:
         return result
     out.mkdir(parents=True, exist_ok=True)
     (out / "recipe.yaml").write_text(dump_config(recipe), encoding="utf-8")  # as run, overrides applied, secrets scrubbed
     state.recipe = recipe.name
     result.status = _run_steps(recipe, plan, state, result, budget_usd, console)
-    result.spent_usd = state.spent_usd()
+    result.spent_usd = state.spent_usd(step_ids)
     state.runs.append({"ended": time.strftime("%Y-%m-%dT%H:%M:%S"), "status": result.status, "actions": result.actions})
     state.save(out)
     if result.status == "completed":
@@ -115,7 +116,7 @@ def _run_steps(recipe: Recipe, plan: list[Step], state: ExperimentState, result:
             result.actions[step.id] = "skipped"
             continue
         # A learn run subtracts its own earlier sessions from the budget it is given; other steps do not.
-        spent = state.spent_usd(excluding=step.id if step.kind == "learn" else None)
+        spent = state.spent_usd([s.id for s in plan], excluding=step.id if step.kind == "learn" else None)
         left = None if budget_usd is None else budget_usd - spent
         if left is not None and left <= 0 and step.kind in ("learn", "eval"):
             result.message = f"budget of ${budget_usd:.4f} is spent; {step.id} and later steps did not run"

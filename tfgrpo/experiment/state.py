@@ -62,9 +62,9 @@ class ExperimentState(BaseModel):
         record = self.steps[step_id]
         record.status, record.wall_s, record.finished = "done", wall_s, _now()
 
-    def spent_usd(self, *, excluding: str | None = None) -> float:
-        """Spend of the steps as the plan stands (a step rerun with new settings starts again from $0)."""
-        return sum(r.cost_usd for key, r in self.steps.items() if key != excluding)
+    def spent_usd(self, steps: list[str], *, excluding: str | None = None) -> float:
+        """Spend of these steps as they stand (a step rerun with new settings starts again from $0)."""
+        return sum(self.steps[key].cost_usd for key in steps if key in self.steps and key != excluding)
 
 
 def _now() -> str:
