@@ -127,7 +127,9 @@ def _kill(pid: int) -> None:
 def main(argv: list[str]) -> None:
     control_fd, memory_limit = (int(value) for value in argv)
     control = socket.socket(fileno=control_fd)
-    _die_with_parent()
+    # No _die_with_parent() here: Linux sends PDEATHSIG when the *thread* that started us exits (an
+    # asyncio.to_thread worker, say), which killed a pool shared by the whole process. The parent's death
+    # still ends us: its end of the control socket closes, and the zygote loop returns on EOF.
     # The parent owns timeouts; math-verify's "timeout disabled" warning is expected, not news.
     logging.getLogger("math_verify").setLevel(logging.ERROR)
     logging.getLogger("latex2sympy2_extended").setLevel(logging.ERROR)

@@ -19,9 +19,9 @@ app = typer.Typer(
 
 def _register() -> None:
     # Each module imports only typer at the top, so `tfgrpo --help` stays fast.
-    from tfgrpo.cli import chat, compare, evaluate, export, finetune, learn, library, score, serve
+    from tfgrpo.cli import chat, compare, evaluate, experiment, export, finetune, learn, library, score, serve
 
-    for module in (chat, learn, evaluate, compare, score, library, export, finetune, serve):
+    for module in (chat, learn, evaluate, compare, score, library, export, finetune, serve, experiment):
         module.register(app)
 
 

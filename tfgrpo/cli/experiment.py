@@ -1,0 +1,52 @@
+"""`tfgrpo experiment RECIPE --out DIR`: one command from a recipe to the paper-style table (thin over
+`tfgrpo.experiment.runner.run_experiment`)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from tfgrpo.cli.options import ApiKeyOpt
+
+EXIT_BUDGET = 3
+EXIT_INTERRUPTED = 130
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("experiment")
+    def experiment_command(
+        recipe: Annotated[str, typer.Argument(help="A recipe YAML file, or a bundled one: paper-math | quickstart | baselines-local.")],
+        out: Annotated[str, typer.Option("--out", "-o", help="Experiment folder: every step's run directory, experiment.json, report/.")],
+        set_: Annotated[Optional[list[str]], typer.Option("--set", help="Override any recipe key: KEY.PATH=VALUE (repeatable), e.g. --set evals.aime24.samples=8.")] = None,
+        budget_usd: Annotated[Optional[float], typer.Option("--budget-usd", help="Cap on the whole experiment's spend, in USD.")] = None,
+        dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan and the cost estimate; spend nothing.")] = False,
+        api_key: ApiKeyOpt = None,
+    ) -> None:
+        """Run a recipe: learn runs, fine-tuned baselines, evals, then one table with CIs and paired tests."""
+        from rich.console import Console
+
+        from tfgrpo.experiment.recipe import load_recipe
+        from tfgrpo.experiment.runner import run_experiment
+
+        loaded = load_recipe(recipe, set_)
+        if api_key:
+            loaded.model.api_key = api_key
+        console = Console(stderr=True, soft_wrap=True)
+        result = run_experiment(loaded, out, budget_usd=budget_usd, dry_run=dry_run, console=console)
+        if result.status == "budget_exceeded":
+            raise typer.Exit(EXIT_BUDGET)
+        if result.status == "interrupted":
+            raise typer.Exit(EXIT_INTERRUPTED)
+        if result.report is not None:
+            import json
+
+            from rich.table import Table
+
+            data = json.loads((result.report.parent / "table.json").read_text(encoding="utf-8"))
+            table = Table(title=data["title"], title_justify="left")
+            for header in data["headers"]:
+                table.add_column(header)
+            for row in data["rows"]:
+                table.add_row(*row)
+            Console(soft_wrap=True).print(table)
