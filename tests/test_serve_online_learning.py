@@ -24,7 +24,7 @@ from tfgrpo.cli.app import app
 from tfgrpo.serve.dataset import problems_from_traces
 from tfgrpo.serve.traces import TraceStore
 
-PROBLEMS = [(12, 34), (5, 7), (21, 9)]
+PROBLEMS = [(12, 34), (5, 8), (21, 9)]  # no lesson names another problem's answer (the leakage guard would reject it)
 
 
 class LessonWorld(World):
