@@ -123,6 +123,7 @@ def _apply_one(
     stamp = provenance.model_copy(update={"operation": operation.option})
 
     if isinstance(operation, AddOp):
+        assert text is not None  # add, modify and merge always carry an experience text
         duplicate = library.find_text(text)
         if duplicate is not None:
             return f"same text as existing {duplicate.id}"
@@ -138,6 +139,7 @@ def _apply_one(
         if isinstance(operation, DeleteOp):
             library.experiences.remove(target)
         else:
+            assert text is not None
             duplicate = library.find_text(text)
             if duplicate is not None and duplicate.id != target.id:
                 return f"same text as existing {duplicate.id}"
@@ -152,7 +154,8 @@ def _apply_one(
         missing = [i for i in ids if i not in library]
         if missing:
             return f"unknown id {missing[0]!r}"
-        sources = [library.get(i) for i in ids]
+        assert text is not None
+        sources = [e for e in library.experiences if e.id in ids]  # every id is present (checked above)
         usage = Usage(
             in_context=sum(s.usage.in_context for s in sources),
             correct=sum(s.usage.correct for s in sources),

@@ -16,7 +16,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from pydantic import BaseModel, Field
 
@@ -64,7 +64,7 @@ def screen_adds(library: Library, operations: Iterable[Operation], store: Experi
     store.sync(library)
     vectors = store.embed([op.experience for op in adds])
     nearest = store.query_vectors(vectors, k=1)
-    kept_vectors: list[list[float]] = []
+    kept_vectors: list[Sequence[float]] = []
     kept_texts: list[str] = []
     held: dict[int, MergeCandidate] = {}
     for index, (op, vector, matches) in enumerate(zip(adds, vectors, nearest)):
@@ -124,7 +124,7 @@ def dedup_library(
     groups = find_duplicate_groups(library, store, threshold=threshold)
     merges: list[MergeOp] = []
     for group in find_duplicate_groups(library, store, threshold=merge_threshold):
-        members = [library.get(i) for i in group.ids]
+        members = [e for e in library.experiences if e.id in group.ids]  # group ids are in library order
         keeper = max(members, key=lambda e: (e.usage.success_rate(), len(e.text)))
         same = [e.id for e in members if e is keeper or lexical_similarity(e.text, keeper.text) >= lexical_threshold]
         if len(same) > 1:

@@ -124,7 +124,7 @@ class LeakageChecker:
         """Findings for (experience id or None, text) items, in input order; one per (text, problem, kind)."""
         items = list(items)
         findings: list[list[LeakFinding]] = [[] for _ in items]
-        pending: list[tuple[int, str, _Ref]] = []  # expression comparisons for math-verify, batched
+        pending: list[tuple[int, str, _Ref, str]] = []  # (index, span, ref, gold) for math-verify, batched
         expression_refs = [r for r in self._refs if r.gold is not None and r.value is None]
         for index, (experience_id, text) in enumerate(items):
             seen: set[tuple[str, str]] = set()
@@ -137,18 +137,20 @@ class LeakageChecker:
                         findings[index].append(self._answer(experience_id, text, ref, number))
             compact = "".join(text.split())
             for ref in expression_refs:
+                gold = ref.gold
+                assert gold is not None  # expression_refs keeps only references with a gold answer
                 if (ref.source, ref.id) in seen:
                     continue
-                if len(ref.gold) >= 3 and "".join(ref.gold.split()) in compact:
+                if len(gold) >= 3 and "".join(gold.split()) in compact:
                     seen.add((ref.source, ref.id))
-                    findings[index].append(self._answer(experience_id, text, ref, ref.gold))
+                    findings[index].append(self._answer(experience_id, text, ref, gold))
                 else:
-                    pending.extend((index, span, ref) for span in spans)
+                    pending.extend((index, span, ref, gold) for span in spans)
             findings[index].extend(self._copies(experience_id, text))
         if pending:
-            verdicts = equivalent_many([(ref.gold, span) for _, span, ref in pending], verifier=self.verifier)
+            verdicts = equivalent_many([(gold, span) for _, span, _, gold in pending], verifier=self.verifier)
             matched: set[tuple[int, str, str]] = set()
-            for (index, span, ref), equal in zip(pending, verdicts, strict=True):
+            for (index, span, ref, _), equal in zip(pending, verdicts, strict=True):
                 if equal and (index, ref.source, ref.id) not in matched:
                     matched.add((index, ref.source, ref.id))
                     findings[index].append(self._answer(items[index][0], items[index][1], ref, span))

@@ -100,6 +100,8 @@ class Injection(BaseModel):
             return list(library.experiences)
         if store is None or query is None:
             raise ExperienceError("topk injection needs a vector store and the query text")
+        if self.k is None:
+            raise ExperienceError("topk injection needs K (e.g. topk:8)")
         store.sync(library)
         wanted = {match.id for match in store.query(query, k=self.k)}
         return [e for e in library.experiences if e.id in wanted]

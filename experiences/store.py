@@ -13,13 +13,16 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
 from experiences.embedders import Embedder, OnnxMiniLMEmbedder
 from experiences.errors import ExperienceError
 from experiences.model import Library
+
+if TYPE_CHECKING:  # chromadb is heavy: imported lazily at run time
+    from chromadb.api.types import PyEmbeddings
 
 DEFAULT_COLLECTION = "experiences"
 _VECTOR_CACHE_SIZE = 2048  # ~3 MB of float32 MiniLM vectors
@@ -112,14 +115,14 @@ class ExperienceStore:
     def __len__(self) -> int:
         return self._collection.count()
 
-    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+    def embed(self, texts: Sequence[str]) -> PyEmbeddings:
         """Embed through a small cache: a lesson screened for dedup is not embedded again when added,
         and the G samples of one problem share one query embedding under `topk` injection."""
         import numpy as np
 
         missing = list(dict.fromkeys(t for t in texts if t not in self._vectors))
         fresh = dict(zip(missing, self.embedder.embed(missing))) if missing else {}
-        vectors = []
+        vectors: PyEmbeddings = []
         for text in texts:
             if text in fresh:
                 vectors.append(fresh[text])
@@ -156,7 +159,7 @@ class ExperienceStore:
         for start in range(0, len(ids), batch_size):
             chunk = ids[start : start + batch_size]
             documents = [texts[i] for i in chunk]
-            embeddings = [list(v) for v in vectors[start : start + batch_size]] if vectors is not None else self.embed(documents)
+            embeddings: PyEmbeddings = [list(v) for v in vectors[start : start + batch_size]] if vectors is not None else self.embed(documents)
             self._collection.upsert(ids=chunk, documents=documents, embeddings=embeddings)
         self._synced = None
 
@@ -180,6 +183,7 @@ class ExperienceStore:
         result = self._collection.query(
             query_embeddings=self.embed(list(texts)), n_results=n_results, include=["documents", "distances"]
         )
+        assert result["documents"] is not None and result["distances"] is not None  # both asked for in `include`
         skip = set(exclude)
         out: list[list[Match]] = []
         for ids, documents, distances in zip(result["ids"], result["documents"], result["distances"]):
@@ -192,7 +196,9 @@ class ExperienceStore:
         count = len(self)
         if not vectors or count == 0:
             return [[] for _ in vectors]
-        result = self._collection.query(query_embeddings=[list(v) for v in vectors], n_results=min(count, k), include=["documents", "distances"])
+        embeddings: PyEmbeddings = [list(v) for v in vectors]
+        result = self._collection.query(query_embeddings=embeddings, n_results=min(count, k), include=["documents", "distances"])
+        assert result["documents"] is not None and result["distances"] is not None  # both asked for in `include`
         return [
             [Match(id=i, text=d, similarity=1.0 - float(dist)) for i, d, dist in zip(ids, documents, distances)]
             for ids, documents, distances in zip(result["ids"], result["documents"], result["distances"])
@@ -209,6 +215,7 @@ class ExperienceStore:
             return {}
         n_results = min(len(stored["ids"]), k + 1)
         result = self._collection.query(query_embeddings=stored["embeddings"], n_results=n_results, include=["documents", "distances"])
+        assert result["documents"] is not None and result["distances"] is not None  # both asked for in `include`
         neighbours: dict[str, list[Match]] = {}
         for own, ids, documents, distances in zip(stored["ids"], result["ids"], result["documents"], result["distances"]):
             neighbours[own] = [

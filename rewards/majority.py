@@ -113,10 +113,11 @@ class MajorityReward(Reward):
                 continue
             votes = sum(1 for a in answers if a is not None and a.strip() and vote_key(a) == vote_key(pseudo))
             for i in group:
-                if extracted[i] is None:
+                answer = extracted[i]
+                if answer is None:
                     scores[i] = Score(0.0, None, f"no answer found; majority answer {pseudo} ({votes}/{len(group)})")
                 else:
-                    pairs.append((i, pseudo, extracted[i], votes))
+                    pairs.append((i, pseudo, answer, votes))
         verdicts = _compare([(pseudo, pred) for _, pseudo, pred, _ in pairs], shared_verifier(timeout_s=self.timeout_s))
         for (i, pseudo, pred, votes), verdict in zip(pairs, verdicts, strict=True):
             size = next(len(g) for g in groups if i in g)

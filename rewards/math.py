@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from rewards.base import Reward, Score, column, completion_text
-from rewards.extraction import extract_answer, extract_with_source, last_boxed
+from rewards.extraction import Source, extract_answer, extract_with_source, last_boxed
 from rewards.normalize import fast_equivalent, normalize_answer
 from rewards.verifier import Verdict, Verifier, shared_verifier
 
@@ -103,7 +103,7 @@ class MathReward(Reward):
     def score(self, completions: Sequence[Any], prompts: Sequence[Any] | None = None, **columns: Any) -> list[Score]:
         golds = column(columns, self.answer_key, len(completions), reward_name=self.name)
         scores: list[Score | None] = [None] * len(completions)
-        to_compare: list[tuple[int, str, str, str]] = []
+        to_compare: list[tuple[int, str, str, Source]] = []
         for index, (completion, gold) in enumerate(zip(completions, golds, strict=True)):
             extracted, source = extract_with_source(completion_text(completion))
             gold_text = gold_answer(gold)

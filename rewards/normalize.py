@@ -87,8 +87,9 @@ def as_fraction(text: str) -> tuple[Fraction, bool] | None:
     match = _SLASH_FRACTION.match(text) or _LATEX_FRACTION.match(text)
     if match:
         groups = match.groupdict()
-        num = int(groups.get("num") or groups.get("num1"))
-        den = int(groups.get("den") or groups.get("den1"))
+        # `num` always matches in a/b; in \frac exactly one of `num`/`num1` does (likewise den), so never None.
+        num = int(groups.get("num") or groups["num1"])
+        den = int(groups.get("den") or groups["den1"])
         if den == 0:
             return None
         value = Fraction(num, den)

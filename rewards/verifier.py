@@ -359,7 +359,7 @@ class Verifier:
                 for conn in wait(list(busy), timeout=max(0.0, next_check - time.monotonic())):
                     task = busy.pop(conn)
                     try:
-                        _, equal, reason = conn.recv()
+                        _, equal, reason = task.worker.conn.recv()  # conn is this connection, typed
                         results[task.index] = Verdict(equal, reason)
                         free.append(task.worker)
                     except (EOFError, OSError):  # the worker died (e.g. killed by the OS for memory)

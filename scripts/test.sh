@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # CI's test command (README's second line runs it after scripts/install.sh): the whole pytest suite,
-# then the docs site built with --strict, so a broken link or a stale config reference fails the run.
+# then mypy on the lower layers, then the docs site built with --strict, so a broken link or a stale
+# config reference fails the run.
 # Extra arguments go to pytest (e.g. `bash scripts/test.sh -m "not slow"`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -8,5 +9,7 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} TOKENIZERS_PARALLELISM=${TOKENIZERS
 .venv/bin/python -m pytest -q "$@"
 # The layers (docs/architecture.md): an import that points up fails the run.
 .venv/bin/lint-imports --no-cache
+# Type check of the lower layers (the [tool.mypy] files in pyproject.toml); zero findings expected.
+.venv/bin/mypy
 # No -q: mkdocs 1.6 then drops warnings before --strict counts them, and a broken link would pass.
 .venv/bin/mkdocs build --strict --site-dir "${DOCS_SITE_DIR:-site}"

@@ -65,6 +65,8 @@ def test_injection_all_none_and_small_library(library: Library) -> None:
     assert Injection.parse("topk:10").render(library, query="anything") == render(library)  # fits: no store needed
     with pytest.raises(ExperienceError, match="vector store"):
         Injection.parse("topk:2").select(library, query="q")
+    with pytest.raises(ExperienceError, match="needs K"):  # built directly, without K: one line, not a TypeError
+        Injection(mode="topk").select(library, query="q", store=object())  # type: ignore[arg-type]
 
 
 # -- export / import -------------------------------------------------------------------------------------

@@ -40,12 +40,12 @@ def build_backends(config: LLMConfig, *, cache_dir: Path | None = None) -> list[
     if config.backend == "openai":
         from tfgrpo.llm.backends.openai_backend import OpenAIBackend
 
-        urls = config.base_url or [None]
+        urls: list[str | None] = [*config.base_url] or [None]
         return [OpenAIBackend(model=config.model, base_url=url, api_key=config.api_key, timeout_s=config.timeout_s) for url in urls]
     if config.backend == "litellm":
         from tfgrpo.llm.backends.litellm_backend import LiteLLMBackend
 
-        urls = config.base_url or [None]
+        urls = [*config.base_url] or [None]
         return [LiteLLMBackend(model=config.model, api_base=url, api_key=config.api_key, timeout_s=config.timeout_s) for url in urls]
     raise BackendUnavailableError(f"unknown backend {config.backend!r}")
 

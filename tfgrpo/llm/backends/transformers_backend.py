@@ -123,7 +123,7 @@ class TransformersBackend(Backend):
         if self.adapter:
             model = _with_adapter(model, self.adapter)
         device = torch.device(self.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        model.to(device)
+        model.to(device)  # type: ignore[arg-type]  # transformers' `to` wrapper is typed as taking the model
         model.eval()
         tokenizer.padding_side = "left"  # generation continues from the right edge of every row
         if tokenizer.pad_token_id is None:
