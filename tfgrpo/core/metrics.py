@@ -14,7 +14,8 @@ Conventions (they are part of the `metrics.json` contract):
   index wins (deterministic, independent of the order rows were written). The majority answer is correct
   when any sample that gave it was scored correct (the reward already compared it with the gold answer), or,
   when an `answer_checker(gold, answer)` is passed, when that says so.
-- The 95 % CI of Mean@K is a percentile bootstrap over problems (resampled with replacement), seeded.
+- The 95 % CI of Mean@K is a percentile bootstrap over problems (resampled with replacement), seeded
+  (`scipy.stats.bootstrap`, method="percentile").
 """
 
 from __future__ import annotations
@@ -26,9 +27,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from scipy import stats as scipy_stats
 
 CORRECT_THRESHOLD = 0.5
 N_BOOTSTRAP = 10_000
+_BOOTSTRAP_BATCH = 2_000
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -112,26 +115,24 @@ def majority_answer(answers: Sequence[str | None]) -> tuple[str | None, list[int
 
 
 def bootstrap_ci(values: Sequence[float], *, seed: int = 0, n_bootstrap: int = N_BOOTSTRAP, level: float = 0.95) -> list[float]:
-    """Percentile bootstrap CI of the mean of `values` (one value per problem)."""
+    """Percentile bootstrap CI of the mean of `values` (one value per problem), via `scipy.stats.bootstrap`."""
     data = np.asarray(values, dtype=np.float64)
     if data.size == 0:
         raise ValueError("no values to bootstrap")
     if data.size == 1 or np.all(data == data[0]):
+        # scipy refuses degenerate data (one distinct value); its CI is that value
         return [float(data[0]), float(data[0])]
-    rng = np.random.default_rng(seed)
-    means = _bootstrap_means(data, rng, n_bootstrap)
-    alpha = (1.0 - level) / 2.0
-    low, high = np.quantile(means, [alpha, 1.0 - alpha])
-    return [float(low), float(high)]
-
-
-def _bootstrap_means(data: np.ndarray, rng: np.random.Generator, n_bootstrap: int, chunk: int = 2_000) -> np.ndarray:
-    # chunks bound memory at chunk × problems indices, whatever the problem count
-    parts = []
-    for start in range(0, n_bootstrap, chunk):
-        size = min(chunk, n_bootstrap - start)
-        parts.append(data[rng.integers(0, data.size, size=(size, data.size))].mean(axis=1))
-    return np.concatenate(parts)
+    result = scipy_stats.bootstrap(
+        (data,),
+        np.mean,
+        n_resamples=n_bootstrap,
+        batch=_BOOTSTRAP_BATCH,  # bounds memory at batch × problems indices, whatever the problem count
+        vectorized=True,
+        confidence_level=level,
+        method="percentile",
+        rng=np.random.default_rng(seed),
+    )
+    return [float(result.confidence_interval.low), float(result.confidence_interval.high)]
 
 
 def is_correct(reward: float | None, threshold: float = CORRECT_THRESHOLD) -> bool:
