@@ -27,8 +27,8 @@ from pydantic import BaseModel, Field
 
 from experiences.model import Library
 from rewards.math import equivalent_many, gold_answer
-from rewards.normalize import as_fraction, normalize_answer
 from rewards.verifier import Verifier
+from tfgrpo.core.answers import as_fraction, normalize_answer
 
 LeakKind = Literal["answer", "copy"]
 LeakageMode = Literal["reject", "flag", "off"]

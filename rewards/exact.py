@@ -9,7 +9,7 @@ from typing import Any
 
 from rewards.base import Reward, Score, column, completion_text
 from rewards.extraction import last_answer_line, last_boxed
-from rewards.normalize import normalize_answer
+from tfgrpo.core.answers import normalize_answer
 
 _ARTICLES = re.compile(r"\b(?:a|an|the)\b")
 _PUNCT_EDGES = re.compile(r"^[\s\"'`.,;:!?()\[\]]+|[\s\"'`.,;:!?()\[\]]+$")

@@ -1,60 +1,36 @@
 """Majority-vote pseudo-labels, for learning without ground truth (the method's self-discrimination mode).
 
-Rules, all explicit:
-- answers are compared by a canonical key: normalised text, with plain numbers in canonical form
-  (`073`, `73` and `73.0` vote together; `1/2`, `\\frac{1}{2}` and `0.5` vote together);
-- an unparsable answer (None or empty) never votes and can never be the pseudo-gold;
-- a tie for the most votes gives no pseudo-gold (`ties="none"`, the default) or the tied answer that
-  appears first (`ties="first"`);
-- with `min_share`, the winner needs that share of ALL G completions (unparsable ones included).
+The vote itself is `tfgrpo.core.answers.majority_vote` (classes by `vote_key`, unparsable answers never
+vote, ties to the class voted first), the same rule as maj@k in eval and learn's pseudo-label. This reward
+differs only in its default for a tie: no pseudo-gold (`ties="none"`), since scoring a TRL batch against a
+coin flip teaches noise; `ties="first"` gives the shared rule. With `min_share`, the winner needs that
+share of ALL G completions (unparsable ones included).
 """
 
 from __future__ import annotations
 
 import json
-from collections import Counter
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any
 
 from rewards.base import Reward, Score, completion_text
 from rewards.errors import RewardError
 from rewards.extraction import extract_answer
 from rewards.math import _compare
-from rewards.normalize import as_fraction, canonical_integer, normalize_answer
 from rewards.verifier import shared_verifier
-
-TieRule = Literal["none", "first"]
-
-
-def vote_key(answer: str) -> str:
-    """The canonical form two answers must share to vote together."""
-    normal = normalize_answer(answer)
-    integer = canonical_integer(normal)
-    if integer is not None:
-        return integer
-    exact = as_fraction(normal)
-    if exact is not None:
-        value = exact[0]
-        return str(value.numerator) if value.denominator == 1 else f"{value.numerator}/{value.denominator}"
-    return "".join(normal.split())
+from tfgrpo.core.answers import TieRule, vote_key
+from tfgrpo.core.answers import majority_vote as core_majority_vote
 
 
 def majority_vote(answers: Sequence[str | None], *, ties: TieRule = "none", min_share: float = 0.0) -> str | None:
-    """The most common answer of a group (its first spelling), or None: no parsable answer, a tie, too few votes."""
+    """The majority answer of a group (its first spelling), or None: no parsable answer, a tie, too few votes.
+
+    `tfgrpo.core.answers.majority_vote` decides; this reward only defaults to abstaining on a tie.
+    """
     if ties not in ("none", "first"):
         raise RewardError(f"ties must be 'none' or 'first', got {ties!r}")
-    keyed = [(vote_key(a), a) for a in answers if a is not None and a.strip()]
-    if not keyed:
-        return None
-    counts = Counter(key for key, _ in keyed)
-    top = max(counts.values())
-    tied = [key for key in counts if counts[key] == top]  # Counter keeps first-appearance order
-    if len(tied) > 1 and ties == "none":
-        return None
-    if top < min_share * len(answers):
-        return None
-    winner = tied[0]
-    return next(answer for key, answer in keyed if key == winner)
+    vote = core_majority_vote(answers, ties=ties, min_share=min_share)
+    return None if vote is None else vote.first
 
 
 def group_indices(n: int, *, prompts: Sequence[Any] | None, columns: dict[str, Any], group_key: str,

@@ -12,8 +12,9 @@ from typing import Any
 
 from rewards.base import Reward, Score, column, completion_text
 from rewards.extraction import Source, extract_answer, extract_with_source, last_boxed
-from rewards.normalize import fast_equivalent, normalize_answer
+from rewards.normalize import fast_equivalent
 from rewards.verifier import Verdict, Verifier, shared_verifier
+from tfgrpo.core.answers import normalize_answer
 
 _SHOWN = 60  # characters of an answer quoted in a reason
 MAX_VERIFIED_CHARS = 10_000  # longer answers that are not plain numbers score 0 without a worker

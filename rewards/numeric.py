@@ -9,7 +9,7 @@ from typing import Any
 from rewards.base import Reward, Score, column, completion_text
 from rewards.errors import RewardError
 from rewards.extraction import extract_answer
-from rewards.normalize import as_fraction, normalize_answer
+from tfgrpo.core.answers import as_fraction, normalize_answer
 
 
 def parse_number(text: str | None) -> float | None:

@@ -6,13 +6,13 @@ import math
 
 import pytest
 
+from tfgrpo.core.answers import vote_key
 from tfgrpo.core.metrics import (
     aggregate,
     bootstrap_ci,
     ks_for,
     majority_answer,
     mean_at_k,
-    normalize_answer,
     pass_at_k,
     summarize,
 )
@@ -90,11 +90,11 @@ class TestMajority:
             ("3.0", "3"),
             ("  42 ", "42"),
             ("\\frac{1}{2}", "\\frac{1}{2}"),
-            (None, None),
+            ("0.5", "\\frac{1}{2}"),  # equal rationals share a class (the rule rewards.majority already had)
         ],
     )
     def test_normalize(self, raw, normal):
-        assert normalize_answer(raw) == normal
+        assert vote_key(raw) == normal
 
     def test_plain_majority(self):
         assert majority_answer(["4", "3", "3"]) == ("3", [1, 2])

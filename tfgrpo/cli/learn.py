@@ -81,8 +81,6 @@ def register(app: typer.Typer) -> None:
         settings = build_config(LearnConfig, config, overrides) if config or data else None
         if settings is None:
             raise ConfigError("--data is required (a bundled name like 'easy' or a JSONL file), or --config learn.yaml")
-        if settings.llm.api_key == "***":  # the saved config hides the key: take it from --api-key or the environment
-            settings.llm.api_key = None
         console = Console(stderr=True, soft_wrap=True)
         from tfgrpo.llm.errors import LLMError
 

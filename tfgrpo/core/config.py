@@ -8,13 +8,30 @@ defaults are `None`), so the YAML file supplies the rest and the command line wi
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, BeforeValidator, SecretStr, ValidationError
 
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
+
+
+def _masked_is_unset(value: Any) -> Any:
+    # A saved config.yaml holds the key masked ('**********' from SecretStr, '***' from older runs):
+    # reading it back must mean "no key given here", so --api-key or the environment supplies it.
+    if isinstance(value, str) and value and set(value) == {"*"}:
+        return None
+    return value
+
+
+SecretKey = Annotated[SecretStr | None, BeforeValidator(_masked_is_unset)]
+"""An API key or token: never printed, dumped or logged in clear; read it with `.get_secret_value()`."""
+
+
+def secret_value(secret: SecretStr | None) -> str | None:
+    """The clear text of a `SecretKey` field, or None when none was given."""
+    return None if secret is None else secret.get_secret_value()
 
 
 class ConfigError(ValueError):
@@ -82,7 +99,7 @@ def nested_defaults(model_cls: type[BaseModel]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, field in model_cls.model_fields.items():
         if field.default_factory is not None:
-            value = field.default_factory()
+            value = field.default_factory()  # type: ignore[call-arg]  # our factories take no argument
         elif field.default is not PydanticUndefined:
             value = field.default
         else:
@@ -139,7 +156,11 @@ def _annotation_types(annotation: Any) -> set[Any]:
 
 
 def dump_config(config: BaseModel) -> str:
-    """YAML of a resolved config with secrets removed (for the run directory)."""
+    """YAML of a resolved config with secrets removed (for the run directory).
+
+    `SecretKey` fields dump masked by pydantic; `_scrub` also masks any other key-, token- or
+    password-named value (e.g. inside a free-form dict), so the file never holds a secret.
+    """
     data = config.model_dump(mode="json")
     _scrub(data)
     return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
@@ -159,10 +180,12 @@ def _scrub(data: Any) -> None:
 
 __all__ = [
     "ConfigError",
+    "SecretKey",
     "build_config",
     "deep_merge",
     "drop_unset",
     "dump_config",
     "format_validation_error",
     "read_yaml",
+    "secret_value",
 ]

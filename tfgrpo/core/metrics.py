@@ -8,27 +8,29 @@ Conventions (they are part of the `metrics.json` contract):
 - Mean@K is the mean over problems of (correct samples / samples): the average pass@1 over K samples.
 - pass@k uses the unbiased estimator of Chen et al. (2021), 1 − C(n−c, k) / C(n, k), as a product so it
   never overflows; k runs over 1, 2, 4, … up to the smallest sample count of any problem, plus that count.
-- maj@k votes over *normalised* extracted answers. Unparsable answers (None) are each their own class of
-  one and never beat a real answer, so a problem only gets no majority answer when no sample gave one.
-  **Tie rule:** among answers with the same count, the one whose first sample has the lowest sample
-  index wins (deterministic, independent of the order rows were written). The majority answer is correct
-  when any sample that gave it was scored correct (the reward already compared it with the gold answer), or,
+- maj@k votes with `tfgrpo.core.answers.majority_vote` over the extracted answers of a problem's samples,
+  ordered by sample index: classes by `vote_key`, unparsable answers (None) never vote, so a problem only
+  gets no majority answer when no sample gave one. **Tie rule** (the one rule, shared with learn's
+  ground-truth-free pseudo-label): the class whose first vote has the lowest sample index wins. The
+  majority answer is correct when any sample that gave it was scored correct (the reward already compared it with the gold answer), or,
   when an `answer_checker(gold, answer)` is passed, when that says so.
-- The 95 % CI of Mean@K is a percentile bootstrap over problems (resampled with replacement), seeded.
+- The 95 % CI of Mean@K is a percentile bootstrap over problems (resampled with replacement), seeded
+  (`scipy.stats.bootstrap`, method="percentile").
 """
 
 from __future__ import annotations
 
 import math
-import re
-from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from scipy import stats as scipy_stats
 
-CORRECT_THRESHOLD = 0.5
+from tfgrpo.core.answers import CORRECT_THRESHOLD, is_correct, majority_vote
+
 N_BOOTSTRAP = 10_000
+_BOOTSTRAP_BATCH = 2_000
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -59,83 +61,31 @@ def mean_at_k(per_problem: Iterable[tuple[int, int]]) -> float:
     return float(np.mean(fractions))
 
 
-_BOXED = re.compile(r"^\\(?:boxed|fbox)\s*\{(.*)\}$", re.DOTALL)
-_TEXT = re.compile(r"\\(?:text|textbf|mathrm|mbox)\s*\{([^{}]*)\}")
-_NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)$")
-
-
-def normalize_answer(answer: str | None) -> str | None:
-    """A canonical form for voting: '$\\boxed{027}$.' and '27' become the same class. None stays None.
-
-    Deliberately light (no symbolic algebra): it merges spellings, not mathematically equal values.
-    """
-    if answer is None:
-        return None
-    text = answer.strip()
-    for _ in range(3):  # peel wrappers in any order: $...$, \boxed{...}, trailing period
-        before = text
-        text = text.strip().rstrip(".").strip()
-        if len(text) >= 2 and text.startswith("$") and text.endswith("$"):
-            text = text.strip("$").strip()
-        match = _BOXED.match(text)
-        if match:
-            text = match.group(1).strip()
-        if text.startswith("\\(") and text.endswith("\\)"):
-            text = text[2:-2].strip()
-        if text == before:
-            break
-    text = _TEXT.sub(r"\1", text)
-    text = text.replace("\\!", "").replace("\\,", "").replace("\\ ", "").replace("\\left", "").replace("\\right", "")
-    text = re.sub(r"^[a-zA-Z]\s*=\s*", "", text)  # "x = 5" → "5"
-    text = re.sub(r"\s+", "", text)
-    numeric = text.replace(",", "") if re.fullmatch(r"[+-]?\d{1,3}(,\d{3})+(\.\d*)?", text) else text
-    if _NUMBER.match(numeric):
-        value = float(numeric)
-        if value.is_integer() and abs(value) < 1e15:
-            return str(int(value))
-        return repr(value)
-    return text or None
-
-
 def majority_answer(answers: Sequence[str | None]) -> tuple[str | None, list[int]]:
-    """(winning normalised answer, indices into `answers` that gave it); see the module doc for ties."""
-    normalised = [normalize_answer(a) for a in answers]
-    counts = Counter(a for a in normalised if a is not None)
-    if not counts:
-        return None, []
-    first_index = {}
-    for index, value in enumerate(normalised):
-        if value is not None:
-            first_index.setdefault(value, index)
-    winner = min(counts, key=lambda value: (-counts[value], first_index[value]))
-    return winner, [i for i, value in enumerate(normalised) if value == winner]
+    """(winning vote class, indices into `answers` that gave it): `tfgrpo.core.answers.majority_vote`."""
+    vote = majority_vote(answers)
+    return (None, []) if vote is None else (vote.key, list(vote.indices))
 
 
 def bootstrap_ci(values: Sequence[float], *, seed: int = 0, n_bootstrap: int = N_BOOTSTRAP, level: float = 0.95) -> list[float]:
-    """Percentile bootstrap CI of the mean of `values` (one value per problem)."""
+    """Percentile bootstrap CI of the mean of `values` (one value per problem), via `scipy.stats.bootstrap`."""
     data = np.asarray(values, dtype=np.float64)
     if data.size == 0:
         raise ValueError("no values to bootstrap")
     if data.size == 1 or np.all(data == data[0]):
+        # scipy refuses degenerate data (one distinct value); its CI is that value
         return [float(data[0]), float(data[0])]
-    rng = np.random.default_rng(seed)
-    means = _bootstrap_means(data, rng, n_bootstrap)
-    alpha = (1.0 - level) / 2.0
-    low, high = np.quantile(means, [alpha, 1.0 - alpha])
-    return [float(low), float(high)]
-
-
-def _bootstrap_means(data: np.ndarray, rng: np.random.Generator, n_bootstrap: int, chunk: int = 2_000) -> np.ndarray:
-    # chunks bound memory at chunk × problems indices, whatever the problem count
-    parts = []
-    for start in range(0, n_bootstrap, chunk):
-        size = min(chunk, n_bootstrap - start)
-        parts.append(data[rng.integers(0, data.size, size=(size, data.size))].mean(axis=1))
-    return np.concatenate(parts)
-
-
-def is_correct(reward: float | None, threshold: float = CORRECT_THRESHOLD) -> bool:
-    return reward is not None and reward >= threshold
+    result = scipy_stats.bootstrap(
+        (data,),
+        np.mean,
+        n_resamples=n_bootstrap,
+        batch=_BOOTSTRAP_BATCH,  # bounds memory at batch × problems indices, whatever the problem count
+        vectorized=True,
+        confidence_level=level,
+        method="percentile",
+        rng=np.random.default_rng(seed),
+    )
+    return [float(result.confidence_interval.low), float(result.confidence_interval.high)]
 
 
 def problem_results(
@@ -165,7 +115,7 @@ def problem_results(
         if maj is None:
             maj_correct = False
         elif answer_checker is not None:
-            maj_correct = bool(answer_checker(gold, maj))
+            maj_correct = bool(answer_checker(gold, str(scored[maj_indices[0]].get("extracted"))))  # as first spelled
         else:
             maj_correct = any(correct_flags[i] for i in maj_indices)
         n, c = len(scored), sum(correct_flags)
@@ -257,7 +207,6 @@ __all__ = [
     "ks_for",
     "majority_answer",
     "mean_at_k",
-    "normalize_answer",
     "pass_at_k",
     "problem_results",
     "summarize",

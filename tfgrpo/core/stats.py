@@ -5,8 +5,12 @@ Both tests work on d_i = acc_B(i) − acc_A(i), one value per problem both syste
 - a two-sided paired permutation (sign-flip) test: under "no difference" each d_i is as likely to be
   −d_i, so p = share of sign assignments whose |mean| is at least the observed |mean|. With at most
   `exact_max` problems that have d_i ≠ 0, all 2^m assignments are enumerated (exact p); otherwise
-  `n_permutations` random ones are drawn and p = (1 + hits) / (1 + draws), which is never 0.
+  `n_permutations` random ones are drawn and p = (1 + hits) / (1 + draws), which is never 0 (unless
+  2^m ≤ `n_permutations`: then enumerating is cheaper and exact, so it is done).
 Problems with d_i = 0 cannot change sign, so they are left out of the enumeration (same p, less work).
+Both run on `scipy.stats` (`bootstrap`, and `permutation_test` with permutation_type="samples" on one
+sample of differences, which is the sign-flip test); tests/test_stats_scipy.py pins the exact p-values to
+the earlier hand-written enumeration.
 """
 
 from __future__ import annotations
@@ -14,12 +18,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+from scipy import stats as scipy_stats
 from pydantic import BaseModel, ConfigDict
 
 from tfgrpo.core.metrics import N_BOOTSTRAP, bootstrap_ci
 
 N_PERMUTATIONS = 10_000
 EXACT_MAX = 16
+_PERMUTATION_BATCH = 2_000
 
 
 class PairedComparison(BaseModel):
@@ -57,21 +63,28 @@ def sign_flip_p_value(
     nonzero = diffs[diffs != 0.0]
     if nonzero.size == 0:
         return 1.0, "exact (all differences are zero)"
-    observed = abs(nonzero.sum())
-    tolerance = 1e-9 * max(1.0, observed)  # float sums of the same values in another order
-    if nonzero.size <= exact_max:
-        # each row of `signs` is one assignment: bit j of the row index decides the sign of nonzero[j]
-        rows = np.arange(2**nonzero.size, dtype=np.int64)[:, None]
-        signs = 1.0 - 2.0 * ((rows >> np.arange(nonzero.size)) & 1)
-        sums = np.abs(signs @ nonzero)
-        return float(np.mean(sums >= observed - tolerance)), f"exact ({2**nonzero.size} sign assignments)"
-    rng = np.random.default_rng(seed)
-    hits = 0
-    for start in range(0, n_permutations, 2_000):
-        size = min(2_000, n_permutations - start)
-        signs = rng.choice(np.array([-1.0, 1.0]), size=(size, nonzero.size))
-        hits += int(np.sum(np.abs(signs @ nonzero) >= observed - tolerance))
-    return (1 + hits) / (1 + n_permutations), f"Monte Carlo ({n_permutations} sign flips, seed {seed})"
+    # scipy also enumerates when the draws asked for would not be fewer than the 2^m assignments
+    exact = nonzero.size <= exact_max or 2**nonzero.size <= n_permutations
+    # one sample + permutation_type="samples" = every resample flips the sign of each d_i independently;
+    # n_resamples=inf makes scipy enumerate all 2^m assignments (the observed one included)
+    result = scipy_stats.permutation_test(
+        (nonzero,),
+        _absolute_sum,
+        permutation_type="samples",
+        vectorized=True,
+        n_resamples=np.inf if exact else n_permutations,
+        batch=_PERMUTATION_BATCH,
+        alternative="greater",  # |sum| ≥ observed |sum|: the two-sided test on the signed mean
+        rng=np.random.default_rng(seed),
+    )
+    if exact:
+        return float(result.pvalue), f"exact ({2**nonzero.size} sign assignments)"
+    # scipy's Monte Carlo p is (1 + hits) / (1 + draws), so never 0
+    return float(result.pvalue), f"Monte Carlo ({n_permutations} sign flips, seed {seed})"
+
+
+def _absolute_sum(values: np.ndarray, axis: int = -1) -> np.ndarray:
+    return np.abs(np.sum(values, axis=axis))
 
 
 def compare_paired(

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from tfgrpo.core.answers import is_correct, majority_vote
 from tfgrpo.core.datasets import Problem, load_dataset_rows
 from experiences.apply import Budget, apply_operations
 from experiences.model import Library
@@ -44,7 +45,7 @@ from tfgrpo.learn.rundir import RunDir, RunState
 from tfgrpo.learn.stages import gather_all
 from tfgrpo.learn.stages.advantage import GroupAnalysis, GroupRequest, analyze_group
 from tfgrpo.learn.stages.consolidate import NearDuplicate, consolidate
-from tfgrpo.learn.stages.summarize import CORRECT_THRESHOLD, Summary, SummaryRequest, summarize_rollouts
+from tfgrpo.learn.stages.summarize import Summary, SummaryRequest, summarize_rollouts
 
 T = TypeVar("T")
 
@@ -287,7 +288,7 @@ class Engine:
         for group in groups:
             for rollout in group.rollouts:
                 if rollout.ok:
-                    library.record_usage(group.injected_ids, correct=None if rollout.reward is None else rollout.reward >= CORRECT_THRESHOLD)
+                    library.record_usage(group.injected_ids, correct=None if rollout.reward is None else is_correct(rollout.reward))
         counters.count_groups(groups)
         counters.lap("rollouts")
 
@@ -409,9 +410,9 @@ class Engine:
             group.gold = group.problem.answer
         else:
             from rewards.extraction import extract_answer
-            from rewards.majority import majority_vote
-
-            group.gold, group.gold_is_pseudo = majority_vote([extract_answer(r.completion) for r in valid]), True
+            # the shared majority rule (ties to the answer voted first), so the pseudo-label is maj@k's answer
+            vote = majority_vote([extract_answer(r.completion) for r in valid])
+            group.gold, group.gold_is_pseudo = (None if vote is None else vote.first), True
             if group.gold is None:
                 group.status = "no_majority"
                 return
@@ -477,7 +478,7 @@ class Engine:
 
         label = label or f"epoch {epoch}"
         groups = await self.tracked(f"{label} · validation", [one(p) for p in problems], weight=config.val_samples)
-        pairs = [(sum(r.ok for r in g), sum(r.ok and (r.reward or 0.0) >= CORRECT_THRESHOLD for r in g)) for g in groups]
+        pairs = [(sum(r.ok for r in g), sum(r.ok and is_correct(r.reward) for r in g)) for g in groups]
         scored = [(n, c) for n, c in pairs if n > 0]
         result = {
             "epoch": epoch,

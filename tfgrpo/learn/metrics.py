@@ -20,6 +20,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from tfgrpo.core.answers import is_correct
 from tfgrpo.llm.accounting import RETRY_CAUSES, retries_line
 
 SUMMED = (
@@ -98,7 +99,7 @@ class StepCounters:
                     self.rollouts_failed += 1
                 elif rollout.reward is not None:
                     self.rollouts_scored += 1
-                    self.correct += rollout.reward >= 0.5
+                    self.correct += is_correct(rollout.reward)
                 else:
                     self.rollouts_unscored += 1
             self.groups_kept += group.status == "kept"

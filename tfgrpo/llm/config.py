@@ -6,6 +6,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from tfgrpo.core.config import SecretKey
+
 BackendName = Literal["transformers", "llamacpp", "openai", "litellm", "vllm"]
 
 
@@ -20,7 +22,7 @@ class LLMConfig(BaseModel):
         "None = the embedded SmolLM2-135M-Instruct."
     )
     base_url: list[str] = Field(default_factory=list, description="One or more OpenAI-compatible base URLs.")
-    api_key: str | None = Field(None, description="API key; else OPENAI_API_KEY or the provider's variable.")
+    api_key: SecretKey = Field(None, description="API key; else OPENAI_API_KEY or the provider's variable.")
     adapter: str | None = Field(None, description="A LoRA adapter directory (transformers, vllm).")
     concurrency: int = Field(64, ge=1, description="Requests in flight at once, per endpoint.")
     max_retries: int = Field(5, ge=0, description="Retries of a transient failure (429, 5xx, timeout).")

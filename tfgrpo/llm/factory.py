@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from tfgrpo.core.config import secret_value
 from tfgrpo.llm.config import LLMConfig
 from tfgrpo.llm.accounting import context_window, resolve_pricing
 from tfgrpo.llm.base import Backend
@@ -41,12 +42,12 @@ def build_backends(config: LLMConfig, *, cache_dir: Path | None = None) -> list[
         from tfgrpo.llm.backends.openai_backend import OpenAIBackend
 
         urls: list[str | None] = [*config.base_url] or [None]
-        return [OpenAIBackend(model=config.model, base_url=url, api_key=config.api_key, timeout_s=config.timeout_s) for url in urls]
+        return [OpenAIBackend(model=config.model, base_url=url, api_key=secret_value(config.api_key), timeout_s=config.timeout_s) for url in urls]
     if config.backend == "litellm":
         from tfgrpo.llm.backends.litellm_backend import LiteLLMBackend
 
         urls = [*config.base_url] or [None]
-        return [LiteLLMBackend(model=config.model, api_base=url, api_key=config.api_key, timeout_s=config.timeout_s) for url in urls]
+        return [LiteLLMBackend(model=config.model, api_base=url, api_key=secret_value(config.api_key), timeout_s=config.timeout_s) for url in urls]
     raise BackendUnavailableError(f"unknown backend {config.backend!r}")
 
 

@@ -15,6 +15,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 
 from rewards.registry import get_reward
+from tfgrpo.core.config import secret_value
 from tfgrpo.serve.config import ServeConfig
 from tfgrpo.serve.exchange import BadRequest, Exchange, parse_body, prepare, reply_from_json, reply_from_sse
 from tfgrpo.serve.feedback import FeedbackError, score_feedback
@@ -40,7 +41,7 @@ def create_app(config: ServeConfig) -> FastAPI:
         live=LiveLibrary(config.library, store_dir=config.store_dir),
         upstream=Upstream(
             config.upstream,
-            api_key=config.api_key or os.environ.get(API_KEY_ENV),
+            api_key=secret_value(config.api_key) or os.environ.get(API_KEY_ENV),
             timeout_s=config.timeout_s,
             max_retries=config.max_retries,
             backoff_s=config.backoff_s,

@@ -7,6 +7,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from experiences.render import Injection
+from tfgrpo.core.config import SecretKey
 
 
 class ServeConfig(BaseModel):
@@ -17,7 +18,7 @@ class ServeConfig(BaseModel):
     host: str = Field("127.0.0.1", description="Address to listen on.")
     port: int = Field(8000, ge=0, le=65535, description="Port to listen on (0: any free port).")
     model: str | None = Field(None, description="Upstream model name sent instead of the client's (default: the client's).")
-    api_key: str | None = Field(None, description="Upstream API key (else TFGRPO_UPSTREAM_API_KEY); never stored in traces.")
+    api_key: SecretKey = Field(None, description="Upstream API key (else TFGRPO_UPSTREAM_API_KEY); never stored in traces.")
     inject: str = Field("all", description="Default injection: all | none | topk:K; a request may send `x-tfgrpo-inject`.")
     store_dir: Path | None = Field(None, description="Vector store folder for topk injection (default: in-memory).")
     holdout: float = Field(0.0, ge=0.0, le=1.0, description="Share of users served WITHOUT the library (arm A).")

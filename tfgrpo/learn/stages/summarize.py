@@ -12,14 +12,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from experiences.apply import approximate_tokens
+from tfgrpo.core.answers import is_correct
 from tfgrpo.llm.client import LLMClient
 from tfgrpo.llm.errors import PER_REQUEST_FAILURES
 from tfgrpo.llm.types import SamplingParams
 from tfgrpo.rollout.sampling import Rollout
 from tfgrpo.learn.stages import gather_all, render_stage_prompt
-
-CORRECT_THRESHOLD = 0.5  # math rewards are 0/1; the same threshold as tfgrpo.core.metrics
-
 
 @dataclass
 class SummaryRequest:
@@ -51,7 +49,7 @@ class Summary:
 def outcome_of(reward: float | None) -> str:
     if reward is None:
         return "unscored"
-    return "correct" if reward >= CORRECT_THRESHOLD else "wrong"
+    return "correct" if is_correct(reward) else "wrong"
 
 
 def summary_messages(request: SummaryRequest, *, template: str, token_budget: int) -> tuple[list[dict[str, str]], bool]:

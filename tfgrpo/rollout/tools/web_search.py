@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from tfgrpo.core.config import format_validation_error
+from tfgrpo.core.config import SecretKey, format_validation_error
 from tfgrpo.rollout.tools.base import Tool, ToolError, ToolResult
 
 
@@ -22,7 +22,7 @@ class WebSearchConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     endpoint: str = Field(..., description="Search API URL, e.g. http://localhost:8888/search.")
-    api_key: str | None = Field(None, description="Sent in `auth_header`; None = no auth header.")
+    api_key: SecretKey = Field(None, description="Sent in `auth_header`; None = no auth header.")
     auth_header: str = Field("Authorization", description="Header carrying the key.")
     auth_scheme: str = Field("Bearer", description="Prefix of the key in the header ('' for a bare key).")
     query_param: str = Field("q", description="Query-string parameter of the search terms.")
@@ -64,7 +64,7 @@ class WebSearchTool(Tool):
             params[config.count_param] = str(config.max_results)
         headers = {"Accept": "application/json"}
         if config.api_key:
-            headers[config.auth_header] = f"{config.auth_scheme} {config.api_key}".strip()
+            headers[config.auth_header] = f"{config.auth_scheme} {config.api_key.get_secret_value()}".strip()
         started = time.monotonic()
         try:
             async with httpx.AsyncClient(timeout=config.timeout_s) as http:

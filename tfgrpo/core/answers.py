@@ -1,0 +1,192 @@
+"""What an answer *is*, one meaning each for every layer: its normalised text, its voting class,
+the majority vote over a group, and the reward at which a sample counts as correct.
+
+- `normalize_answer` strips presentation that never changes the value (math delimiters, spacing,
+  `\\text{}` wrappers, `\\left`/`\\right`, degrees, currency, a trailing period, unit words after a
+  number, `\\dfrac`). Rewards compare gold and prediction on this form.
+- `vote_key` is the class two answers must share to vote together: the normalised text with a
+  `\\boxed{}` peeled and a leading `x =` dropped; integers in canonical form (`073`, `73`, `73.0` -> `73`),
+  other exact rationals as `\\frac{p}{q}` (`1/2`, `0.5`, `\\frac{1}{2}` -> `\\frac{1}{2}`); whitespace removed.
+  It merges spellings and equal rationals, not symbolically equal expressions.
+- `majority_vote` is the one majority rule, used by maj@k (eval), the ground-truth-free pseudo-label
+  (learn) and the `majority` reward. Unparsable answers (None or blank) never vote. **Tie rule:** among
+  classes with the most votes, the one whose first vote has the lowest index wins (deterministic and
+  independent of anything but the order of the samples). `ties="none"` abstains on a tie instead; only the
+  `majority` reward (TRL) uses that, where no pseudo-gold is safer than a coin flip.
+- `CORRECT_THRESHOLD`: a sample is correct when its reward is at least 0.5 (math rewards are 0/1);
+  a reward of None (the scorer could not decide) is not correct.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Literal
+
+CORRECT_THRESHOLD = 0.5
+
+# A whole answer wrapped in one of these is unwrapped: `\text{5}` is 5.
+_WRAPPERS = re.compile(r"^\\(?:text|textbf|textrm|mathrm|mathbf|mbox|operatorname)\s*\{(?P<body>[^{}]*)\}$")
+_THIN_SPACE_THOUSANDS = re.compile(r"(?<=\d)\\,(?=\d{3}(?!\d))")
+_SPACING = re.compile(r"\\[,;:! ]|\\quad|\\qquad|~")
+_LEFT_RIGHT = re.compile(r"\\(?:left|right)(?=[()\[\]|.]|\\[{}|])")
+_DEGREES = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|°|\\degree")
+_CURRENCY = re.compile(r"^(?:\\\$|\$|USD\s*|€|£)\s*|\s*(?:\\\$|USD|€|£)$")
+_PERCENT = re.compile(r"\s*\\?%$")
+# Trailing unit words after a number: `10 cm`, `5 \text{ dollars}`, `3 apples`; one-letter words are algebra.
+_NUMBER_THEN_UNITS = re.compile(
+    r"^(?P<number>[+-]?[\d.,/]+)\s*(?:(?:\\text|\\mbox|\\mathrm)\s*\{\s*[A-Za-z][A-Za-z .^\d]*\}|[A-Za-z]{2,}\.?|\s)+$"
+)
+_THOUSANDS = re.compile(r"^[+-]?\d{1,3}(?:(?:,|\{,\}|\\,)\d{3})+(?:\.\d+)?$")
+_INTEGER = re.compile(r"^[+-]?\d+$")
+_DECIMAL = re.compile(r"^[+-]?(?:\d+\.\d*|\.\d+)$")
+_SLASH_FRACTION = re.compile(r"^(?P<sign>[+-]?)(?P<num>\d+)\s*/\s*(?P<den>\d+)$")
+_LATEX_FRACTION = re.compile(r"^(?P<sign>[+-]?)\\[dt]?frac\s*(?:\{\s*(?P<num>\d+)\s*\}|(?P<num1>\d))\s*(?:\{\s*(?P<den>\d+)\s*\}|(?P<den1>\d))$")
+
+MAX_FAST_DIGITS = 4000  # beyond this, Fraction(...) would trip Python's int-string conversion limit
+
+
+def normalize_answer(answer: str) -> str:
+    """Strip presentation that never changes the value: math delimiters, spacing, `\\text{}` wrappers,
+    `\\left`/`\\right`, degrees, currency, a trailing period, unit words after a number, `\\dfrac`."""
+    text = answer.strip()
+    for _ in range(3):  # wrappers can nest ($\text{5}$); a few rounds cover real answers
+        before = text
+        text = _strip_delimiters(text)
+        text = _THIN_SPACE_THOUSANDS.sub("", text)  # 1\,000 is one thousand, not "1 000"
+        text = _SPACING.sub(" ", text).strip()
+        match = _WRAPPERS.match(text)
+        if match:
+            text = match.group("body").strip()
+        text = text.rstrip(".").strip()
+        if text == before:
+            break
+    text = _LEFT_RIGHT.sub("", text)
+    text = text.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
+    text = _DEGREES.sub("", text).strip()
+    text = _CURRENCY.sub("", text).strip()
+    # A percent sign is a unit: 25\% is 25 (never also 0.25), so one gold cannot match two different numbers.
+    text = _PERCENT.sub("", text).strip()
+    units = _NUMBER_THEN_UNITS.match(text)
+    if units:
+        text = units.group("number")
+    if _THOUSANDS.match(text):
+        text = text.replace("{,}", "").replace("\\,", "").replace(",", "")
+    return text
+
+
+def _strip_delimiters(text: str) -> str:
+    for opener, closer in (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]")):
+        if len(text) >= len(opener) + len(closer) and text.startswith(opener) and text.endswith(closer):
+            return text[len(opener) : len(text) - len(closer)].strip()
+    return text
+
+
+def canonical_integer(text: str) -> str | None:
+    """`-073` -> `-73`; None when `text` is not a plain integer. Works at any size (no int())."""
+    if not _INTEGER.match(text):
+        return None
+    sign = "-" if text[0] == "-" else ""
+    digits = text.lstrip("+-").lstrip("0") or "0"
+    return "0" if digits == "0" else sign + digits
+
+
+def as_fraction(text: str) -> tuple[Fraction, bool] | None:
+    """(value, is_exact) for an integer, decimal, `a/b` or `\\frac{a}{b}`; is_exact is False for decimals."""
+    if len(text) > MAX_FAST_DIGITS:
+        return None
+    if _INTEGER.match(text):
+        return Fraction(int(text)), True
+    if _DECIMAL.match(text):
+        return Fraction(text), False
+    match = _SLASH_FRACTION.match(text) or _LATEX_FRACTION.match(text)
+    if match:
+        groups = match.groupdict()
+        # `num` always matches in a/b; in \frac exactly one of `num`/`num1` does (likewise den), so never None.
+        num = int(groups.get("num") or groups["num1"])
+        den = int(groups.get("den") or groups["den1"])
+        if den == 0:
+            return None
+        value = Fraction(num, den)
+        return (-value if groups["sign"] == "-" else value), True
+    return None
+
+
+def is_correct(reward: float | None, threshold: float = CORRECT_THRESHOLD) -> bool:
+    """Whether a sample's reward counts as correct (None, undecided, does not)."""
+    return reward is not None and reward >= threshold
+
+
+_BOXED = re.compile(r"^\\(?:boxed|fbox)\s*\{(?P<body>.*)\}$", re.DOTALL)
+_VARIABLE_IS = re.compile(r"^[a-zA-Z]\s*=\s*")
+
+
+def vote_key(answer: str) -> str:
+    """The canonical form two answers must share to vote together (see the module doc)."""
+    normal = normalize_answer(answer)
+    for _ in range(3):  # \boxed{x = 5} or x = \boxed{5}: peel in any order
+        before = normal
+        boxed = _BOXED.match(normal)
+        if boxed:
+            normal = normalize_answer(boxed.group("body"))
+        normal = normalize_answer(_VARIABLE_IS.sub("", normal))
+        if normal == before:
+            break
+    integer = canonical_integer(normal)
+    if integer is not None:
+        return integer
+    exact = as_fraction(normal)
+    if exact is not None:
+        value = exact[0]
+        if value.denominator == 1:
+            return str(value.numerator)
+        sign = "-" if value < 0 else ""
+        return f"{sign}\\frac{{{abs(value.numerator)}}}{{{value.denominator}}}"
+    return "".join(normal.split())
+
+
+TieRule = Literal["first", "none"]
+
+
+@dataclass(frozen=True)
+class Vote:
+    """The winning class of a majority vote."""
+
+    key: str  # its vote_key
+    first: str  # its first spelling, as given
+    indices: tuple[int, ...]  # positions (in the answers given) of every vote for it
+
+
+def majority_vote(answers: Sequence[str | None], *, ties: TieRule = "first", min_share: float = 0.0) -> Vote | None:
+    """The majority class of `answers`, or None: nothing parsable, a tie under `ties="none"`, or fewer votes
+    than `min_share` of ALL answers (unparsable ones included)."""
+    if ties not in ("first", "none"):
+        raise ValueError(f"ties must be 'first' or 'none', got {ties!r}")
+    keys = [vote_key(a) if a is not None and a.strip() else None for a in answers]
+    counts = Counter(key for key in keys if key)
+    if not counts:
+        return None
+    top = max(counts.values())
+    tied = [key for key in counts if counts[key] == top]  # Counter keeps first-appearance order
+    if (len(tied) > 1 and ties == "none") or top < min_share * len(answers):
+        return None
+    winner = tied[0]
+    indices = tuple(i for i, key in enumerate(keys) if key == winner)
+    return Vote(key=winner, first=str(answers[indices[0]]), indices=indices)
+
+
+__all__ = [
+    "CORRECT_THRESHOLD",
+    "MAX_FAST_DIGITS",
+    "TieRule",
+    "Vote",
+    "as_fraction",
+    "canonical_integer",
+    "is_correct",
+    "majority_vote",
+    "normalize_answer",
+    "vote_key",
+]
