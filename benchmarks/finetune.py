@@ -152,7 +152,7 @@ def main() -> None:
     cli = parser.parse_args()
     logging.disable(logging.WARNING)
 
-    from tests.tiny_models import build_tiny_tokenizer, tiny_model_dir
+    from tests.helpers.tiny_models import build_tiny_tokenizer, tiny_model_dir
 
     tokenizer = build_tiny_tokenizer()
     model_dir = tiny_model_dir(tempfile.mkdtemp(), "qwen2")

@@ -3,7 +3,7 @@
     OMP_NUM_THREADS=1 python benchmarks/finetune_matrix.py [--methods sft,dpo] [--adapters lora,pissa]
 
 Each cell overfits a handful of examples for a few dozen steps through our own config and builder
-(`tests/finetune_cells.py`, the same cells `tests/test_finetune_learning.py` asserts on) and reports the
+(`tests/helpers/finetune_cells.py`, the same cells `tests/finetune/test_finetune_learning.py` asserts on) and reports the
 method's own objective: SFT NLL, DPO/IPO/cDPO preference margin, KTO/ORPO loss, GRPO/GSPO/PPO reward.
 Status: `ok` (the objective improved by the stated margin), `weak` (trained, margin not reached),
 `refused` (the combination is refused with one line, which is printed), `error` (anything else).
@@ -29,8 +29,8 @@ from pathlib import Path  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from finetune.errors import FinetuneError  # noqa: E402
-from tests.finetune_cells import ADAPTERS, METHODS, OBJECTIVES, learnable_model_dir, run_cell  # noqa: E402
-from tests.tiny_models import build_tiny_tokenizer  # noqa: E402
+from tests.helpers.finetune_cells import ADAPTERS, METHODS, OBJECTIVES, learnable_model_dir, run_cell  # noqa: E402
+from tests.helpers.tiny_models import build_tiny_tokenizer  # noqa: E402
 
 
 def one_cell(method: str, peft: str, model_dir: Path, tokenizer, root: Path) -> dict:

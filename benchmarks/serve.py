@@ -37,7 +37,7 @@ MESSAGES = [{"role": "system", "content": "You are terse."}, {"role": "user", "c
 UPSTREAM_CODE = """
 import sys, uvicorn
 sys.path.insert(0, {tests!r})
-from serve_upstream import ScriptedUpstream
+from tests.helpers.serve_upstream import ScriptedUpstream
 uvicorn.run(ScriptedUpstream(latency_s={latency}, record=False), host="127.0.0.1", port={port}, log_level="warning", access_log=False, backlog=4096)
 """
 

@@ -1,6 +1,6 @@
 """Apply operations to a library: a new version, with every operation either fully applied or rejected.
 
-Semantics (documented in docs/experiences.md, "Apply semantics"; tested in tests/test_experiences_apply.py):
+Semantics (documented in docs/experiences.md, "Apply semantics"; tested in tests/experiences/test_experiences_apply.py):
 - Operations apply in order, each checked against the library as it stands at that point; a rejected
   operation changes nothing. The input library is never mutated.
 - `add` gets a fresh id; an add whose text equals an existing experience's (ignoring case and spacing)

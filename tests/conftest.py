@@ -22,7 +22,7 @@ import pytest  # noqa: E402  (after the environment above, which must be set bef
 def llama_url():
     """llama.cpp's OpenAI-compatible server on the embedded SmolLM2, one per test module."""
     pytest.importorskip("llama_cpp", reason="needs the llamacpp extra (CI installs it)")
-    from tests.servers import llama_server
+    from tests.helpers.servers import llama_server
 
     with llama_server(n_ctx=1024) as url:
         yield url
@@ -31,7 +31,7 @@ def llama_url():
 @pytest.fixture
 def fault_server():
     """A scripted OpenAI-compatible server for fault injection (429, 5xx, slow, malformed, n ignored)."""
-    from tests.servers import FaultServer
+    from tests.helpers.servers import FaultServer
 
     with FaultServer() as server:
         yield server

@@ -9,7 +9,7 @@ Both tests work on d_i = acc_B(i) − acc_A(i), one value per problem both syste
   2^m ≤ `n_permutations`: then enumerating is cheaper and exact, so it is done).
 Problems with d_i = 0 cannot change sign, so they are left out of the enumeration (same p, less work).
 Both run on `scipy.stats` (`bootstrap`, and `permutation_test` with permutation_type="samples" on one
-sample of differences, which is the sign-flip test); tests/test_stats_scipy.py pins the exact p-values to
+sample of differences, which is the sign-flip test); tests/core/test_stats_scipy.py pins the exact p-values to
 the earlier hand-written enumeration.
 """
 

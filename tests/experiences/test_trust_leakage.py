@@ -1,0 +1,165 @@
+"""Leakage guards: leaked answers (number and equivalent expression) and copied problems are caught, in the
+checker, in `tfgrpo learn` after every step, in `tfgrpo library check`, in `eval --library` and in `compare`."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+from eval.compare import compare_runs
+from eval.runner import EvalConfig, evaluate
+from experiences import Library
+from experiences.leakage import LeakageChecker
+from tests.helpers.learn_world import World, write_problems
+from tfgrpo.cli.app import app
+from tfgrpo.learn.loop import learn
+from tfgrpo.learn.config import LearnConfig
+from tfgrpo.llm.backends.scripted import ScriptedBackend
+from tfgrpo.llm.factory import build_client
+
+pytestmark = pytest.mark.timeout(180)
+
+PROBLEMS = [
+    SimpleNamespace(id="sum", problem="What is 17+25?", answer="42"),
+    SimpleNamespace(id="half", problem="A fair coin is tossed once. What is the probability of heads?", answer="\\frac{1}{2}"),
+    SimpleNamespace(id="trig", problem="Compute the sine of sixty degrees exactly.", answer="\\frac{\\sqrt{3}}{2}"),
+    SimpleNamespace(id="tiny", problem="How many wheels does a bicycle have?", answer="2"),
+    SimpleNamespace(
+        id="walk", answer="204",
+        problem="Every morning Aya goes for a 9-kilometer-long walk and stops at a coffee shop afterwards.",
+    ),
+]
+
+
+def kinds(text: str) -> set[tuple[str, str]]:
+    return {(f.kind, f.problem_id) for f in LeakageChecker({"train": PROBLEMS}).check([("G0", text)])}
+
+
+class TestChecker:
+    def test_a_leaked_number_is_caught(self):
+        assert kinds("For this sum the answer is 42.") == {("answer", "sum")}
+        assert kinds("Long walks: the total is 204 minutes.") == {("answer", "walk")}
+
+    def test_an_equivalent_expression_is_caught(self):
+        assert kinds("The answer is $\\frac{84}{2}$.") == {("answer", "sum")}  # 84/2 = 42, exactly
+        assert kinds("Heads comes up with probability 0.5.") == {("answer", "half")}
+        assert kinds("Heads comes up with probability 2/4.") == {("answer", "half")}
+
+    def test_an_equivalent_expression_is_caught_by_math_verify(self):
+        # not a plain number: decided by the math reward's math-verify workers
+        assert kinds("Remember that it equals $\\sqrt{3}/2$ here.") == {("answer", "trig")}
+
+    def test_a_copied_problem_is_caught(self):
+        found = LeakageChecker({"train": PROBLEMS}).check([("G3", "Aya goes for a 9-kilometer-long walk and stops at a coffee shop: track time.")])
+        assert [(f.kind, f.problem_id, f.experience_id) for f in found] == [("copy", "walk", "G3")]
+        assert found[0].overlap >= 0.5
+
+    def test_a_clean_library_passes(self):
+        library = Library.from_texts([
+            "When adding 17 and 25, check the carry.",  # operands are not the answer
+            "Check 2 cases before answering.",  # small integers are not evidence
+            "Simplify fractions like $\\frac{2}{3}$ before boxing.",
+            "Verify the final answer by substituting back.",
+        ])
+        assert LeakageChecker({"train": PROBLEMS}).check_library(library) == []
+
+
+def run_learn(tmp_path: Path, world: World, pairs, **settings):
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    data = write_problems(tmp_path / "train.jsonl", pairs)
+    config = LearnConfig(data=str(data), out=str(tmp_path / "run"), dedup=False, llm={"max_retries": 0},
+                         group_size=2, epochs=1, **settings)
+    client = build_client(config.llm, backends=[ScriptedBackend(world.respond)], cache_path=Path(config.out) / "cache.sqlite")
+    return learn(config, client=client, console=Console(file=io.StringIO()))
+
+
+PAIRS = [(17, 25), (30, 41)]
+
+
+def test_learn_rejects_operations_that_leak_an_answer(tmp_path):
+    result = run_learn(tmp_path, World(lesson="For {a}+{b} the result is {sum}."), PAIRS)
+    assert result.status == "completed"
+    assert len(result.library) == 0  # both lessons carried their problem's answer
+    totals = result.metrics["totals"]
+    assert totals["leaks_rejected"] == 2 and totals["ops_applied"] == 0 and totals["ops_rejected"] >= 2
+    leaks = result.metrics["leakage"]
+    assert {(r["action"], r["kind"], r["problem_id"]) for r in leaks} == {("rejected", "answer", "q17_25"), ("rejected", "answer", "q30_41")}
+    assert all(r["step"] == 1 and r["op"]["option"] == "add" for r in leaks)
+    history = tmp_path / "run" / "library.history" / "ops.jsonl"  # the op log names the reason
+    assert "leakage: answer of train:q17_25" in history.read_text()
+
+
+def test_learn_flag_mode_applies_and_lists(tmp_path):
+    result = run_learn(tmp_path, World(lesson="For {a}+{b} the result is {sum}."), PAIRS, leakage="flag")
+    assert len(result.library) == 2
+    assert result.metrics["totals"]["leaks_flagged"] == 2 and result.metrics["totals"]["leaks_rejected"] == 0
+
+
+def test_learn_keeps_clean_lessons_and_rejects_copies_when_asked(tmp_path):
+    clean = run_learn(tmp_path / "clean", World(), PAIRS)  # "When adding A and B, check the carry."
+    assert len(clean.library) == 2 and clean.metrics["leakage"] == []
+    copied = run_learn(tmp_path / "copy", World(lesson="Recall: what is {a}+{b}? Think first."), PAIRS, leakage_copy="reject")
+    assert len(copied.library) == 0
+    assert {r["kind"] for r in copied.metrics["leakage"]} == {"copy"}
+
+
+def test_library_check_command(tmp_path):
+    data = write_problems(tmp_path / "eval.jsonl", PAIRS)
+    leaky = tmp_path / "leaky.json"
+    Library.from_texts(["Carry carefully.", "For 17+25 the result is $\\frac{84}{2}$."]).save(leaky)
+    clean = tmp_path / "clean.json"
+    Library.from_texts(["Carry carefully.", "When adding 17 and 25, check the carry."]).save(clean)
+    runner = CliRunner()
+    found = runner.invoke(app, ["library", "check", str(leaky), "--against", str(data), "--json"])
+    assert found.exit_code == 1, found.output
+    rows = [json.loads(line) for line in found.stdout.splitlines()]
+    assert [(r["experience_id"], r["kind"], r["problem_id"]) for r in rows] == [("G1", "answer", "q17_25")]
+    passed = runner.invoke(app, ["library", "check", str(clean), "--against", str(data)])
+    assert passed.exit_code == 0 and "clean" in passed.stdout
+
+
+def responder(request, index):
+    return "So the answer is \\boxed{42}"
+
+
+def test_eval_warns_and_compare_marks_an_overlapping_library(tmp_path):
+    data = write_problems(tmp_path / "eval.jsonl", PAIRS)
+    leaky = tmp_path / "learn" / "library.json"
+    leaky.parent.mkdir()
+    Library.from_texts(["For 17+25 the result is 42."]).save(leaky)
+    backend = ScriptedBackend(responder)
+
+    def run(out: str, **settings):
+        config = EvalConfig(data=str(data), out=str(tmp_path / out), samples=2, **settings)
+        console = Console(file=io.StringIO(), width=400)
+        client = build_client(config.llm, cache_path=f"{config.out}/cache.sqlite", backends=[backend])
+        result = evaluate(config, client=client, console=console)
+        return result, console.file.getvalue()
+
+    _, base_log = run("base")
+    result, log = run("lib", library=str(leaky))
+    assert "warning" not in base_log
+    assert "overlaps the eval set" in log and "1 experience(s) contain a gold answer" in log
+    leakage = result.metrics["provenance"]["leakage"]
+    assert leakage["overlaps"] and leakage["answer_leaks"] == 1
+    comparison, files = compare_runs([tmp_path / "base", tmp_path / "lib"], tmp_path / "report")
+    markdown = files["markdown"].read_text(encoding="utf-8")
+    assert "⚠ overlaps eval set" in markdown and "not a held-out score" in markdown
+
+
+def test_a_leaky_initial_library_is_reported(tmp_path):
+    initial = tmp_path / "init.json"
+    Library.from_texts(["The answer to 17+25 is 42."]).save(initial)
+    data = write_problems(tmp_path / "train.jsonl", PAIRS)
+    config = LearnConfig(data=str(data), out=str(tmp_path / "run"), dedup=False, llm={"max_retries": 0}, group_size=2,
+                         epochs=1, init_library=str(initial))
+    client = build_client(config.llm, backends=[ScriptedBackend(World().respond)], cache_path=Path(config.out) / "cache.sqlite")
+    console = Console(file=io.StringIO(), width=400)
+    learn(config, client=client, console=console)
+    assert "warning: --init-library: [G0] contains the answer of train:q17_25 (42 = gold answer 42)" in console.file.getvalue()

@@ -1,0 +1,1 @@
+"""Test helpers in one place: local servers, scripted worlds, tiny models, one `ask()`."""
