@@ -11,6 +11,7 @@ import pytest
 from rich.console import Console
 
 from tests.helpers.learn_world import World, read_jsonl, write_problems
+from tfgrpo.llm.errors import ServerError
 from tfgrpo.rollout.agent import AgentConfig
 from tfgrpo.learn.loop import learn, plan_steps
 from tfgrpo.learn.config import LearnConfig
@@ -298,7 +299,7 @@ def test_a_step_where_every_call_failed_is_an_error_not_a_result(tmp_path):
     from tfgrpo.llm.errors import AllRequestsFailedError
 
     world = World(kinds={"1+2": "down", "3+4": "down"})
-    world.reply_for = lambda messages, index: __import__("learn_world").ServerError("scripted outage", status=503)
+    world.reply_for = lambda messages, index: ServerError("scripted outage", status=503)
     with pytest.raises(AllRequestsFailedError, match="every rollout of step 1 failed"):
         run_learn(tmp_path, world, [(1, 2), (3, 4)], group_size=2, epochs=1)
 
