@@ -150,6 +150,7 @@ async def learn_async(config: LearnConfig, *, client: LLMClient | None = None, c
             wall_time_s=round(time.perf_counter() - started, 3),
             cost_usd=client.accounting.cost_usd,
             usage=client.accounting.snapshot(),
+            structured_output={"mode": client.structured_output, "fallbacks": dict(client.schema_fallbacks)},
         )
         state.sessions.append(session)
         state.status = status

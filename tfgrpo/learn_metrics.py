@@ -5,7 +5,8 @@
                summaries, summaries_failed, group_calls_failed, ops_proposed, ops_final, ops_applied,
                ops_rejected, ops_evicted, parse_retries, parse_failures, consolidation_failed,
                api_failures, prompt_tokens, completion_tokens, cached_samples, cost_usd, wall_time_s,
-               stage_seconds {rollouts, summaries, group_advantage, consolidation}, library_version, library_size
+               stage_seconds {rollouts, summaries, group_advantage, consolidation}, library_version, library_size,
+               stage_replies {group, consolidate: {replies, enforced, parsed, repaired, retried, lost}}
     epochs[]:  epoch, steps, accuracy (over the epoch's scored rollouts), library_size, val_mean_at_k
     totals:    sums of the step counters + validation cost, rollouts, cost_usd, wall_time_s (all sessions)
 """
@@ -23,6 +24,15 @@ SUMMED = (
     "ops_applied", "ops_rejected", "ops_evicted", "parse_retries", "parse_failures", "consolidation_failed",
     "api_failures", "prompt_tokens", "completion_tokens", "cached_samples",
 )
+#: How the structured replies of stages 2 and 3 fared: generated under the schema (enforced), used as they
+#: came (parsed: strict JSON, first try), fixed by the tolerant parser (repaired), asked again (retried),
+#: and given up on (lost: the call failed or the retry was still unusable).
+REPLY_COUNTS = ("replies", "enforced", "parsed", "repaired", "retried", "lost")
+STRUCTURED_STAGES = ("group", "consolidate")
+
+
+def empty_reply_counts() -> dict[str, dict[str, int]]:
+    return {stage: dict.fromkeys(REPLY_COUNTS, 0) for stage in STRUCTURED_STAGES}
 
 
 @dataclass
@@ -62,6 +72,7 @@ class StepCounters:
     library_version: int = 0
     library_size: int = 0
     stage_seconds: dict[str, float] = field(default_factory=dict)
+    stage_replies: dict[str, dict[str, int]] = field(default_factory=empty_reply_counts)
     _lap_start: float = field(default_factory=time.perf_counter, repr=False)
 
     def lap(self, stage: str) -> None:
@@ -91,20 +102,27 @@ class StepCounters:
         self.summaries = len(summaries)
         self.summaries_failed = sum(s.error is not None for s in summaries)
 
-    def _count_reply(self, reply: Any) -> None:
+    def _count_reply(self, reply: Any, stage: str) -> None:
         self.parse_retries += reply.retried
         self.parse_failures += reply.malformed
+        counts = self.stage_replies[stage]
+        counts["replies"] += 1
+        counts["enforced"] += reply.enforced
+        counts["parsed"] += reply.strict
+        counts["repaired"] += not reply.strict and not reply.retried and reply.error is None
+        counts["retried"] += reply.retried
+        counts["lost"] += reply.lost
 
     def count_analyses(self, analyses: list[Any]) -> None:
         for analysis in analyses:
             self.ops_proposed += len(analysis.reply.operations)
             self.ops_rejected += len(analysis.reply.rejected)
             self.group_calls_failed += analysis.reply.error is not None
-            self._count_reply(analysis.reply)
+            self._count_reply(analysis.reply, "group")
 
     def count_consolidation(self, consolidation: Any, applied: Any) -> None:
         if consolidation.reply is not None:
-            self._count_reply(consolidation.reply)
+            self._count_reply(consolidation.reply, "consolidate")
             self.ops_rejected += len(consolidation.reply.rejected)
             self.consolidation_failed = consolidation.reply.error is not None or (
                 consolidation.reply.malformed and not consolidation.reply.operations
@@ -179,6 +197,7 @@ def run_metrics(state: Any, *, best_epoch: int | None, library: Any, config: Any
         sessions=len(state.sessions),
         library_size=len(library),
         library_version=library.version,
+        stage_replies=sum_reply_counts(state.steps),
     )
     return {
         "status": state.status,
@@ -192,6 +211,24 @@ def run_metrics(state: Any, *, best_epoch: int | None, library: Any, config: Any
         "sessions": state.sessions,
         "totals": totals,
     }
+
+
+def sum_reply_counts(steps: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    totals = empty_reply_counts()
+    for step in steps:  # steps written before these counters existed have none
+        for stage, counts in (step.get("stage_replies") or {}).items():
+            for key, value in counts.items():
+                totals.setdefault(stage, dict.fromkeys(REPLY_COUNTS, 0))[key] = totals[stage].get(key, 0) + value
+    return totals
+
+
+def reply_counts_line(counts: dict[str, dict[str, int]]) -> str:
+    """'group 4 replies: 4 enforced, 3 parsed, 1 repaired, 0 retried, 0 lost; consolidate ...'"""
+    parts = []
+    for stage, c in counts.items():
+        details = ", ".join(f"{c[key]} {key}" for key in REPLY_COUNTS[1:])
+        parts.append(f"{stage} {c['replies']} replies: {details}")
+    return "; ".join(parts)
 
 
 def epoch_table(metrics: dict[str, Any]) -> Any:
@@ -219,6 +256,7 @@ def epoch_table(metrics: dict[str, Any]) -> Any:
         f"{totals['prompt_tokens']:,} in / {totals['completion_tokens']:,} out, ${totals['cost_usd']:.4f}, "
         f"{totals['wall_time_s']:.1f}s; final library v{totals['library_version']} with {totals['library_size']} experiences"
         + ("; * = best epoch on validation" if metrics.get("best_epoch") else "")
+        + f"\nstage replies: {reply_counts_line(totals.get('stage_replies') or empty_reply_counts())}"
     )
     return table
 
@@ -227,4 +265,4 @@ def _fmt(value: float | None) -> str:
     return "–" if value is None else f"{value:.3f}"
 
 
-__all__ = ["StepCounters", "epoch_table", "run_metrics"]
+__all__ = ["REPLY_COUNTS", "StepCounters", "epoch_table", "reply_counts_line", "run_metrics", "sum_reply_counts"]

@@ -21,6 +21,7 @@ def register(app: typer.Typer) -> None:
         api_key: opt.ApiKeyOpt = None,
         adapter: opt.AdapterOpt = None,
         cache: opt.CacheOpt = None,
+        structured_output: opt.StructuredOutputOpt = None,
         temperature: opt.TemperatureOpt = None,
         top_p: opt.TopPOpt = None,
         max_tokens: opt.MaxTokensOpt = None,
@@ -33,7 +34,7 @@ def register(app: typer.Typer) -> None:
         from tfgrpo.chat import ChatConfig, run_chat
 
         overrides = {
-            "llm": opt.llm_overrides(backend, model, base_url, api_key, adapter, cache=cache),
+            "llm": opt.llm_overrides(backend, model, base_url, api_key, adapter, cache=cache, structured_output=structured_output),
             "sampling": opt.sampling_overrides(temperature, top_p, max_tokens, seed),
             "system": system,
         }

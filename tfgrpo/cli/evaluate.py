@@ -33,6 +33,7 @@ def register(app: typer.Typer) -> None:
         concurrency: opt.ConcurrencyOpt = None,
         cache: opt.CacheOpt = None,
         budget_usd: opt.BudgetOpt = None,
+        structured_output: opt.StructuredOutputOpt = None,
         temperature: opt.TemperatureOpt = None,
         top_p: opt.TopPOpt = None,
         max_tokens: opt.MaxTokensOpt = None,
@@ -49,7 +50,10 @@ def register(app: typer.Typer) -> None:
             "data": data, "out": out, "library": library, "system_prompt": system_prompt, "inject": inject,
             "samples": samples, "limit": limit, "reward": reward, "agent": {"tools": tools, "max_turns": max_turns, "protocol": protocol},
             "label": label, "seed": seed,
-            "llm": opt.llm_overrides(backend, model, base_url, api_key, adapter, concurrency, cache=cache, budget_usd=budget_usd),
+            "llm": opt.llm_overrides(
+                backend, model, base_url, api_key, adapter, concurrency, cache=cache, budget_usd=budget_usd,
+                structured_output=structured_output,
+            ),
             "sampling": opt.sampling_overrides(temperature, top_p, max_tokens, seed),
         }
         settings = build_config(EvalConfig, config, overrides)

@@ -27,6 +27,7 @@ def register(app: typer.Typer) -> None:
         adapter: opt.AdapterOpt = None,
         concurrency: opt.ConcurrencyOpt = None,
         budget_usd: opt.BudgetOpt = None,
+        structured_output: opt.StructuredOutputOpt = None,
         group_size: Annotated[Optional[int], typer.Option("--group-size", "-G", help="Rollouts per query (default 5).")] = None,
         epochs: Annotated[Optional[int], typer.Option("--epochs", help="Epochs (default 3).")] = None,
         batch_size: Annotated[Optional[int], typer.Option("--batch-size", help="Queries per step (default: the whole dataset).")] = None,
@@ -63,7 +64,7 @@ def register(app: typer.Typer) -> None:
             "batch_size": batch_size, "reward": reward, "ground_truth": ground_truth, "seed": seed,
             "max_ops_per_group": max_ops, "inject": inject, "dedup": dedup, "agent": {"tools": tools, "max_turns": max_turns, "protocol": protocol},
             "val_samples": val_samples, "limit": limit, "init_library": init_library, "resume": resume or None,
-            "llm": opt.llm_overrides(backend, model, base_url, api_key, adapter, concurrency, budget_usd=budget_usd),
+            "llm": opt.llm_overrides(backend, model, base_url, api_key, adapter, concurrency, budget_usd=budget_usd, structured_output=structured_output),
             "rollout_sampling": {"temperature": temperature, "max_tokens": max_tokens, "top_p": top_p},
             "stage_sampling": {"max_tokens": stage_max_tokens},
         }

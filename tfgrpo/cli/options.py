@@ -6,6 +6,8 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+from tfgrpo.config import LLMConfig
+
 ConfigOpt = Annotated[Optional[str], typer.Option("--config", "-c", help="YAML file with any of the options; the command line overrides it.")]
 BackendOpt = Annotated[Optional[str], typer.Option("--backend", help="transformers | llamacpp | openai | litellm | vllm (default: transformers on the embedded SmolLM2).")]
 ModelOpt = Annotated[Optional[str], typer.Option("--model", "-m", help="Model name (API) or local path / GGUF file.")]
@@ -15,6 +17,10 @@ AdapterOpt = Annotated[Optional[str], typer.Option("--adapter", help="LoRA adapt
 ConcurrencyOpt = Annotated[Optional[int], typer.Option("--concurrency", help="Requests in flight at once per endpoint.")]
 CacheOpt = Annotated[Optional[str], typer.Option("--cache", help="SQLite response-cache file.")]
 BudgetOpt = Annotated[Optional[float], typer.Option("--budget-usd", help="Stop cleanly once this many USD were spent.")]
+StructuredOutputOpt = Annotated[
+    Optional[str],
+    typer.Option("--structured-output", help=f"auto | on | off. {LLMConfig.model_fields['structured_output'].description}"),
+]
 TemperatureOpt = Annotated[Optional[float], typer.Option("--temperature", help="Sampling temperature.")]
 TopPOpt = Annotated[Optional[float], typer.Option("--top-p", help="Nucleus sampling mass.")]
 MaxTokensOpt = Annotated[Optional[int], typer.Option("--max-tokens", help="Maximum new tokens per completion.")]
@@ -30,6 +36,7 @@ def llm_overrides(
     concurrency: int | None = None,
     cache: str | None = None,
     budget_usd: float | None = None,
+    structured_output: str | None = None,
 ) -> dict[str, Any]:
     """The `llm:` section of a config from command-line values (None = not given)."""
     return {
@@ -41,6 +48,7 @@ def llm_overrides(
         "concurrency": concurrency,
         "cache": cache,
         "budget_usd": budget_usd,
+        "structured_output": structured_output,
     }
 
 

@@ -75,4 +75,5 @@ def build_client(
         timeout_s=config.timeout_s,
         pricing=pricing,
         budget_usd=config.budget_usd,
+        structured_output=config.structured_output,
     )

@@ -9,6 +9,11 @@ first time that happens the backend remembers it for this endpoint and from then
 single-sample requests instead. When a `seed` is set, a call whose first sample has absolute index `i`
 (`sample_offset` + position) is sent with `seed + i`, so samples fetched one by one differ from each
 other but stay reproducible.
+
+A request's `response_schema` is sent as `response_format` `{"type": "json_schema", ..., "strict": true}`.
+A server that refuses that form (400/422) is asked once more with `{"type": "json_object"}` (JSON mode,
+what DeepSeek and older servers offer); when that succeeds the endpoint is remembered as JSON-mode only.
+When both are refused the error reaches the client, which drops the schema for this endpoint.
 """
 
 from __future__ import annotations
@@ -21,8 +26,8 @@ from typing import Any
 from tfgrpo.llm.backends.errors_map import map_openai_error
 from tfgrpo.llm.backends.usage import share_usage
 from tfgrpo.llm.base import Backend
-from tfgrpo.llm.errors import BackendUnavailableError, MalformedResponseError
-from tfgrpo.llm.types import ChatRequest, Completion
+from tfgrpo.llm.errors import BackendUnavailableError, ContextWindowExceededError, InvalidRequestError, MalformedResponseError
+from tfgrpo.llm.types import ChatRequest, Completion, ResponseSchema
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 # Local servers accept any key; the SDK insists on one.
@@ -35,6 +40,7 @@ class ChatCompletionsBackend(Backend):
 
     supports_n = True  # natively, or by fanning out itself when the server ignores `n`
     supports_tools = True
+    supports_response_schema = True
 
     def __init__(self, model: str, *, endpoint: str, extra_body: dict[str, Any] | None = None) -> None:
         self.model_name = model
@@ -42,6 +48,8 @@ class ChatCompletionsBackend(Backend):
         self.extra_body = dict(extra_body or {})
         #: learned on first contact: the server returned fewer choices than `n` asked for
         self.ignores_n = False
+        #: learned on first refusal: the server takes `json_object` but not `json_schema`
+        self.json_object_only = False
 
     @abc.abstractmethod
     async def _create(self, arguments: dict[str, Any]) -> Any:
@@ -93,11 +101,21 @@ class ChatCompletionsBackend(Backend):
             arguments["tools"] = request.tools
         if self.extra_body:
             arguments["extra_body"] = self.extra_body
+        if request.response_schema is not None:
+            arguments["response_format"] = response_format(request.response_schema, json_object=self.json_object_only)
         return arguments
 
     async def _call(self, request: ChatRequest, *, n: int, sample: int) -> list[Completion]:
         started = time.perf_counter()
-        response = await self._create(self._arguments(request, n=n, sample=sample))
+        arguments = self._arguments(request, n=n, sample=sample)
+        try:
+            response = await self._create(arguments)
+        except InvalidRequestError as exc:
+            if request.response_schema is None or self.json_object_only or isinstance(exc, ContextWindowExceededError):
+                raise
+            arguments["response_format"] = response_format(request.response_schema, json_object=True)
+            response = await self._create(arguments)  # refused again: the client drops the schema
+            self.json_object_only = True
         latency = time.perf_counter() - started
         return self._parse(response, latency)
 
@@ -176,6 +194,13 @@ def _make_client(base_url: str | None, api_key: str | None, timeout_s: float) ->
         return openai.AsyncOpenAI(base_url=base_url, api_key=PLACEHOLDER_API_KEY, timeout=timeout_s, max_retries=0)
 
 
+def response_format(schema: ResponseSchema, *, json_object: bool = False) -> dict[str, Any]:
+    """The OpenAI `response_format` of a schema: strict json_schema, or plain JSON mode."""
+    if json_object:
+        return {"type": "json_object"}
+    return {"type": "json_schema", "json_schema": {"name": schema.name, "schema": schema.json_schema, "strict": True}}
+
+
 def _int_or_zero(value: Any) -> int:
     return value if isinstance(value, int) else 0
 
@@ -194,4 +219,4 @@ def _tool_calls(raw: Any) -> list[dict[str, Any]] | None:
     return calls
 
 
-__all__ = ["DEFAULT_BASE_URL", "ChatCompletionsBackend", "OpenAIBackend"]
+__all__ = ["DEFAULT_BASE_URL", "ChatCompletionsBackend", "OpenAIBackend", "response_format"]
