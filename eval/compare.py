@@ -76,6 +76,9 @@ class Comparison(BaseModel):
     learn_run: str | None = None
     learn_steps: list[dict[str, Any]] = Field(default_factory=list)
     learn_totals: dict[str, Any] = Field(default_factory=dict)
+    learn_experiences: list[dict[str, Any]] = Field(
+        default_factory=list, description="The learn run's final library: id, text, provenance of each experience."
+    )
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -137,6 +140,16 @@ def load_learn_run(run_dir: str | Path) -> tuple[list[dict[str, Any]], dict[str,
     source = {**metrics, **metrics["totals"]} if isinstance(metrics.get("totals"), dict) else metrics
     totals = {key: value for key, value in source.items() if key != "steps" and isinstance(value, (int, float, str))}
     return steps, totals
+
+
+def load_learn_library(run_dir: str | Path) -> list[dict[str, Any]]:
+    """The experiences of a learn run's library.json (none when the run has no library yet)."""
+    path = Path(run_dir) / "library.json"
+    if not path.is_file():
+        return []
+    data = read_json(path)
+    items = data.get("experiences") if isinstance(data, dict) else None
+    return [item for item in items or [] if isinstance(item, dict) and "id" in item and "text" in item]
 
 
 def _unique_names(runs: Sequence[EvalRun]) -> list[str]:
@@ -227,6 +240,7 @@ def build_comparison(
         learn_run=str(learn_run) if learn_run else None,
         learn_steps=learn_steps,
         learn_totals=learn_totals,
+        learn_experiences=load_learn_library(learn_run) if learn_run else [],
     )
 
 

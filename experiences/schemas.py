@@ -26,7 +26,7 @@ OPERATIONS_SCHEMA_NAME = "library_operations"
 #: Upper bound on a lesson's characters for a lesson of `max_words` words (grammars count characters).
 CHARS_PER_WORD = 9
 #: The free-text reasoning before the operations; bounded so a rambling model still closes the object.
-REASONING_MAX_CHARS = 300
+REASONING_MAX_CHARS = 200
 
 _MODELS: dict[str, type[BaseModel]] = {"add": AddOp, "modify": ModifyOp, "delete": DeleteOp, "merge": MergeOp}
 _NEEDS_IDS = {"modify", "delete", "merge"}

@@ -199,6 +199,7 @@ def run_metrics(state: Any, *, best_epoch: int | None, library: Any, config: Any
         library_version=library.version,
         stage_replies=sum_reply_counts(state.steps),
     )
+    totals["stage_replies_lost"] = sum(counts["lost"] for counts in totals["stage_replies"].values())
     return {
         "status": state.status,
         "completed_step": state.completed_step,
