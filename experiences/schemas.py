@@ -80,7 +80,7 @@ def reply_format(*, max_ops: int, ids: Sequence[str] = ()) -> str:
     return (
         '{\n"reasoning": "<your reasoning, a few sentences>",\n"operations": [\n'
         + ",\n".join(lines)
-        + f"\n]\n}}\n(at most {max_ops} operations; \"operations\": [] when nothing should change)"
+        + f"\n]\n}}\n(at most {max_ops} operations)"
     )
 
 

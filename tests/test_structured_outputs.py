@@ -162,7 +162,7 @@ async def test_a_server_refusing_response_format_is_used_without_it_from_then_on
         await client.aclose()
     assert len(first.operations) == 1 and not first.lost and not first.enforced  # the parser took over
     assert len(second.operations) == 1 and not second.enforced
-    assert calls_after_first == 3  # json_schema refused, json_object refused, then without
+    assert calls_after_first == 4  # json_schema, json_object + schema, json_object refused; then without
     assert [("response_format" in r.body) for r in fault_server.requests[calls_after_first:]] == [False]
     assert list(client.schema_fallbacks) == [fault_server.base_url] and "Unsupported parameter" in client.schema_fallbacks[fault_server.base_url]
     assert client.accounting.total.failed_calls == 0
@@ -178,9 +178,27 @@ async def test_a_server_with_json_mode_only_gets_json_object(fault_server):
             assert reply.enforced and reply.strict and len(reply.operations) == 1
     finally:
         await client.aclose()
-    kinds = [r.body["response_format"]["type"] for r in fault_server.requests]
-    assert kinds == ["json_schema", "json_object", "json_object"] and backend.json_object_only
+    forms = [r.body["response_format"] for r in fault_server.requests]
+    assert [f["type"] for f in forms] == ["json_schema", "json_object", "json_object"] and backend.format_level == 1
+    assert forms[1]["schema"] == operations_response_schema(Library(), max_ops=None, max_words=32).json_schema
     assert not client.schema_fallbacks
+
+
+async def test_a_500_naming_response_format_counts_as_a_refusal(fault_server):
+    """llama-cpp-python's server answers an unknown response_format type with HTTP 500."""
+
+    def respond(body: dict) -> Reply:
+        if body["response_format"]["type"] == "json_schema":
+            return Reply(status=500, body={"error": {"message": "body.response_format.type: Input should be 'text' or 'json_object'"}})
+        return Reply(body=_completion(VALID))
+
+    fault_server.responder = respond
+    client = LLMClient(OpenAIBackend("m", base_url=fault_server.base_url), max_retries=3, backoff_initial_s=0.01)
+    try:
+        reply = await request_operations(client, [{"role": "user", "content": "a"}], library=Library(), sampling=GREEDY, tag="group", max_words=32)
+    finally:
+        await client.aclose()
+    assert reply.enforced and reply.strict and len(fault_server.requests) == 2  # no blind retries of the 500
 
 
 async def test_structured_output_off_sends_no_schema_and_on_refuses_a_backend_without_support(fault_server):

@@ -11,9 +11,10 @@ single-sample requests instead. When a `seed` is set, a call whose first sample 
 other but stay reproducible.
 
 A request's `response_schema` is sent as `response_format` `{"type": "json_schema", ..., "strict": true}`.
-A server that refuses that form (400/422) is asked once more with `{"type": "json_object"}` (JSON mode,
-what DeepSeek and older servers offer); when that succeeds the endpoint is remembered as JSON-mode only.
-When both are refused the error reaches the client, which drops the schema for this endpoint.
+A server that refuses that form (400/422, or a 5xx naming response_format) is asked again with the next
+form of RESPONSE_FORMATS (JSON mode with the schema attached, then plain JSON mode: DeepSeek and older
+servers); the first form it takes is remembered for the endpoint. When all are refused the error reaches
+the client as an InvalidRequestError, and the client drops the schema for this endpoint.
 """
 
 from __future__ import annotations
@@ -26,12 +27,21 @@ from typing import Any
 from tfgrpo.llm.backends.errors_map import map_openai_error
 from tfgrpo.llm.backends.usage import share_usage
 from tfgrpo.llm.base import Backend
-from tfgrpo.llm.errors import BackendUnavailableError, ContextWindowExceededError, InvalidRequestError, MalformedResponseError
+from tfgrpo.llm.errors import (
+    BackendUnavailableError,
+    ContextWindowExceededError,
+    InvalidRequestError,
+    MalformedResponseError,
+    ServerError,
+)
 from tfgrpo.llm.types import ChatRequest, Completion, ResponseSchema
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 # Local servers accept any key; the SDK insists on one.
 PLACEHOLDER_API_KEY = "EMPTY"
+#: The forms of `response_format` tried in order, strongest first: OpenAI's strict JSON schema; JSON mode
+#: with the schema attached (llama-cpp-python's server, which turns it into a grammar); plain JSON mode.
+RESPONSE_FORMATS = ("json_schema", "json_object+schema", "json_object")
 
 
 class ChatCompletionsBackend(Backend):
@@ -48,8 +58,8 @@ class ChatCompletionsBackend(Backend):
         self.extra_body = dict(extra_body or {})
         #: learned on first contact: the server returned fewer choices than `n` asked for
         self.ignores_n = False
-        #: learned on first refusal: the server takes `json_object` but not `json_schema`
-        self.json_object_only = False
+        #: index into RESPONSE_FORMATS of the form this server takes (raised on each refusal)
+        self.format_level = 0
 
     @abc.abstractmethod
     async def _create(self, arguments: dict[str, Any]) -> Any:
@@ -102,20 +112,23 @@ class ChatCompletionsBackend(Backend):
         if self.extra_body:
             arguments["extra_body"] = self.extra_body
         if request.response_schema is not None:
-            arguments["response_format"] = response_format(request.response_schema, json_object=self.json_object_only)
+            arguments["response_format"] = response_format(request.response_schema, RESPONSE_FORMATS[self.format_level])
         return arguments
 
     async def _call(self, request: ChatRequest, *, n: int, sample: int) -> list[Completion]:
         started = time.perf_counter()
         arguments = self._arguments(request, n=n, sample=sample)
-        try:
-            response = await self._create(arguments)
-        except InvalidRequestError as exc:
-            if request.response_schema is None or self.json_object_only or isinstance(exc, ContextWindowExceededError):
-                raise
-            arguments["response_format"] = response_format(request.response_schema, json_object=True)
-            response = await self._create(arguments)  # refused again: the client drops the schema
-            self.json_object_only = True
+        while True:
+            try:
+                response = await self._create(arguments)
+                break
+            except (InvalidRequestError, ServerError) as exc:
+                if request.response_schema is None or not refuses_response_format(exc):
+                    raise
+                if self.format_level + 1 >= len(RESPONSE_FORMATS):
+                    raise InvalidRequestError(f"{self.endpoint} refused every response_format: {exc}") from exc
+                self.format_level += 1  # remembered: later calls start at the form this server takes
+                arguments["response_format"] = response_format(request.response_schema, RESPONSE_FORMATS[self.format_level])
         latency = time.perf_counter() - started
         return self._parse(response, latency)
 
@@ -194,11 +207,20 @@ def _make_client(base_url: str | None, api_key: str | None, timeout_s: float) ->
         return openai.AsyncOpenAI(base_url=base_url, api_key=PLACEHOLDER_API_KEY, timeout=timeout_s, max_retries=0)
 
 
-def response_format(schema: ResponseSchema, *, json_object: bool = False) -> dict[str, Any]:
-    """The OpenAI `response_format` of a schema: strict json_schema, or plain JSON mode."""
-    if json_object:
-        return {"type": "json_object"}
-    return {"type": "json_schema", "json_schema": {"name": schema.name, "schema": schema.json_schema, "strict": True}}
+def response_format(schema: ResponseSchema, form: str = "json_schema") -> dict[str, Any]:
+    """The `response_format` of a schema in one of RESPONSE_FORMATS."""
+    if form == "json_schema":
+        return {"type": "json_schema", "json_schema": {"name": schema.name, "schema": schema.json_schema, "strict": True}}
+    if form == "json_object+schema":
+        return {"type": "json_object", "schema": schema.json_schema}
+    return {"type": "json_object"}
+
+
+def refuses_response_format(error: Exception) -> bool:
+    """A 400/422, or a 5xx whose message names response_format (llama-cpp-python's server answers 500)."""
+    if isinstance(error, ContextWindowExceededError):
+        return False
+    return isinstance(error, InvalidRequestError) or "response_format" in str(error)
 
 
 def _int_or_zero(value: Any) -> int:
@@ -219,4 +241,4 @@ def _tool_calls(raw: Any) -> list[dict[str, Any]] | None:
     return calls
 
 
-__all__ = ["DEFAULT_BASE_URL", "ChatCompletionsBackend", "OpenAIBackend", "response_format"]
+__all__ = ["DEFAULT_BASE_URL", "RESPONSE_FORMATS", "ChatCompletionsBackend", "OpenAIBackend", "response_format"]
