@@ -261,3 +261,54 @@ def _sampling_params_with_structured_outputs(base: type) -> type:
         structured_outputs: FakeStructuredOutputsParams | None = None
 
     return WithStructuredOutputs
+
+
+# -- in a learn run --------------------------------------------------------------------------------------
+
+
+def test_learn_counts_stage_replies_per_stage(tmp_path):
+    from learn_world import World
+    from test_learn_engine import run_learn
+
+    result, _, _ = run_learn(tmp_path, World(group_mode="malformed_once"), [(1, 2), (3, 4)], group_size=2, epochs=1)
+    totals = result.metrics["totals"]
+    assert totals["stage_replies"]["group"] == {"replies": 2, "enforced": 0, "parsed": 0, "repaired": 0, "retried": 2, "lost": 0}
+    assert totals["stage_replies"]["consolidate"] == {"replies": 1, "enforced": 0, "parsed": 0, "repaired": 1, "retried": 0, "lost": 0}
+    assert totals["stage_replies_lost"] == 0
+    assert result.metrics["steps"][0]["stage_replies"]["group"]["retried"] == 2
+
+
+def test_learn_against_a_server_refusing_response_format_falls_back_without_a_failed_step(tmp_path):
+    from learn_world import World, write_problems
+    from test_learn_cli import WorldServer
+    from tfgrpo.learn import learn_async
+    from tfgrpo.learn_config import LearnConfig
+
+    class RefusingServer(WorldServer):
+        def answer(self, body: dict) -> tuple[int, dict]:
+            if "response_format" in body:
+                with self._lock:
+                    self.bodies.append(body)
+                return 400, {"error": {"message": "Unsupported parameter: 'response_format'", "type": "invalid_request_error"}}
+            return super().answer(body)
+
+    data = write_problems(tmp_path / "train.jsonl", [(1, 2), (3, 4)])
+    with RefusingServer(World()) as server:
+        config = LearnConfig(
+            data=str(data), out=str(tmp_path / "run"), group_size=2, epochs=1, dedup=False,
+            llm={"backend": "openai", "model": "world", "base_url": [server.base_url], "api_key": "k", "max_retries": 0},
+        )
+        import asyncio
+
+        result = asyncio.run(learn_async(config))
+        refused = [b for b in server.bodies if "response_format" in b]
+    assert result.status == "completed" and len(result.library) == 2
+    totals = result.metrics["totals"]
+    assert totals["api_failures"] == 0 and totals["group_calls_failed"] == 0 and totals["stage_replies_lost"] == 0
+    assert totals["stage_replies"]["group"]["enforced"] == 0
+    # detected on the first (concurrent) group requests, each form refused once; consolidation gets no schema
+    assert 3 <= len(refused) <= 3 * 2
+    assert not [b for b in refused if "<proposed_changes>" in b["messages"][0]["content"]]
+    session = json.loads((tmp_path / "run" / "state.json").read_text())["sessions"][-1]
+    assert session["structured_output"]["fallbacks"] == {server.base_url: session["structured_output"]["fallbacks"][server.base_url]}
+    assert "Unsupported parameter" in session["structured_output"]["fallbacks"][server.base_url]
