@@ -167,13 +167,14 @@ def main() -> None:
     backend.load()
     print(f"SmolLM2 loaded in {time.perf_counter() - started:.1f}s", file=sys.stderr)
     decoding = decoding_table(backend, args)
-    loss = [] if args.skip_loss else asyncio.run(loss_table(backend, args))
-    print_table(
+    print_table(  # printed at once: the second table takes longer
         f"Constrained decoding, SmolLM2-135M transformers CPU, {args.prompts} stage-2 prompts, greedy, max {args.max_tokens} tokens",
         ("engine", "setup s", "first call s", "tokens/s (later calls)", "valid replies"),
         decoding,
     )
-    if loss:
+    sys.stdout.flush()
+    if not args.skip_loss:
+        loss = asyncio.run(loss_table(backend, args))
         print_table("Stage replies with and without enforcement (xgrammar)", ("mode", "stage", *REPLY_COUNTS), loss)
     print(f"\nload average (1/5/15 min) before: {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}; "
           f"after: {' '.join(f'{x:.2f}' for x in os.getloadavg())} (2 cores, shared)")

@@ -312,3 +312,21 @@ def test_learn_against_a_server_refusing_response_format_falls_back_without_a_fa
     session = json.loads((tmp_path / "run" / "state.json").read_text())["sessions"][-1]
     assert session["structured_output"]["fallbacks"] == {server.base_url: session["structured_output"]["fallbacks"][server.base_url]}
     assert "Unsupported parameter" in session["structured_output"]["fallbacks"][server.base_url]
+
+
+async def test_concurrent_refusals_do_not_skip_a_response_format_form(fault_server):
+    import asyncio
+
+    fault_server.responder = refusing({"json_schema"})
+    fault_server.default = Reply(delay_s=0.2)
+    backend = OpenAIBackend("m", base_url=fault_server.base_url)
+    client = LLMClient(backend, max_retries=0)
+    try:
+        await asyncio.gather(*[
+            request_operations(client, [{"role": "user", "content": q}], library=Library(), sampling=GREEDY, tag="group", max_words=32)
+            for q in "abcd"
+        ])
+    finally:
+        await client.aclose()
+    accepted = [r.body["response_format"] for r in fault_server.requests if r.body["response_format"]["type"] == "json_object"]
+    assert len(accepted) == 4 and all("schema" in f for f in accepted) and backend.format_level == 1

@@ -20,6 +20,16 @@ from tfgrpo.stages import operations_response_schema, request_operations
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
+
+@pytest.fixture(scope="module")
+def llama_url():
+    """llama.cpp's server on SmolLM2 with room for a stage prompt plus its retry (conftest's has 1024)."""
+    pytest.importorskip("llama_cpp", reason="needs the llamacpp extra (CI installs it)")
+    from tests.servers import llama_server
+
+    with llama_server(n_ctx=4096) as url:
+        yield url
+
 LIBRARY = Library.from_texts(["When a problem says 'more', add the numbers."])
 QUESTION = (
     "Two attempts at 'Tom has 7 apples and buys 5 more' answered 12 (right) and 11 (wrong). "

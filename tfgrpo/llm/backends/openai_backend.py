@@ -118,6 +118,7 @@ class ChatCompletionsBackend(Backend):
     async def _call(self, request: ChatRequest, *, n: int, sample: int) -> list[Completion]:
         started = time.perf_counter()
         arguments = self._arguments(request, n=n, sample=sample)
+        level = self.format_level  # this call's own: concurrent calls may be refused at the same time
         while True:
             try:
                 response = await self._create(arguments)
@@ -125,10 +126,12 @@ class ChatCompletionsBackend(Backend):
             except (InvalidRequestError, ServerError) as exc:
                 if request.response_schema is None or not refuses_response_format(exc):
                     raise
-                if self.format_level + 1 >= len(RESPONSE_FORMATS):
+                if level + 1 >= len(RESPONSE_FORMATS):
                     raise InvalidRequestError(f"{self.endpoint} refused every response_format: {exc}") from exc
-                self.format_level += 1  # remembered: later calls start at the form this server takes
-                arguments["response_format"] = response_format(request.response_schema, RESPONSE_FORMATS[self.format_level])
+                level += 1
+                arguments["response_format"] = response_format(request.response_schema, RESPONSE_FORMATS[level])
+        if request.response_schema is not None:  # remembered: later calls start at the form this server takes
+            self.format_level = max(self.format_level, level)
         latency = time.perf_counter() - started
         return self._parse(response, latency)
 
