@@ -24,7 +24,7 @@ from experiences.ops import OPTIONS, AddOp, DeleteOp, MergeOp, ModifyOp
 
 OPERATIONS_SCHEMA_NAME = "library_operations"
 #: Upper bound on a lesson's characters for a lesson of `max_words` words (grammars count characters).
-CHARS_PER_WORD = 9
+CHARS_PER_WORD = 8
 #: The free-text reasoning before the operations; bounded so a rambling model still closes the object.
 REASONING_MAX_CHARS = 200
 

@@ -10,7 +10,7 @@ TFGRPO=${TFGRPO:-.venv/bin/tfgrpo}
 OUT=${OUT:-runs/quickstart}
 LLM=${LLM:---backend llamacpp}
 SAMPLING="--max-tokens 128"
-STAGES="--stage-max-tokens 192 --max-ops 2"  # summaries and operations: a 135M model rambles to the limit
+STAGES="--stage-max-tokens 192 --max-ops 1"  # a 135M model rambles to the limit: one lesson per group fits the budget
 EVAL_CACHE="--cache $OUT/eval-cache.sqlite"  # both evals share it: identical prompts are generated once
 
 # A second run resumes the finished learn run: everything is replayed from the caches, for free.

@@ -42,7 +42,7 @@ def test_schema_of_an_empty_library_allows_only_add_and_caps_k():
     operations = schema["properties"]["operations"]
     assert operations["maxItems"] == 2
     assert operations["items"]["properties"]["option"] == {"type": "string", "enum": ["add"]}
-    assert operations["items"]["properties"]["experience"]["maxLength"] == 90
+    assert operations["items"]["properties"]["experience"]["maxLength"] == 80
     assert schema["required"] == ["reasoning", "operations"] and schema["additionalProperties"] is False
 
 
