@@ -10,13 +10,13 @@ TFGRPO=${TFGRPO:-.venv/bin/tfgrpo}
 OUT=${OUT:-runs/quickstart}
 LLM=${LLM:---backend llamacpp}
 SAMPLING="--max-tokens 128"
-STAGES="--stage-max-tokens 192 --max-ops 1"  # a 135M model rambles to the limit: one lesson per group fits the budget
+STAGES="--stage-max-tokens 192 --max-ops 2"  # summaries and operations: a 135M model rambles to the limit
 EVAL_CACHE="--cache $OUT/eval-cache.sqlite"  # both evals share it: identical prompts are generated once
 
 # A second run resumes the finished learn run: everything is replayed from the caches, for free.
 RESUME=$([ -f "$OUT/learn/state.json" ] && echo --resume || true)
 
-$TFGRPO learn $LLM --data easy --out "$OUT/learn" --group-size 4 --epochs 1 --batch-size 2 --limit 8 $SAMPLING $STAGES $RESUME
+$TFGRPO learn $LLM --data easy --out "$OUT/learn" --group-size 4 --epochs 1 --batch-size 3 --limit 12 $SAMPLING $STAGES $RESUME
 $TFGRPO eval $LLM --data easy --out "$OUT/eval-baseline" --samples 2 --label baseline $SAMPLING $EVAL_CACHE
 $TFGRPO eval $LLM --data easy --out "$OUT/eval-library" --samples 2 --library "$OUT/learn/library.json" --label library $SAMPLING $EVAL_CACHE
 $TFGRPO export "$OUT/learn/library.json" --format system-prompt --out "$OUT/system_prompt.txt"
