@@ -27,6 +27,10 @@ OPERATIONS_SCHEMA_NAME = "library_operations"
 CHARS_PER_WORD = 8
 #: The free-text reasoning before the operations; bounded so a rambling model still closes the object.
 REASONING_MAX_CHARS = 200
+#: Token-budget arithmetic (worst case: degenerate text like "1.1.1." costs a token per 2-3 characters).
+CHARS_PER_TOKEN = 3
+OP_OVERHEAD_CHARS = 48  # '{"option": "modify", "id": "G12", "experience": ""}, ' and the like
+MIN_LESSON_CHARS = 48
 
 _MODELS: dict[str, type[BaseModel]] = {"add": AddOp, "modify": ModifyOp, "delete": DeleteOp, "merge": MergeOp}
 _NEEDS_IDS = {"modify", "delete", "merge"}
@@ -38,10 +42,22 @@ def allowed_options(ids: Sequence[str]) -> tuple[str, ...]:
 
 
 def operations_schema(
-    *, max_ops: int | None = None, ids: Sequence[str] = (), max_words: int | None = None
+    *, max_ops: int | None = None, ids: Sequence[str] = (), max_words: int | None = None, max_tokens: int | None = None
 ) -> dict[str, Any]:
-    """JSON schema of a stage-2/3 reply (strict-mode compatible: every property required, no extras)."""
+    """JSON schema of a stage-2/3 reply (strict-mode compatible: every property required, no extras).
+
+    With `max_tokens`, the string bounds are shrunk so that a reply filling every string to its bound
+    still closes within the token budget: a constrained reply is then never cut off mid-object (down to
+    MIN_LESSON_CHARS per lesson; below that a very small budget can still run out).
+    """
     max_chars = max_words * CHARS_PER_WORD if max_words else None
+    reasoning_chars = REASONING_MAX_CHARS
+    if max_tokens is not None:
+        budget = max_tokens * CHARS_PER_TOKEN - OP_OVERHEAD_CHARS
+        reasoning_chars = max(0, min(REASONING_MAX_CHARS, budget // 4))
+        ops = max(1, max_ops or 1)
+        per_lesson = max(MIN_LESSON_CHARS, (budget - reasoning_chars) // ops - OP_OVERHEAD_CHARS)
+        max_chars = min(max_chars, per_lesson) if max_chars else per_lesson
     items = [_operation_schema(option, ids=list(ids), max_chars=max_chars) for option in allowed_options(ids)]
     operations: dict[str, Any] = {"type": "array", "items": items[0] if len(items) == 1 else {"anyOf": items}}
     if max_ops is not None:
@@ -49,7 +65,7 @@ def operations_schema(
     return {
         "type": "object",
         "properties": {
-            "reasoning": {"type": "string", "maxLength": REASONING_MAX_CHARS},
+            "reasoning": {"type": "string", "maxLength": reasoning_chars},
             "operations": operations,
         },
         "required": ["reasoning", "operations"],

@@ -106,7 +106,7 @@ def _completion(text: str) -> dict:
 
 async def test_openai_backend_sends_the_schema_and_the_reply_is_used_as_is(fault_server):
     library = library_with("Check units.")
-    expected = operations_response_schema(library, max_ops=3, max_words=32).json_schema
+    expected = operations_response_schema(library, max_ops=3, max_words=32, max_tokens=GREEDY.max_tokens).json_schema
     checking_server(fault_server, expected)
     client = LLMClient(OpenAIBackend("m", base_url=fault_server.base_url), max_retries=0)
     try:
@@ -123,7 +123,7 @@ async def test_litellm_backend_sends_the_schema(fault_server):
     from tfgrpo.llm.backends.litellm_backend import LiteLLMBackend
 
     library = Library()
-    expected = operations_response_schema(library, max_ops=2, max_words=32).json_schema
+    expected = operations_response_schema(library, max_ops=2, max_words=32, max_tokens=GREEDY.max_tokens).json_schema
     checking_server(fault_server, expected)
     client = LLMClient(LiteLLMBackend("openai/m", api_base=fault_server.base_url, api_key="sk-x"), max_retries=0)
     try:
@@ -180,7 +180,7 @@ async def test_a_server_with_json_mode_only_gets_json_object(fault_server):
         await client.aclose()
     forms = [r.body["response_format"] for r in fault_server.requests]
     assert [f["type"] for f in forms] == ["json_schema", "json_object", "json_object"] and backend.format_level == 1
-    assert forms[1]["schema"] == operations_response_schema(Library(), max_ops=None, max_words=32).json_schema
+    assert forms[1]["schema"] == operations_response_schema(Library(), max_ops=None, max_words=32, max_tokens=GREEDY.max_tokens).json_schema
     assert not client.schema_fallbacks
 
 
@@ -330,3 +330,15 @@ async def test_concurrent_refusals_do_not_skip_a_response_format_form(fault_serv
         await client.aclose()
     accepted = [r.body["response_format"] for r in fault_server.requests if r.body["response_format"]["type"] == "json_object"]
     assert len(accepted) == 4 and all("schema" in f for f in accepted) and backend.format_level == 1
+
+
+def test_string_bounds_fit_the_token_budget():
+    from experiences.schemas import CHARS_PER_TOKEN, OP_OVERHEAD_CHARS
+
+    schema = operations_schema(max_ops=2, ids=[], max_words=32, max_tokens=192)
+    reasoning = schema["properties"]["reasoning"]["maxLength"]
+    lesson = schema["properties"]["operations"]["items"]["properties"]["experience"]["maxLength"]
+    # a reply filling every string to its bound still ends within max_tokens (at the worst-case chars/token)
+    assert reasoning + 2 * (lesson + OP_OVERHEAD_CHARS) + OP_OVERHEAD_CHARS <= 192 * CHARS_PER_TOKEN
+    roomy = operations_schema(max_ops=2, ids=[], max_words=32, max_tokens=4096)
+    assert roomy["properties"]["operations"]["items"]["properties"]["experience"]["maxLength"] == 32 * 8
