@@ -342,3 +342,28 @@ def test_string_bounds_fit_the_token_budget():
     assert reasoning + 2 * (lesson + OP_OVERHEAD_CHARS) + OP_OVERHEAD_CHARS <= 192 * CHARS_PER_TOKEN
     roomy = operations_schema(max_ops=2, ids=[], max_words=32, max_tokens=4096)
     assert roomy["properties"]["operations"]["items"]["properties"]["experience"]["maxLength"] == 32 * 8
+
+
+def test_compare_report_lists_the_learned_experiences(tmp_path):
+    from test_eval_compare import STRONG, WEAK, _samples, _write_run
+
+    from eval.compare import compare_runs
+
+    base = _write_run(tmp_path / "base", _samples(WEAK, seed=1), label="baseline")
+    library = _write_run(tmp_path / "lib", _samples(STRONG, seed=2), label="library")
+    learn = tmp_path / "learn"
+    learn.mkdir()
+    steps = [{"step": 1, "epoch": 1, "accuracy": 0.5, "library_size": 1}]
+    totals = {"stage_replies_lost": 0, "stage_replies": {"group": {"lost": 0}}}
+    (learn / "metrics.json").write_text(json.dumps({"steps": steps, "totals": totals}), encoding="utf-8")
+    lib = Library.from_texts(["When counting, list the cases."])
+    lib.experiences[0].provenance.step, lib.experiences[0].provenance.query_ids = 1, ["easy-01"]
+    lib.experiences[0].provenance.operation = "add"
+    lib.save(learn / "library.json")
+
+    comparison, files = compare_runs([base, library], tmp_path / "report", learn_run=learn, n_bootstrap=200)
+
+    markdown = files["markdown"].read_text(encoding="utf-8")
+    assert "## Learned experiences (1)" in markdown
+    assert "| G0 | When counting, list the cases. | add, step 1, from easy-01 |" in markdown
+    assert "Stage replies lost" in markdown
