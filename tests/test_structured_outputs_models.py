@@ -101,8 +101,8 @@ def small_learn(tmp_path, **llm) -> dict:
     config = LearnConfig(
         data="easy", limit=5, out=str(tmp_path / "run"), group_size=3, epochs=1, batch_size=5, dedup=False,
         llm=llm, rollout_sampling={"temperature": 1.0, "max_tokens": 48, "seed": 3},
-        # one short lesson: even a reply that fills every string to its bound fits the stage token budget
-        stage_sampling={"temperature": 0.0, "max_tokens": 192}, max_ops_per_group=1, max_words=12,
+        # one lesson: even a reply that fills every string to its bound fits the stage token budget
+        stage_sampling={"temperature": 0.0, "max_tokens": 192}, max_ops_per_group=1,
     )
     result = asyncio.run(learn_async(config))
     assert result.status == "completed"
