@@ -85,6 +85,9 @@ class Comparison(BaseModel):
     )
     seed_sets: list[dict[str, Any]] = Field(default_factory=list, description="Across-seed rows of seed-set systems (eval.seeds).")
     matrix: dict[str, Any] = Field(default_factory=dict, description="Model x library table of an eval matrix (eval.matrix).")
+    learn_experiences: list[dict[str, Any]] = Field(
+        default_factory=list, description="The learn run's final library: id, text, provenance of each experience."
+    )
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -152,6 +155,14 @@ def load_learn_selection(run_dir: str | Path) -> dict[str, Any]:
     """The trust keys of a learn run's metrics.json: pareto view, gate counts, best step, leakage findings."""
     metrics = read_json(Path(run_dir) / "metrics.json")
     return {key: metrics[key] for key in ("pareto", "gate", "best_step", "leakage") if metrics.get(key) is not None}
+def load_learn_library(run_dir: str | Path) -> list[dict[str, Any]]:
+    """The experiences of a learn run's library.json (none when the run has no library yet)."""
+    path = Path(run_dir) / "library.json"
+    if not path.is_file():
+        return []
+    data = read_json(path)
+    items = data.get("experiences") if isinstance(data, dict) else None
+    return [item for item in items or [] if isinstance(item, dict) and "id" in item and "text" in item]
 
 
 def _unique_names(runs: Sequence[EvalRun]) -> list[str]:
@@ -245,6 +256,7 @@ def build_comparison(
         learn_steps=learn_steps,
         learn_totals=learn_totals,
         learn_selection=load_learn_selection(learn_run) if learn_run else {},
+        learn_experiences=load_learn_library(learn_run) if learn_run else [],
     )
 
 

@@ -184,6 +184,16 @@ def build_tables(comparison: Comparison) -> list[Table]:
                 note="All counters are in the learn run's metrics.json (`totals`, `steps[]`).",
             )
         )
+    if comparison.learn_experiences:
+        tables.append(
+            Table(
+                key="experiences",
+                title=f"Learned experiences ({len(comparison.learn_experiences)})",
+                headers=["Id", "Experience", "Provenance"],
+                rows=[[e["id"], e["text"], _provenance(e.get("provenance") or {})] for e in comparison.learn_experiences],
+                note="The library the library arm was evaluated with (the learn run's library.json).",
+            )
+        )
     tables.extend(_selection_tables(comparison.learn_selection))
     if comparison.seed_sets:
         tables.append(_seed_table(comparison.seed_sets))
@@ -252,6 +262,15 @@ def _selection_tables(selection: dict[str, Any]) -> list[Table]:
     return tables
 
 
+def _provenance(provenance: dict[str, Any]) -> str:
+    parts = [f"{provenance['operation']}" if provenance.get("operation") else ""]
+    if provenance.get("step") is not None:
+        parts.append(f"step {provenance['step']}")
+    if provenance.get("query_ids"):
+        parts.append("from " + ", ".join(provenance["query_ids"]))
+    return ", ".join(p for p in parts if p) or "–"
+
+
 # The learn totals a reader needs to judge a run; metrics.json has the rest.
 _LEARN_TOTALS = {
     "rollouts": "Rollouts",
@@ -261,6 +280,7 @@ _LEARN_TOTALS = {
     "ops_proposed": "Ops proposed",
     "ops_applied": "Ops applied",
     "parse_failures": "Unparsable replies",
+    "stage_replies_lost": "Stage replies lost",
     "leaks_rejected": "Leaks rejected",
     "leaks_flagged": "Leaks flagged",
     "prompt_tokens": "Tokens in",

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The main job on the embedded SmolLM2-135M-Instruct, offline, on 2 CPU cores: one recipe learns a library
 # on a tiny easy set, evaluates with and without it and writes the table (tfgrpo/experiment/recipes/quickstart.yaml);
-# then the library is exported as the system prompt to ship.
+# then the library is exported as the system prompt to ship. The recipe runs on llama.cpp in process (the
+# fastest local path: ~75 tokens/s vs ~29 for transformers), which enforces the stage replies' JSON schema
+# as a grammar, so none is lost to a parse error.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} TOKENIZERS_PARALLELISM=false

@@ -107,6 +107,8 @@ class FaultServer:
         self.script: deque[Reply] = deque()
         self.default = Reply()
         self.requests: list[RecordedRequest] = []
+        #: optional `respond(body) -> Reply | None`, asked before the script (a server that checks requests)
+        self.responder: Any = None
         self._lock = threading.Lock()
         self._httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         self._httpd.daemon_threads = True
@@ -135,6 +137,9 @@ class FaultServer:
     def _next_reply(self, path: str, body: dict[str, Any]) -> Reply:
         with self._lock:
             self.requests.append(RecordedRequest(path=path, body=body))
+            decided = self.responder(body) if self.responder is not None else None
+            if decided is not None:
+                return decided
             return self.script.popleft() if self.script else self.default
 
     def _handler_class(self) -> type[http.server.BaseHTTPRequestHandler]:

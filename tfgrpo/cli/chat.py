@@ -22,6 +22,7 @@ def register(app: typer.Typer) -> None:
         adapter: opt.AdapterOpt = None,
         cache: opt.CacheOpt = None,
         timeout: opt.TimeoutOpt = None,
+        structured_output: opt.StructuredOutputOpt = None,
         temperature: opt.TemperatureOpt = None,
         top_p: opt.TopPOpt = None,
         max_tokens: opt.MaxTokensOpt = None,
@@ -34,7 +35,7 @@ def register(app: typer.Typer) -> None:
         from tfgrpo.llm.chat import ChatConfig, run_chat
 
         overrides = {
-            "llm": opt.llm_overrides(backend, model, base_url, api_key, adapter, cache=cache, timeout_s=timeout),
+            "llm": opt.llm_overrides(backend, model, base_url, api_key, adapter, cache=cache, timeout_s=timeout, structured_output=structured_output),
             "sampling": opt.sampling_overrides(temperature, top_p, max_tokens, seed),
             "system": system,
         }

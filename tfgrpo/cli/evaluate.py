@@ -35,6 +35,7 @@ def register(app: typer.Typer) -> None:
         cache: opt.CacheOpt = None,
         budget_usd: opt.BudgetOpt = None,
         timeout: opt.TimeoutOpt = None,
+        structured_output: opt.StructuredOutputOpt = None,
         temperature: opt.TemperatureOpt = None,
         top_p: opt.TopPOpt = None,
         max_tokens: opt.MaxTokensOpt = None,
@@ -54,7 +55,8 @@ def register(app: typer.Typer) -> None:
             "data": data, "out": out, "library": library, "system_prompt": system_prompt, "inject": inject,
             "samples": samples, "limit": limit, "reward": reward, "agent": {"tools": tools, "max_turns": max_turns, "protocol": protocol},
             "label": label, "seed": seed,
-            "llm": opt.llm_overrides(backend, model, base_url, api_key, adapter, concurrency, cache=cache, budget_usd=budget_usd, timeout_s=timeout),
+            "llm": opt.llm_overrides(backend, model, base_url, api_key, adapter, concurrency, cache=cache, budget_usd=budget_usd, timeout_s=timeout,
+                                     structured_output=structured_output),
             "sampling": opt.sampling_overrides(temperature, top_p, max_tokens, seed),
         }
         settings = build_config(EvalConfig, config, overrides)

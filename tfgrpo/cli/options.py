@@ -6,6 +6,8 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+from tfgrpo.llm.config import LLMConfig
+
 ConfigOpt = Annotated[Optional[str], typer.Option("--config", "-c", help="YAML file with any of the options; the command line overrides it.")]
 BackendOpt = Annotated[Optional[str], typer.Option("--backend", help="transformers | llamacpp | openai | litellm | vllm (default: transformers on the embedded SmolLM2).")]
 ModelOpt = Annotated[Optional[str], typer.Option("--model", "-m", help="Model name (API) or local path / GGUF file.")]
@@ -16,6 +18,10 @@ ConcurrencyOpt = Annotated[Optional[int], typer.Option("--concurrency", help="Re
 CacheOpt = Annotated[Optional[str], typer.Option("--cache", help="SQLite response-cache file.")]
 TimeoutOpt = Annotated[Optional[float], typer.Option("--timeout", help="Per-request timeout in seconds (llm.timeout_s; default 600). A timed-out request is retried and counted as a timeout retry.")]
 BudgetOpt = Annotated[Optional[float], typer.Option("--budget-usd", help="Stop cleanly once this many USD were spent.")]
+StructuredOutputOpt = Annotated[
+    Optional[str],
+    typer.Option("--structured-output", help=f"auto | on | off. {LLMConfig.model_fields['structured_output'].description}"),
+]
 TemperatureOpt = Annotated[Optional[float], typer.Option("--temperature", help="Sampling temperature.")]
 TopPOpt = Annotated[Optional[float], typer.Option("--top-p", help="Nucleus sampling mass.")]
 MaxTokensOpt = Annotated[Optional[int], typer.Option("--max-tokens", help="Maximum new tokens per completion.")]
@@ -32,6 +38,7 @@ def llm_overrides(
     cache: str | None = None,
     budget_usd: float | None = None,
     timeout_s: float | None = None,
+    structured_output: str | None = None,
 ) -> dict[str, Any]:
     """The `llm:` section of a config from command-line values (None = not given)."""
     return {
@@ -44,6 +51,7 @@ def llm_overrides(
         "cache": cache,
         "budget_usd": budget_usd,
         "timeout_s": timeout_s,
+        "structured_output": structured_output,
     }
 
 

@@ -169,6 +169,7 @@ async def _learn_in(run: RunDir, config: LearnConfig, *, client: LLMClient | Non
             wall_time_s=round(time.perf_counter() - started, 3),
             cost_usd=client.accounting.cost_usd,
             usage=client.accounting.snapshot(),
+            structured_output={"mode": client.structured_output, "fallbacks": dict(client.schema_fallbacks)},
         )
         state.sessions.append(session)
         state.status = status

@@ -8,7 +8,8 @@
                uncached_prompt_tokens, completion_tokens, cached_samples (our response cache), cost_usd, wall_time_s,
                retries_{rate_limit,server_error,timeout,bad_body,connection} (transient failures retried),
                stage_seconds {rollouts, summaries, group_advantage, consolidation}, library_version, library_size,
-               leaks_rejected, leaks_flagged, leakage [{action, kind, problem_id, source, evidence, text, op}]
+               leaks_rejected, leaks_flagged, leakage [{action, kind, problem_id, source, evidence, text, op}],
+               stage_replies {group, consolidate: {replies, enforced, parsed, repaired, retried, lost}}
     epochs[]:  epoch, steps, accuracy (over the epoch's scored rollouts), library_size, val_mean_at_k
     leakage:   every leakage finding of the run, with its step (see tfgrpo.learn.guards)
     totals:    sums of the step counters + validation cost, rollouts, cost_usd, wall_time_s (all sessions)
@@ -31,6 +32,15 @@ SUMMED = (
     "api_failures", "prompt_tokens", "cached_prompt_tokens", "uncached_prompt_tokens", "completion_tokens", "cached_samples",
     "leaks_rejected", "leaks_flagged", *(f"retries_{cause}" for cause in RETRY_CAUSES),
 )
+#: How the structured replies of stages 2 and 3 fared: generated under the schema (enforced), used as they
+#: came (parsed: strict JSON, first try), fixed by the tolerant parser (repaired), asked again (retried),
+#: and given up on (lost: the call failed or the retry was still unusable).
+REPLY_COUNTS = ("replies", "enforced", "parsed", "repaired", "retried", "lost")
+STRUCTURED_STAGES = ("group", "consolidate")
+
+
+def empty_reply_counts() -> dict[str, dict[str, int]]:
+    return {stage: dict.fromkeys(REPLY_COUNTS, 0) for stage in STRUCTURED_STAGES}
 
 
 @dataclass
@@ -82,6 +92,7 @@ class StepCounters:
     library_version: int = 0
     library_size: int = 0
     stage_seconds: dict[str, float] = field(default_factory=dict)
+    stage_replies: dict[str, dict[str, int]] = field(default_factory=empty_reply_counts)
     _lap_start: float = field(default_factory=time.perf_counter, repr=False)
 
     def lap(self, stage: str) -> None:
@@ -111,20 +122,27 @@ class StepCounters:
         self.summaries = len(summaries)
         self.summaries_failed = sum(s.error is not None for s in summaries)
 
-    def _count_reply(self, reply: Any) -> None:
+    def _count_reply(self, reply: Any, stage: str) -> None:
         self.parse_retries += reply.retried
         self.parse_failures += reply.malformed
+        counts = self.stage_replies[stage]
+        counts["replies"] += 1
+        counts["enforced"] += reply.enforced
+        counts["parsed"] += reply.strict
+        counts["repaired"] += not reply.strict and not reply.retried and reply.error is None
+        counts["retried"] += reply.retried
+        counts["lost"] += reply.lost
 
     def count_analyses(self, analyses: list[Any]) -> None:
         for analysis in analyses:
             self.ops_proposed += len(analysis.reply.operations)
             self.ops_rejected += len(analysis.reply.rejected)
             self.group_calls_failed += analysis.reply.error is not None
-            self._count_reply(analysis.reply)
+            self._count_reply(analysis.reply, "group")
 
     def count_consolidation(self, consolidation: Any, applied: Any) -> None:
         if consolidation.reply is not None:
-            self._count_reply(consolidation.reply)
+            self._count_reply(consolidation.reply, "consolidate")
             self.ops_rejected += len(consolidation.reply.rejected)
             self.consolidation_failed = consolidation.reply.error is not None or (
                 consolidation.reply.malformed and not consolidation.reply.operations
@@ -210,7 +228,9 @@ def run_metrics(state: Any, *, best_epoch: int | None, library: Any, config: Any
         sessions=len(state.sessions),
         library_size=len(library),
         library_version=library.version,
+        stage_replies=sum_reply_counts(state.steps),
     )
+    totals["stage_replies_lost"] = sum(counts["lost"] for counts in totals["stage_replies"].values())
     return {
         "status": state.status,
         "completed_step": state.completed_step,
@@ -224,6 +244,24 @@ def run_metrics(state: Any, *, best_epoch: int | None, library: Any, config: Any
         "totals": totals,
         "leakage": [{"step": s["step"], **r} for s in state.steps for r in s.get("leakage", [])],
     }
+
+
+def sum_reply_counts(steps: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    totals = empty_reply_counts()
+    for step in steps:  # steps written before these counters existed have none
+        for stage, counts in (step.get("stage_replies") or {}).items():
+            for key, value in counts.items():
+                totals.setdefault(stage, dict.fromkeys(REPLY_COUNTS, 0))[key] = totals[stage].get(key, 0) + value
+    return totals
+
+
+def reply_counts_line(counts: dict[str, dict[str, int]]) -> str:
+    """'group 4 replies: 4 enforced, 3 parsed, 1 repaired, 0 retried, 0 lost; consolidate ...'"""
+    parts = []
+    for stage, c in counts.items():
+        details = ", ".join(f"{c[key]} {key}" for key in REPLY_COUNTS[1:])
+        parts.append(f"{stage} {c['replies']} replies: {details}")
+    return "; ".join(parts)
 
 
 def epoch_table(metrics: dict[str, Any]) -> Any:
@@ -253,6 +291,7 @@ def epoch_table(metrics: dict[str, Any]) -> Any:
         f"{totals['wall_time_s']:.1f}s; final library v{totals['library_version']} with {totals['library_size']} experiences"
         + f"; {retries_line(totals)}"
         + ("; * = best epoch on validation" if metrics.get("best_epoch") else "")
+        + f"\nstage replies: {reply_counts_line(totals.get('stage_replies') or empty_reply_counts())}"
     )
     return table
 
@@ -261,4 +300,4 @@ def _fmt(value: float | None) -> str:
     return "–" if value is None else f"{value:.3f}"
 
 
-__all__ = ["StepCounters", "epoch_table", "run_metrics"]
+__all__ = ["REPLY_COUNTS", "StepCounters", "epoch_table", "reply_counts_line", "run_metrics", "sum_reply_counts"]

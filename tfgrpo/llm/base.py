@@ -23,6 +23,8 @@ class Backend(abc.ABC):
     supports_n: bool = True
     #: whether the backend understands OpenAI `tools` (native tool calling)
     supports_tools: bool = False
+    #: whether `forward` enforces `request.response_schema` (response_format, a grammar, guided decoding)
+    supports_response_schema: bool = False
 
     @abc.abstractmethod
     async def forward(self, request: ChatRequest) -> list[Completion]:

@@ -3,6 +3,11 @@
 Backends implement only `forward`; this class wraps them once with the per-sample response cache,
 retries with exponential backoff + jitter (honouring Retry-After), per-endpoint bounded concurrency,
 least-busy routing across replicas, token/cost/latency accounting and the budget cap.
+
+Structured outputs (`structured_output`): "off" drops every request's JSON schema; "on" sends it and
+refuses a backend that cannot enforce one; "auto" sends it where the backend can, and when an endpoint
+rejects it (HTTP 400/422, unsupported parameter) resends that request without it, remembers the endpoint
+(`schema_fallbacks`) and never sends it a schema again: the tolerant parser takes over, no step fails.
 """
 
 from __future__ import annotations
@@ -18,8 +23,10 @@ from tfgrpo.llm.accounting import Accounting, Pricing
 from tfgrpo.llm.base import Backend
 from tfgrpo.llm.cache import ResponseCache
 from tfgrpo.llm.errors import (
+    BackendUnavailableError,
     BudgetExceededError,
     ContextWindowExceededError,
+    InvalidRequestError,
     MalformedResponseError,
     RateLimitError,
     RequestFailedError,
@@ -27,9 +34,10 @@ from tfgrpo.llm.errors import (
     ServerError,
     TransientError,
 )
-from tfgrpo.llm.types import ChatRequest, Completion, Message, SamplingParams
+from tfgrpo.llm.types import ChatRequest, Completion, Message, ResponseSchema, SamplingParams
 
 T = TypeVar("T")
+STRUCTURED_OUTPUT_MODES = ("auto", "on", "off")
 
 
 #: most characters any tokenizer packs into one token (long runs of spaces or digits in BPE vocabularies):
@@ -52,10 +60,21 @@ class LLMClient:
         backoff_max_s: float = 60.0,
         retry_after_max_s: float = 300.0,
         context_tokens: int | None = None,
+        structured_output: str = "auto",
     ):
         self.backends = [backends] if isinstance(backends, Backend) else list(backends)
         if not self.backends:
             raise ValueError("LLMClient needs at least one backend")
+        if structured_output not in STRUCTURED_OUTPUT_MODES:
+            raise ValueError(f"structured_output must be one of {', '.join(STRUCTURED_OUTPUT_MODES)}")
+        unable = [b.endpoint for b in self.backends if not b.supports_response_schema]
+        if structured_output == "on" and unable:
+            raise BackendUnavailableError(
+                f"structured_output=on, but {', '.join(unable)} cannot enforce a JSON schema; use auto or off"
+            )
+        self.structured_output = structured_output
+        #: endpoints that rejected a JSON schema once (endpoint -> the error), sent none since
+        self.schema_fallbacks: dict[str, str] = {}
         self.model_name = self.backends[0].model_name
         self.cache = cache
         self.max_retries = max_retries
@@ -82,7 +101,9 @@ class LLMClient:
         tools: list[dict[str, Any]] | None = None,
         tag: str = "",
         sample_offset: int = 0,
+        response_schema: ResponseSchema | None = None,
     ) -> list[Completion]:
+        """`response_schema`: the JSON schema the reply must follow, enforced where the backend can."""
         request = ChatRequest(
             messages=[m if isinstance(m, Message) else Message.model_validate(m) for m in messages],
             n=n,
@@ -90,6 +111,7 @@ class LLMClient:
             tools=tools,
             tag=tag,
             sample_offset=sample_offset,
+            response_schema=None if self.structured_output == "off" else response_schema,
         )
         return await self.generate(request)
 
@@ -152,11 +174,19 @@ class LLMClient:
 
         return asyncio.run(once())
 
-    def completer(self, loop: asyncio.AbstractEventLoop, *, sampling: SamplingParams | None = None, tag: str = "judge"):
+    def completer(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        *,
+        sampling: SamplingParams | None = None,
+        tag: str = "judge",
+        response_schema: ResponseSchema | None = None,
+    ):
         """A sync `complete(messages) -> str` for code running in a worker thread (the judge reward)."""
 
         def complete(messages: list[dict[str, Any]]) -> str:
-            future = asyncio.run_coroutine_threadsafe(self.chat(messages, sampling=sampling, tag=tag), loop)
+            call = self.chat(messages, sampling=sampling, tag=tag, response_schema=response_schema)
+            future = asyncio.run_coroutine_threadsafe(call, loop)
             return future.result()[0].text
 
         return complete
@@ -238,10 +268,15 @@ class LLMClient:
         try:
             async with self._semaphore(backend.endpoint):
                 started = time.perf_counter()
+                sent = self._fit_schema(request, backend)
                 try:
-                    completions = await _within(backend.forward(request), self.timeout_s)
-                except asyncio.TimeoutError as exc:
-                    raise RequestTimeoutError(f"no reply from {backend.endpoint} within {self.timeout_s:.0f}s") from exc
+                    completions = await self._forward(backend, sent)
+                except InvalidRequestError as exc:
+                    if not self._may_fall_back(sent, exc):
+                        raise
+                    sent = sent.model_copy(update={"response_schema": None})
+                    completions = await self._forward(backend, sent)  # fails as usual if the schema was not it
+                    self.schema_fallbacks[backend.endpoint] = f"{type(exc).__name__}: {exc}"
                 latency = time.perf_counter() - started
         finally:
             self._in_flight[backend.endpoint] -= 1
@@ -252,7 +287,13 @@ class LLMClient:
             usage = completion.usage
             cost = self.pricing.cost(usage.prompt_tokens, usage.completion_tokens, usage.cached_prompt_tokens)
             # One copy per sample (the backend's object stays untouched): priced, timed and numbered.
-            update = {"cost_usd": cost, "latency_s": latency, "index": request.sample_offset + position, "cached": False}
+            update = {
+                "cost_usd": cost,
+                "latency_s": latency,
+                "index": request.sample_offset + position,
+                "cached": False,
+                "schema_enforced": sent.response_schema is not None,
+            }
             priced.append(completion.model_copy(update=update))
         self.accounting.record_call(
             request.tag,
@@ -264,6 +305,28 @@ class LLMClient:
             latency_s=latency,
         )
         return priced
+
+    async def _forward(self, backend: Backend, request: ChatRequest) -> list[Completion]:
+        try:
+            return await _within(backend.forward(request), self.timeout_s)
+        except asyncio.TimeoutError as exc:
+            raise RequestTimeoutError(f"no reply from {backend.endpoint} within {self.timeout_s:.0f}s") from exc
+
+    def _fit_schema(self, request: ChatRequest, backend: Backend) -> ChatRequest:
+        """The request as this backend gets it: without the schema where it cannot or will not take one."""
+        if request.response_schema is None:
+            return request
+        if backend.supports_response_schema and backend.endpoint not in self.schema_fallbacks:
+            return request
+        return request.model_copy(update={"response_schema": None})
+
+    def _may_fall_back(self, sent: ChatRequest, error: InvalidRequestError) -> bool:
+        # A 400 on a request with a schema may be the schema; a too-long prompt is not.
+        return (
+            self.structured_output == "auto"
+            and sent.response_schema is not None
+            and not isinstance(error, ContextWindowExceededError)
+        )
 
 
 def retry_cause(error: TransientError) -> str:

@@ -38,6 +38,11 @@ class LLMConfig(BaseModel):
     budget_usd: float | None = Field(None, gt=0, description="Stop cleanly once this much has been spent.")
     batch_size: int = Field(32, ge=1, description="Prompts per forward pass for local backends.")
     dtype: str = Field("float32", description="Torch dtype of local models.")
+    structured_output: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="JSON-schema enforcement of structured replies: auto (where the backend can; an endpoint that "
+        "rejects it is used without), on (required: a backend that cannot is refused), off (never sent).",
+    )
 
     @field_validator("base_url", mode="before")
     @classmethod

@@ -79,4 +79,5 @@ def build_client(
         budget_usd=config.budget_usd,
         # API models: litellm's table knows the window; local backends check with their own tokenizer
         context_tokens=None if config.backend in LOCAL_BACKENDS else context_window(config.model),
+        structured_output=config.structured_output,
     )

@@ -34,6 +34,19 @@ class SamplingParams(BaseModel):
     seed: int | None = Field(None, description="Sampling seed, where the backend supports one.")
 
 
+class ResponseSchema(BaseModel):
+    """A JSON schema the reply must follow (structured outputs); `name` labels it for APIs that want one."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(description="Identifier of the reply type (letters, digits, _ and -).")
+    schema_: dict[str, Any] = Field(alias="schema", description="The JSON schema of the reply.")
+
+    @property
+    def json_schema(self) -> dict[str, Any]:
+        return self.schema_
+
+
 class ChatRequest(BaseModel):
     """One chat call that may ask for `n` samples.
 
@@ -49,6 +62,7 @@ class ChatRequest(BaseModel):
     tools: list[dict[str, Any]] | None = None
     sample_offset: int = 0
     tag: str = Field("", description="Accounting label: rollout, summary, group, consolidate, eval, judge, chat.")
+    response_schema: ResponseSchema | None = Field(None, description="Structured output asked of the backend, if any.")
 
     def sample_key(self, model: str, index: int) -> str:
         """Cache key of sample `index`: sha256 over the request as sorted JSON (no key, no URL, no tag)."""
@@ -59,6 +73,8 @@ class ChatRequest(BaseModel):
             "tools": self.tools,
             "index": index,
         }
+        if self.response_schema is not None:  # absent otherwise: keys of unstructured requests stay as they were
+            payload["response_schema"] = self.response_schema.model_dump(by_alias=True)
         blob = json.dumps(payload, sort_keys=True, ensure_ascii=False)
         return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
@@ -87,3 +103,4 @@ class Completion(BaseModel):
     latency_s: float = 0.0
     cached: bool = False
     index: int = 0
+    schema_enforced: bool = Field(False, description="The backend generated this reply under the request's JSON schema.")

@@ -5,14 +5,16 @@
 2. `advantage`: each kept group → the group's semantic advantage as operations on the library.
 3. `consolidate`: all operations proposed for a batch → one final operation list, applied to the library.
 
-Stages 2 and 3 ask for operations; `request_operations` is how: one call, the tolerant parser of
+Stages 2 and 3 ask for operations; `request_operations` is how: one call carrying the reply's JSON
+schema (`experiences.schemas`: enforced by the backend where it can), the tolerant parser of
 `experiences`, and exactly one retry with the parser's feedback when the reply was malformed. Every
-request is deterministic (same messages, sample 0), so a resumed run finds every answer in the cache.
+request is deterministic (same messages, schema, sample 0), so a resumed run finds every answer in the cache.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -20,9 +22,10 @@ from typing import Any, TypeVar
 from experiences.model import Library
 from experiences.ops import Operation, Rejection
 from experiences.parse import parse_operations
+from experiences.schemas import OPERATIONS_SCHEMA_NAME, operations_schema
 from tfgrpo.llm.client import LLMClient
 from tfgrpo.llm.errors import PER_REQUEST_FAILURES, BudgetExceededError
-from tfgrpo.llm.types import SamplingParams
+from tfgrpo.llm.types import ResponseSchema, SamplingParams
 from tfgrpo.prompts import load_template
 
 T = TypeVar("T")
@@ -40,6 +43,13 @@ class OpsReply:
     error: str | None = None  # the call itself failed (after the client's retries)
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    enforced: bool = False  # the first reply was generated under the JSON schema
+    strict: bool = False  # the first reply was exactly valid JSON, used as it came (no repair, no retry)
+
+    @property
+    def lost(self) -> bool:
+        """Nothing usable came back: the call failed, or the reply was still unusable after the retry."""
+        return self.error is not None or (self.malformed and not self.operations)
 
     def to_row(self) -> dict[str, Any]:
         return {
@@ -48,6 +58,8 @@ class OpsReply:
             "attempts": self.attempts,
             "retried": self.retried,
             "malformed": self.malformed,
+            "enforced": self.enforced,
+            "strict": self.strict,
             "error": self.error,
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
@@ -62,6 +74,7 @@ async def request_operations(
     sampling: SamplingParams,
     tag: str,
     max_words: int,
+    max_ops: int | None = None,
 ) -> OpsReply:
     """Ask for operations; on a malformed reply, retry once with the parser's feedback.
 
@@ -70,18 +83,20 @@ async def request_operations(
     JSON at all, the retry's).
     """
     out = OpsReply()
-    reply = await _ask(client, messages, sampling=sampling, tag=tag, out=out)
+    schema = operations_response_schema(library, max_ops=max_ops, max_words=max_words, max_tokens=sampling.max_tokens)
+    reply = await _ask(client, messages, sampling=sampling, tag=tag, out=out, schema=schema)
     if reply is None:
         return out
     first = parse_operations(reply, library, max_words=max_words)
     out.attempts.append({"reply": reply, "feedback": first.feedback() or None})
     if first.ok:
         out.operations = list(first.operations)
+        out.strict = _is_strict_json(reply)
         return out
 
     out.retried = True
     retry_messages = [*messages, {"role": "assistant", "content": reply}, {"role": "user", "content": first.feedback()}]
-    second_reply = await _ask(client, retry_messages, sampling=sampling, tag=tag, out=out)
+    second_reply = await _ask(client, retry_messages, sampling=sampling, tag=tag, out=out, schema=schema)
     if second_reply is None:  # the retry's call failed: keep what the first reply got right
         out.operations, out.rejected, out.malformed = list(first.operations), list(first.rejected), True
         return out
@@ -94,15 +109,36 @@ async def request_operations(
     return out
 
 
-async def _ask(client: LLMClient, messages: list[dict[str, str]], *, sampling: SamplingParams, tag: str, out: OpsReply) -> str | None:
+def operations_response_schema(
+    library: Library, *, max_ops: int | None, max_words: int, max_tokens: int | None = None
+) -> ResponseSchema:
+    """The schema of a stage-2/3 reply for this library (its ids are the only ones that may be named),
+    with string bounds that fit `max_tokens`."""
+    schema = operations_schema(max_ops=max_ops, ids=library.ids, max_words=max_words, max_tokens=max_tokens)
+    return ResponseSchema(name=OPERATIONS_SCHEMA_NAME, schema=schema)
+
+
+async def _ask(
+    client: LLMClient, messages: list[dict[str, str]], *, sampling: SamplingParams, tag: str, out: OpsReply, schema: ResponseSchema
+) -> str | None:
     try:
-        (completion,) = await client.chat(messages, sampling=sampling, tag=tag)
+        (completion,) = await client.chat(messages, sampling=sampling, tag=tag, response_schema=schema)
     except PER_REQUEST_FAILURES as exc:
         out.error = f"{type(exc).__name__}: {exc}"
         return None
+    if not out.attempts:
+        out.enforced = completion.schema_enforced
     out.prompt_tokens += completion.usage.prompt_tokens
     out.completion_tokens += completion.usage.completion_tokens
     return completion.text
+
+
+def _is_strict_json(reply: str) -> bool:
+    try:
+        json.loads(reply)
+    except ValueError:
+        return False
+    return True
 
 
 def render_stage_prompt(name_or_path: str, **variables: Any) -> str:
@@ -134,4 +170,4 @@ def _jsonable(item: Any) -> Any:
     return item
 
 
-__all__ = ["OpsReply", "gather_all", "render_stage_prompt", "request_operations"]
+__all__ = ["OpsReply", "gather_all", "operations_response_schema", "render_stage_prompt", "request_operations"]

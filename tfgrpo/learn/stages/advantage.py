@@ -12,6 +12,7 @@ from typing import Any
 
 from experiences.model import Library
 from experiences.ops import Rejection
+from experiences.schemas import reply_format
 from tfgrpo.llm.client import LLMClient
 from tfgrpo.llm.types import SamplingParams
 from tfgrpo.learn.stages import OpsReply, render_stage_prompt, request_operations
@@ -37,7 +38,7 @@ class GroupAnalysis:
 
 
 def group_messages(
-    request: GroupRequest, *, library_text: str, template: str, max_ops: int, max_words: int
+    request: GroupRequest, *, library_text: str, template: str, max_ops: int, max_words: int, ids: list[str] | None = None
 ) -> list[dict[str, str]]:
     # Best attempts first, so the model reads what worked before what failed.
     ordered = sorted(request.summaries, key=lambda s: (-(s.rollout.reward or 0.0), s.rollout.sample))
@@ -54,6 +55,7 @@ def group_messages(
         attempts=attempts,
         max_ops=max_ops,
         max_words=max_words,
+        reply_format=reply_format(max_ops=max_ops, ids=ids or []),
     )
     return [{"role": "user", "content": prompt}]
 
@@ -69,8 +71,12 @@ async def analyze_group(
     max_ops: int,
     max_words: int,
 ) -> GroupAnalysis:
-    messages = group_messages(request, library_text=library_text, template=template, max_ops=max_ops, max_words=max_words)
-    reply = await request_operations(client, messages, library=library, sampling=sampling, tag="group", max_words=max_words)
+    messages = group_messages(
+        request, library_text=library_text, template=template, max_ops=max_ops, max_words=max_words, ids=library.ids
+    )
+    reply = await request_operations(
+        client, messages, library=library, sampling=sampling, tag="group", max_words=max_words, max_ops=max_ops
+    )
     if len(reply.operations) > max_ops:  # K is a hard cap: the first K proposals count
         extra = reply.operations[max_ops:]
         reply.operations = reply.operations[:max_ops]

@@ -12,6 +12,7 @@ from typing import Any
 
 from experiences.model import Library
 from experiences.ops import Operation
+from experiences.schemas import reply_format
 from tfgrpo.llm.client import LLMClient
 from tfgrpo.llm.types import SamplingParams
 from tfgrpo.learn.stages import OpsReply, render_stage_prompt, request_operations
@@ -52,6 +53,7 @@ def consolidation_messages(
     near_duplicates: list[NearDuplicate],
     template: str,
     max_words: int,
+    ids: list[str] | None = None,
 ) -> list[dict[str, str]]:
     proposals = [
         {"query_id": a.query_id, "operations": [op.describe() for op in a.reply.operations]}
@@ -64,8 +66,14 @@ def consolidation_messages(
         proposals=proposals,
         near_duplicates=near_duplicates,
         max_words=max_words,
+        reply_format=reply_format(max_ops=final_ops_limit(analyses), ids=ids or []),
     )
     return [{"role": "user", "content": prompt}]
+
+
+def final_ops_limit(analyses: list[GroupAnalysis]) -> int:
+    """The final list is never longer than what the groups proposed (it merges and drops, it does not invent)."""
+    return max(1, sum(len(a.reply.operations) for a in analyses))
 
 
 async def consolidate(
@@ -85,9 +93,13 @@ async def consolidate(
     if not proposed:
         return Consolidation(proposed=[], reply=None)
     messages = consolidation_messages(
-        analyses, library_text=library_text, near_duplicates=near_duplicates, template=template, max_words=max_words
+        analyses, library_text=library_text, near_duplicates=near_duplicates, template=template, max_words=max_words,
+        ids=library.ids,
     )
-    reply = await request_operations(client, messages, library=library, sampling=sampling, tag="consolidate", max_words=max_words)
+    reply = await request_operations(
+        client, messages, library=library, sampling=sampling, tag="consolidate", max_words=max_words,
+        max_ops=final_ops_limit(analyses),
+    )
     result = Consolidation(proposed=proposed, reply=reply, near_duplicates=near_duplicates)
     failed = reply.error is not None or (reply.malformed and not reply.operations)
     if failed and on_failure == "apply_proposed":
@@ -97,4 +109,4 @@ async def consolidate(
     return result
 
 
-__all__ = ["Consolidation", "NearDuplicate", "consolidate", "consolidation_messages"]
+__all__ = ["Consolidation", "NearDuplicate", "consolidate", "consolidation_messages", "final_ops_limit"]

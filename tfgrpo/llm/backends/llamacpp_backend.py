@@ -7,6 +7,9 @@ once and copied).
 
 Install with `CMAKE_ARGS="-DGGML_NATIVE=OFF" pip install "tfgrpo[llamacpp]"`: the default native build
 crashes on some CPUs (AMX) for prompts longer than one token.
+
+A request's `response_schema` becomes llama-cpp-python's `response_format={"type": "json_object",
+"schema": ...}`, which it compiles to a GBNF grammar (its JSON-schema-to-grammar converter).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ class LlamaCppBackend(Backend):
 
     supports_n = True  # samples drawn one after another inside `forward`
     supports_tools = False
+    supports_response_schema = True
 
     def __init__(
         self,
@@ -95,6 +99,8 @@ class LlamaCppBackend(Backend):
         greedy = sampling.temperature == 0.0
         draws = 1 if greedy else request.n
         messages = [message.to_wire() for message in request.messages]
+        schema = request.response_schema
+        structured = {"response_format": {"type": "json_object", "schema": schema.json_schema}} if schema else {}
         replies = []
         with self._lock:
             llama = self._ensure_loaded()
@@ -110,6 +116,7 @@ class LlamaCppBackend(Backend):
                         max_tokens=sampling.max_tokens,
                         stop=list(sampling.stop) if sampling.stop else None,
                         seed=None if sampling.seed is None else sampling.seed + request.sample_offset + k,
+                        **structured,
                     )
                 except ValueError as exc:
                     if is_context_window_message(str(exc)):

@@ -9,6 +9,12 @@ first time that happens the backend remembers it for this endpoint and from then
 single-sample requests instead. When a `seed` is set, a call whose first sample has absolute index `i`
 (`sample_offset` + position) is sent with `seed + i`, so samples fetched one by one differ from each
 other but stay reproducible.
+
+A request's `response_schema` is sent as `response_format` `{"type": "json_schema", ..., "strict": true}`.
+A server that refuses that form (400/422, or a 5xx naming response_format) is asked again with the next
+form of RESPONSE_FORMATS (JSON mode with the schema attached, then plain JSON mode: DeepSeek and older
+servers); the first form it takes is remembered for the endpoint. When all are refused the error reaches
+the client as an InvalidRequestError, and the client drops the schema for this endpoint.
 """
 
 from __future__ import annotations
@@ -21,8 +27,14 @@ from typing import Any
 from tfgrpo.llm.backends.errors_map import map_openai_error
 from tfgrpo.llm.backends.usage import cached_prompt_tokens, share_usage
 from tfgrpo.llm.base import Backend
-from tfgrpo.llm.errors import BackendUnavailableError, MalformedResponseError
-from tfgrpo.llm.types import ChatRequest, Completion
+from tfgrpo.llm.errors import (
+    BackendUnavailableError,
+    ContextWindowExceededError,
+    InvalidRequestError,
+    MalformedResponseError,
+    ServerError,
+)
+from tfgrpo.llm.types import ChatRequest, Completion, ResponseSchema
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 # Local servers accept any key; the SDK insists on one.
@@ -30,6 +42,9 @@ PLACEHOLDER_API_KEY = "EMPTY"
 # The SDK's HTTP stacks; benchmarks/transport.py measures them (client CPU per call) and the faster is the default.
 TRANSPORTS = ("httpx", "aiohttp")
 DEFAULT_TRANSPORT = "aiohttp"
+#: The forms of `response_format` tried in order, strongest first: OpenAI's strict JSON schema; JSON mode
+#: with the schema attached (llama-cpp-python's server, which turns it into a grammar); plain JSON mode.
+RESPONSE_FORMATS = ("json_schema", "json_object+schema", "json_object")
 
 
 class ChatCompletionsBackend(Backend):
@@ -38,6 +53,7 @@ class ChatCompletionsBackend(Backend):
 
     supports_n = True  # natively, or by fanning out itself when the server ignores `n`
     supports_tools = True
+    supports_response_schema = True
 
     def __init__(self, model: str, *, endpoint: str, extra_body: dict[str, Any] | None = None) -> None:
         self.model_name = model
@@ -45,6 +61,8 @@ class ChatCompletionsBackend(Backend):
         self.extra_body = dict(extra_body or {})
         #: learned on first contact: the server returned fewer choices than `n` asked for
         self.ignores_n = False
+        #: index into RESPONSE_FORMATS of the form this server takes (raised on each refusal)
+        self.format_level = 0
 
     @abc.abstractmethod
     async def _create(self, arguments: dict[str, Any]) -> Any:
@@ -96,11 +114,27 @@ class ChatCompletionsBackend(Backend):
             arguments["tools"] = request.tools
         if self.extra_body:
             arguments["extra_body"] = self.extra_body
+        if request.response_schema is not None:
+            arguments["response_format"] = response_format(request.response_schema, RESPONSE_FORMATS[self.format_level])
         return arguments
 
     async def _call(self, request: ChatRequest, *, n: int, sample: int) -> list[Completion]:
         started = time.perf_counter()
-        response = await self._create(self._arguments(request, n=n, sample=sample))
+        arguments = self._arguments(request, n=n, sample=sample)
+        level = self.format_level  # this call's own: concurrent calls may be refused at the same time
+        while True:
+            try:
+                response = await self._create(arguments)
+                break
+            except (InvalidRequestError, ServerError) as exc:
+                if request.response_schema is None or not refuses_response_format(exc):
+                    raise
+                if level + 1 >= len(RESPONSE_FORMATS):
+                    raise InvalidRequestError(f"{self.endpoint} refused every response_format: {exc}") from exc
+                level += 1
+                arguments["response_format"] = response_format(request.response_schema, RESPONSE_FORMATS[level])
+        if request.response_schema is not None:  # remembered: later calls start at the form this server takes
+            self.format_level = max(self.format_level, level)
         latency = time.perf_counter() - started
         return self._parse(response, latency)
 
@@ -189,6 +223,22 @@ def _make_client(base_url: str | None, api_key: str | None, timeout_s: float, tr
         )
 
 
+def response_format(schema: ResponseSchema, form: str = "json_schema") -> dict[str, Any]:
+    """The `response_format` of a schema in one of RESPONSE_FORMATS."""
+    if form == "json_schema":
+        return {"type": "json_schema", "json_schema": {"name": schema.name, "schema": schema.json_schema, "strict": True}}
+    if form == "json_object+schema":
+        return {"type": "json_object", "schema": schema.json_schema}
+    return {"type": "json_object"}
+
+
+def refuses_response_format(error: Exception) -> bool:
+    """A 400/422, or a 5xx whose message names response_format (llama-cpp-python's server answers 500)."""
+    if isinstance(error, ContextWindowExceededError):
+        return False
+    return isinstance(error, InvalidRequestError) or "response_format" in str(error)
+
+
 def _int_or_zero(value: Any) -> int:
     return value if isinstance(value, int) else 0
 
@@ -207,4 +257,4 @@ def _tool_calls(raw: Any) -> list[dict[str, Any]] | None:
     return calls
 
 
-__all__ = ["DEFAULT_BASE_URL", "ChatCompletionsBackend", "OpenAIBackend"]
+__all__ = ["DEFAULT_BASE_URL", "RESPONSE_FORMATS", "ChatCompletionsBackend", "OpenAIBackend", "response_format"]

@@ -12,6 +12,9 @@ in a different batch (other prompts, other padding) a sampled answer can differ.
 The client's response cache is what makes reruns reproducible.
 
 Threads: torch reads OMP_NUM_THREADS itself at start-up; `num_threads=` overrides it for the process.
+
+Structured outputs: a request's `response_schema` is enforced by constrained decoding (`constrained.py`,
+xgrammar by default) as a logits processor; requests with different schemas go to different batches.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from tfgrpo.llm.backends.batching import DEFAULT_COLLECT_S, MicroBatcher
+from tfgrpo.llm.backends.constrained import DEFAULT_ENGINE, build_engine, engine_installed
 from tfgrpo.llm.backends.usage import share_usage, split_evenly
 from tfgrpo.llm.base import Backend
 from tfgrpo.llm.embedded import EMBEDDED_MODEL_NAME, embedded_model_dir
@@ -39,6 +43,7 @@ class _Loaded:
     device: Any
     eos_token_ids: set[int]
     max_positions: int | None
+    constrained: Any = None  # the constrained-decoding engine, built on the first structured request
 
 
 class TransformersBackend(Backend):
@@ -58,8 +63,12 @@ class TransformersBackend(Backend):
         cache_dir: str | Path | None = None,
         num_threads: int | None = None,
         collect_s: float = DEFAULT_COLLECT_S,
+        constrained_decoding: str | None = DEFAULT_ENGINE,
     ) -> None:
         self.model_path = model
+        #: which library enforces JSON schemas (None: none; replies then rely on the tolerant parser)
+        self.constrained_decoding = constrained_decoding
+        self.supports_response_schema = constrained_decoding is not None and engine_installed(constrained_decoding)
         self.adapter = str(Path(adapter).resolve()) if adapter else None
         base_name = EMBEDDED_MODEL_NAME if model is None else model
         self.model_name = f"{base_name}+lora:{self.adapter}" if self.adapter else base_name
@@ -196,6 +205,8 @@ class TransformersBackend(Backend):
             options.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p, top_k=0)
         if sampling.stop:
             options.update(stop_strings=list(sampling.stop), tokenizer=tokenizer)
+        if requests[0].response_schema is not None:  # one schema per batch (group key)
+            options.update(self._constrained(loaded).generate_options(requests[0].response_schema.json_schema))
         if sampling.seed is not None:
             # + the first request's sample index: single-sample calls of one group, run in separate
             # batches, must not all replay the same random stream.
@@ -230,6 +241,15 @@ class TransformersBackend(Backend):
             )
         return batch
 
+    def _constrained(self, loaded: _Loaded) -> Any:
+        if loaded.constrained is None:
+            vocab_size = max(loaded.model.config.vocab_size, len(loaded.tokenizer))
+            loaded.constrained = build_engine(
+                self.constrained_decoding or DEFAULT_ENGINE, loaded.tokenizer, vocab_size=vocab_size,
+                stop_token_ids=sorted(loaded.eos_token_ids),
+            )
+        return loaded.constrained
+
     @staticmethod
     def _decode(loaded: _Loaded, tokens: list[int], max_tokens: int, stop: list[str] | None) -> tuple[str, int, str]:
         """(text, completion tokens, finish reason) of one generated row."""
@@ -255,8 +275,9 @@ class TransformersBackend(Backend):
         return text, len(kept), reason
 
 
-def _group_key(request: ChatRequest) -> tuple[str, int]:
-    return request.sampling.model_dump_json(), request.n
+def _group_key(request: ChatRequest) -> tuple[str, int, str]:
+    schema = request.response_schema.model_dump_json(by_alias=True) if request.response_schema else ""
+    return request.sampling.model_dump_json(), request.n, schema
 
 
 def _torch_dtype(name: str) -> Any:

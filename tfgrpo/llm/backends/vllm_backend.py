@@ -4,6 +4,9 @@ Concurrent `forward()` calls are collected into one `LLM.chat` call (vLLM schedu
 each prompt with its own `SamplingParams`); a LoRA adapter is applied through `LoRARequest`. vLLM pins
 its own torch and transformers and needs CUDA: install with `pip install "tfgrpo[vllm]"` on a GPU
 machine. To drive a `vllm serve` server instead, use the openai backend with `--base-url`.
+
+A request's `response_schema` goes into its `SamplingParams` as `structured_outputs=
+StructuredOutputsParams(json=schema)` (vLLM >= 0.12; xgrammar or guidance enforce it on the GPU).
 """
 
 from __future__ import annotations
@@ -53,6 +56,10 @@ def to_vllm_sampling(vllm: Any, request: ChatRequest) -> Any:
         # vLLM seeds each request on its own: offset by the first sample's index so that a group fetched
         # as single-sample requests (same prompt, same seed) does not repeat one answer.
         options["seed"] = sampling.seed + request.sample_offset
+    if request.response_schema is not None:
+        from vllm.sampling_params import StructuredOutputsParams
+
+        options["structured_outputs"] = StructuredOutputsParams(json=request.response_schema.json_schema)
     return vllm.SamplingParams(**options)
 
 
@@ -61,6 +68,7 @@ class VLLMBackend(Backend):
 
     supports_n = True
     supports_tools = False  # tools reach the chat template; tool calls are not parsed
+    supports_response_schema = True
 
     def __init__(
         self,

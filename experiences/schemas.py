@@ -1,0 +1,122 @@
+"""The JSON schema of every structured reply the engine parses, generated from the pydantic models of
+`experiences.ops`, and the reply-format text the prompt templates show: one source for both.
+
+A stage-2/3 reply is one object, reasoning first (models think better before they commit):
+
+    {"reasoning": "...", "operations": [{"option": "add", "experience": "..."}, ...]}
+
+The schema carries the limits the engine enforces: at most K operations, only the options that can
+apply (modify/delete/merge need an existing id, so an empty library allows only `add`), ids as an enum
+of the library's ids, and a length bound on lesson texts. Backends that enforce it (response_format,
+a grammar, a logits processor) then cannot produce a reply the tolerant parser has to repair; the
+parser stays as the second line for backends that cannot.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import BaseModel
+
+from experiences.ops import OPTIONS, AddOp, DeleteOp, MergeOp, ModifyOp
+
+OPERATIONS_SCHEMA_NAME = "library_operations"
+#: Upper bound on a lesson's characters for a lesson of `max_words` words (grammars count characters).
+CHARS_PER_WORD = 8
+#: The free-text reasoning before the operations; bounded so a rambling model still closes the object.
+REASONING_MAX_CHARS = 200
+#: Token-budget arithmetic (worst case: degenerate text like "1.1.1." costs a token per 2-3 characters).
+CHARS_PER_TOKEN = 3
+OP_OVERHEAD_CHARS = 48  # '{"option": "modify", "id": "G12", "experience": ""}, ' and the like
+MIN_LESSON_CHARS = 48
+
+_MODELS: dict[str, type[BaseModel]] = {"add": AddOp, "modify": ModifyOp, "delete": DeleteOp, "merge": MergeOp}
+_NEEDS_IDS = {"modify", "delete", "merge"}
+
+
+def allowed_options(ids: Sequence[str]) -> tuple[str, ...]:
+    """The options that can apply to a library with these ids (none but `add` when it is empty)."""
+    return tuple(option for option in OPTIONS if ids or option not in _NEEDS_IDS)
+
+
+def operations_schema(
+    *, max_ops: int | None = None, ids: Sequence[str] = (), max_words: int | None = None, max_tokens: int | None = None
+) -> dict[str, Any]:
+    """JSON schema of a stage-2/3 reply (strict-mode compatible: every property required, no extras).
+
+    With `max_tokens`, the string bounds are shrunk so that a reply filling every string to its bound
+    still closes within the token budget: a constrained reply is then never cut off mid-object (down to
+    MIN_LESSON_CHARS per lesson; below that a very small budget can still run out).
+    """
+    max_chars = max_words * CHARS_PER_WORD if max_words else None
+    reasoning_chars = REASONING_MAX_CHARS
+    if max_tokens is not None:
+        budget = max_tokens * CHARS_PER_TOKEN - OP_OVERHEAD_CHARS
+        reasoning_chars = max(0, min(REASONING_MAX_CHARS, budget // 4))
+        ops = max(1, max_ops or 1)
+        per_lesson = max(MIN_LESSON_CHARS, (budget - reasoning_chars) // ops - OP_OVERHEAD_CHARS)
+        max_chars = min(max_chars, per_lesson) if max_chars else per_lesson
+    items = [_operation_schema(option, ids=list(ids), max_chars=max_chars) for option in allowed_options(ids)]
+    operations: dict[str, Any] = {"type": "array", "items": items[0] if len(items) == 1 else {"anyOf": items}}
+    if max_ops is not None:
+        operations["maxItems"] = max_ops
+    return {
+        "type": "object",
+        "properties": {
+            "reasoning": {"type": "string", "maxLength": reasoning_chars},
+            "operations": operations,
+        },
+        "required": ["reasoning", "operations"],
+        "additionalProperties": False,
+    }
+
+
+def _operation_schema(option: str, *, ids: list[str], max_chars: int | None) -> dict[str, Any]:
+    generated = _MODELS[option].model_json_schema()
+    properties: dict[str, Any] = {}
+    for name, spec in generated["properties"].items():
+        spec = {key: value for key, value in spec.items() if key not in ("title", "default", "const")}
+        if name == "option":
+            spec = {"type": "string", "enum": [option]}
+        elif name == "id":
+            spec = {**spec, "enum": ids}
+        elif name == "ids":
+            spec = {"type": "array", "items": {"type": "string", "enum": ids}, "minItems": 2}
+        elif name == "experience" and max_chars:
+            spec = {**spec, "maxLength": max_chars}
+        properties[name] = spec
+    return {"type": "object", "properties": properties, "required": list(properties), "additionalProperties": False}
+
+
+def reply_format(*, max_ops: int, ids: Sequence[str] = ()) -> str:
+    """What the prompt shows as the reply format, derived from the same models as the schema."""
+    lines = [f'  {json.dumps(_example(option), ensure_ascii=False)}' for option in allowed_options(ids)]
+    return (
+        '{\n"reasoning": "<your reasoning, a few sentences>",\n"operations": [\n'
+        + ",\n".join(lines)
+        + f"\n]\n}}\n(at most {max_ops} operations)"
+    )
+
+
+def _example(option: str) -> dict[str, Any]:
+    example: dict[str, Any] = {}
+    for name, field in _MODELS[option].model_fields.items():
+        if name == "option":
+            example[name] = option
+        elif name == "ids":
+            example[name] = ["G1", "G4"]
+        elif name == "id":
+            example[name] = "G3"
+        else:
+            example[name] = f"<{(field.description or name).rstrip('.').lower()}>"
+    return example
+
+
+__all__ = [
+    "OPERATIONS_SCHEMA_NAME",
+    "allowed_options",
+    "operations_schema",
+    "reply_format",
+]

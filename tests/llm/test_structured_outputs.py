@@ -1,0 +1,370 @@
+"""Structured outputs: one schema source (experiences.schemas), sent by every backend, with the capability
+fallback when an endpoint refuses it, and the per-stage reply counters. Real-model tests are in
+test_structured_outputs_models.py (slow)."""
+
+from __future__ import annotations
+
+import importlib.machinery
+import json
+import sys
+import types
+from dataclasses import dataclass
+
+import pytest
+
+from experiences.model import Library
+from experiences.ops import AddOp, ModifyOp
+from experiences.schemas import allowed_options, operations_schema, reply_format
+from tests.helpers.servers import FaultServer, Reply, ask
+from tfgrpo.llm.backends.openai_backend import OpenAIBackend
+from tfgrpo.llm.backends.scripted import ScriptedBackend
+from tfgrpo.llm.client import LLMClient
+from tfgrpo.llm.errors import BackendUnavailableError
+from tfgrpo.llm.types import ResponseSchema, SamplingParams
+from tfgrpo.learn.stages import operations_response_schema, render_stage_prompt, request_operations
+
+pytestmark = pytest.mark.timeout(120)
+
+GREEDY = SamplingParams(temperature=0.0, max_tokens=64)
+VALID = json.dumps({"reasoning": "Carries were missed.", "operations": [{"option": "add", "experience": "Check carries."}]})
+PROSE = 'I think so.\n```json\n[{"option": "add", "experience": "Check carries."}]\n```'
+
+
+def library_with(*texts: str) -> Library:
+    return Library.from_texts(texts)
+
+
+# -- the schema ---------------------------------------------------------------------------------------
+
+
+def test_schema_of_an_empty_library_allows_only_add_and_caps_k():
+    schema = operations_schema(max_ops=2, ids=[], max_words=10)
+    operations = schema["properties"]["operations"]
+    assert operations["maxItems"] == 2
+    assert operations["items"]["properties"]["option"] == {"type": "string", "enum": ["add"]}
+    assert operations["items"]["properties"]["experience"]["maxLength"] == 80
+    assert schema["required"] == ["reasoning", "operations"] and schema["additionalProperties"] is False
+
+
+def test_schema_names_only_existing_ids_and_is_strict_everywhere():
+    schema = operations_schema(max_ops=3, ids=["G0", "G1"])
+    variants = {item["properties"]["option"]["enum"][0]: item for item in schema["properties"]["operations"]["items"]["anyOf"]}
+    assert set(variants) == {"add", "modify", "delete", "merge"}
+    assert variants["modify"]["properties"]["id"]["enum"] == ["G0", "G1"]
+    assert variants["merge"]["properties"]["ids"]["items"]["enum"] == ["G0", "G1"]
+    for item in variants.values():  # OpenAI strict mode: every property required, nothing else allowed
+        assert item["additionalProperties"] is False and set(item["required"]) == set(item["properties"])
+
+
+def test_schema_follows_the_pydantic_models():
+    schema = operations_schema(ids=["G0"])
+    variants = {item["properties"]["option"]["enum"][0]: item for item in schema["properties"]["operations"]["items"]["anyOf"]}
+    assert set(variants["add"]["properties"]) == set(AddOp.model_fields)
+    assert set(variants["modify"]["properties"]) == set(ModifyOp.model_fields)
+    assert variants["modify"]["properties"]["experience"]["description"] == ModifyOp.model_fields["experience"].description
+
+
+def test_prompt_templates_show_the_reply_format_of_the_schema():
+    text = reply_format(max_ops=3, ids=[])
+    assert '"option": "add"' in text and '"modify"' not in text  # empty library: add only, as the schema says
+    assert set(allowed_options(["G1"])) == {"add", "modify", "delete", "merge"}
+    prompt = render_stage_prompt(
+        "group_advantage", problem="p", gold="1", gold_is_pseudo=False, experiences="", attempts=[], max_ops=3,
+        max_words=20, reply_format=text,
+    )
+    assert text in prompt
+
+
+def test_cache_key_includes_the_schema():
+    schema = ResponseSchema(name="x", schema={"type": "object"})
+    other = ResponseSchema(name="x", schema={"type": "array"})
+    plain = ask().sample_key("m", 0)
+    assert ask(response_schema=schema).sample_key("m", 0) != plain
+    assert ask(response_schema=schema).sample_key("m", 0) != ask(response_schema=other).sample_key("m", 0)
+
+
+# -- the openai backend against a server that checks the request --------------------------------------
+
+
+def checking_server(server: FaultServer, expected_schema: dict) -> None:
+    def respond(body: dict) -> Reply:
+        sent = (body.get("response_format") or {}).get("json_schema", {})
+        if sent.get("schema") != expected_schema or sent.get("strict") is not True:
+            return Reply(status=400, body={"error": {"message": "response_format missing or wrong", "type": "invalid"}})
+        return Reply(text=VALID, body=_completion(VALID))
+
+    server.responder = respond
+
+
+def _completion(text: str) -> dict:
+    return {
+        "id": "c", "object": "chat.completion", "created": 0, "model": "m",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 5, "total_tokens": 10},
+    }
+
+
+async def test_openai_backend_sends_the_schema_and_the_reply_is_used_as_is(fault_server):
+    library = library_with("Check units.")
+    expected = operations_response_schema(library, max_ops=3, max_words=32, max_tokens=GREEDY.max_tokens).json_schema
+    checking_server(fault_server, expected)
+    client = LLMClient(OpenAIBackend("m", base_url=fault_server.base_url), max_retries=0)
+    try:
+        reply = await request_operations(
+            client, [{"role": "user", "content": "go"}], library=library, sampling=GREEDY, tag="group", max_words=32, max_ops=3
+        )
+    finally:
+        await client.aclose()
+    assert [op.to_wire() for op in reply.operations] == [{"option": "add", "experience": "Check carries."}]
+    assert reply.enforced and reply.strict and not reply.retried and not reply.lost
+
+
+async def test_litellm_backend_sends_the_schema(fault_server):
+    from tfgrpo.llm.backends.litellm_backend import LiteLLMBackend
+
+    library = Library()
+    expected = operations_response_schema(library, max_ops=2, max_words=32, max_tokens=GREEDY.max_tokens).json_schema
+    checking_server(fault_server, expected)
+    client = LLMClient(LiteLLMBackend("openai/m", api_base=fault_server.base_url, api_key="sk-x"), max_retries=0)
+    try:
+        reply = await request_operations(
+            client, [{"role": "user", "content": "go"}], library=library, sampling=GREEDY, tag="group", max_words=32, max_ops=2
+        )
+    finally:
+        await client.aclose()
+    assert reply.enforced and reply.strict and len(reply.operations) == 1
+
+
+# -- capability fallback -------------------------------------------------------------------------------
+
+
+def refusing(kinds: set[str]):
+    """A server refusing response_format types in `kinds` with 400, answering prose + JSON otherwise."""
+
+    def respond(body: dict) -> Reply:
+        kind = (body.get("response_format") or {}).get("type")
+        if kind in kinds:
+            return Reply(status=400, body={"error": {"message": f"Unsupported parameter: response_format {kind}", "type": "invalid_request_error"}})
+        return Reply(body=_completion(VALID if kind == "json_object" else PROSE))
+
+    return respond
+
+
+async def test_a_server_refusing_response_format_is_used_without_it_from_then_on(fault_server):
+    fault_server.responder = refusing({"json_schema", "json_object"})
+    client = LLMClient(OpenAIBackend("m", base_url=fault_server.base_url), max_retries=0)
+    library = Library()
+    try:
+        first = await request_operations(client, [{"role": "user", "content": "a"}], library=library, sampling=GREEDY, tag="group", max_words=32)
+        calls_after_first = len(fault_server.requests)
+        second = await request_operations(client, [{"role": "user", "content": "b"}], library=library, sampling=GREEDY, tag="group", max_words=32)
+    finally:
+        await client.aclose()
+    assert len(first.operations) == 1 and not first.lost and not first.enforced  # the parser took over
+    assert len(second.operations) == 1 and not second.enforced
+    assert calls_after_first == 4  # json_schema, json_object + schema, json_object refused; then without
+    assert [("response_format" in r.body) for r in fault_server.requests[calls_after_first:]] == [False]
+    assert list(client.schema_fallbacks) == [fault_server.base_url] and "Unsupported parameter" in client.schema_fallbacks[fault_server.base_url]
+    assert client.accounting.total.failed_calls == 0
+
+
+async def test_a_server_with_json_mode_only_gets_json_object(fault_server):
+    fault_server.responder = refusing({"json_schema"})
+    backend = OpenAIBackend("m", base_url=fault_server.base_url)
+    client = LLMClient(backend, max_retries=0)
+    try:
+        for question in ("a", "b"):
+            reply = await request_operations(client, [{"role": "user", "content": question}], library=Library(), sampling=GREEDY, tag="group", max_words=32)
+            assert reply.enforced and reply.strict and len(reply.operations) == 1
+    finally:
+        await client.aclose()
+    forms = [r.body["response_format"] for r in fault_server.requests]
+    assert [f["type"] for f in forms] == ["json_schema", "json_object", "json_object"] and backend.format_level == 1
+    assert forms[1]["schema"] == operations_response_schema(Library(), max_ops=None, max_words=32, max_tokens=GREEDY.max_tokens).json_schema
+    assert not client.schema_fallbacks
+
+
+async def test_a_500_naming_response_format_counts_as_a_refusal(fault_server):
+    """llama-cpp-python's server answers an unknown response_format type with HTTP 500."""
+
+    def respond(body: dict) -> Reply:
+        if body["response_format"]["type"] == "json_schema":
+            return Reply(status=500, body={"error": {"message": "body.response_format.type: Input should be 'text' or 'json_object'"}})
+        return Reply(body=_completion(VALID))
+
+    fault_server.responder = respond
+    client = LLMClient(OpenAIBackend("m", base_url=fault_server.base_url), max_retries=3, backoff_initial_s=0.01)
+    try:
+        reply = await request_operations(client, [{"role": "user", "content": "a"}], library=Library(), sampling=GREEDY, tag="group", max_words=32)
+    finally:
+        await client.aclose()
+    assert reply.enforced and reply.strict and len(fault_server.requests) == 2  # no blind retries of the 500
+
+
+async def test_structured_output_off_sends_no_schema_and_on_refuses_a_backend_without_support(fault_server):
+    fault_server.responder = refusing(set())
+    client = LLMClient(OpenAIBackend("m", base_url=fault_server.base_url), max_retries=0, structured_output="off")
+    try:
+        reply = await request_operations(client, [{"role": "user", "content": "a"}], library=Library(), sampling=GREEDY, tag="group", max_words=32)
+    finally:
+        await client.aclose()
+    assert "response_format" not in fault_server.requests[0].body and len(reply.operations) == 1 and not reply.strict
+    with pytest.raises(BackendUnavailableError, match="cannot enforce a JSON schema"):
+        LLMClient(ScriptedBackend(lambda request, index: "x"), structured_output="on")
+
+
+def test_structured_output_is_a_config_field_and_a_cli_option():
+    from tfgrpo.core.config import build_config
+    from tfgrpo.llm.config import LLMConfig
+    from tfgrpo.learn.config import LearnConfig
+
+    assert LLMConfig().structured_output == "auto"
+    config = build_config(LearnConfig, None, {"data": "easy", "llm": {"structured_output": "off"}})
+    assert config.llm.structured_output == "off"
+
+
+# -- vLLM in process, against its stand-in -------------------------------------------------------------
+
+
+@dataclass
+class FakeStructuredOutputsParams:
+    json: dict | None = None
+
+
+async def test_vllm_gets_structured_outputs_params(monkeypatch):
+    from tests import test_backend_vllm as stand_in
+
+    stand_in.FakeLLM.instances.clear()
+    vllm = types.ModuleType("vllm")
+    vllm.__spec__ = importlib.machinery.ModuleSpec("vllm", loader=None)
+    vllm.LLM, vllm.SamplingParams = stand_in.FakeLLM, _sampling_params_with_structured_outputs(stand_in.FakeSamplingParams)
+    sampling_params = types.ModuleType("vllm.sampling_params")
+    sampling_params.StructuredOutputsParams = FakeStructuredOutputsParams
+    monkeypatch.setitem(sys.modules, "vllm", vllm)
+    monkeypatch.setitem(sys.modules, "vllm.sampling_params", sampling_params)
+    from tfgrpo.llm.backends.vllm_backend import VLLMBackend
+
+    backend = VLLMBackend()
+    schema = operations_response_schema(Library(), max_ops=2, max_words=32)
+    client = LLMClient(backend)
+    try:
+        [completion] = await client.chat([{"role": "user", "content": "q"}], sampling=GREEDY, response_schema=schema)
+    finally:
+        await client.aclose()
+    [call] = stand_in.FakeLLM.instances[0].chat_calls
+    assert call["sampling_params"][0].structured_outputs == FakeStructuredOutputsParams(json=schema.json_schema)
+    assert completion.schema_enforced and completion.text == "q #0"
+
+
+def _sampling_params_with_structured_outputs(base: type) -> type:
+    @dataclass
+    class WithStructuredOutputs(base):
+        structured_outputs: FakeStructuredOutputsParams | None = None
+
+    return WithStructuredOutputs
+
+
+# -- in a learn run --------------------------------------------------------------------------------------
+
+
+def test_learn_counts_stage_replies_per_stage(tmp_path):
+    from tests.helpers.learn_world import World
+    from test_learn_engine import run_learn
+
+    result, _, _ = run_learn(tmp_path, World(group_mode="malformed_once"), [(1, 2), (3, 4)], group_size=2, epochs=1)
+    totals = result.metrics["totals"]
+    assert totals["stage_replies"]["group"] == {"replies": 2, "enforced": 0, "parsed": 0, "repaired": 0, "retried": 2, "lost": 0}
+    assert totals["stage_replies"]["consolidate"] == {"replies": 1, "enforced": 0, "parsed": 0, "repaired": 1, "retried": 0, "lost": 0}
+    assert totals["stage_replies_lost"] == 0
+    assert result.metrics["steps"][0]["stage_replies"]["group"]["retried"] == 2
+
+
+def test_learn_against_a_server_refusing_response_format_falls_back_without_a_failed_step(tmp_path):
+    from tests.helpers.learn_world import World, write_problems
+    from tests.helpers.learn_world import WorldServer
+    from tfgrpo.learn.loop import learn_async
+    from tfgrpo.learn.config import LearnConfig
+
+    class RefusingServer(WorldServer):
+        def answer(self, body: dict) -> tuple[int, dict]:
+            if "response_format" in body:
+                with self._lock:
+                    self.bodies.append(body)
+                return 400, {"error": {"message": "Unsupported parameter: 'response_format'", "type": "invalid_request_error"}}
+            return super().answer(body)
+
+    data = write_problems(tmp_path / "train.jsonl", [(1, 2), (3, 4)])
+    with RefusingServer(World()) as server:
+        config = LearnConfig(
+            data=str(data), out=str(tmp_path / "run"), group_size=2, epochs=1, dedup=False,
+            llm={"backend": "openai", "model": "world", "base_url": [server.base_url], "api_key": "k", "max_retries": 0},
+        )
+        import asyncio
+
+        result = asyncio.run(learn_async(config))
+        refused = [b for b in server.bodies if "response_format" in b]
+    assert result.status == "completed" and len(result.library) == 2
+    totals = result.metrics["totals"]
+    assert totals["api_failures"] == 0 and totals["group_calls_failed"] == 0 and totals["stage_replies_lost"] == 0
+    assert totals["stage_replies"]["group"]["enforced"] == 0
+    # detected on the first (concurrent) group requests, each form refused once; consolidation gets no schema
+    assert 3 <= len(refused) <= 3 * 2
+    assert not [b for b in refused if "<proposed_changes>" in b["messages"][0]["content"]]
+    session = json.loads((tmp_path / "run" / "state.json").read_text())["sessions"][-1]
+    assert session["structured_output"]["fallbacks"] == {server.base_url: session["structured_output"]["fallbacks"][server.base_url]}
+    assert "Unsupported parameter" in session["structured_output"]["fallbacks"][server.base_url]
+
+
+async def test_concurrent_refusals_do_not_skip_a_response_format_form(fault_server):
+    import asyncio
+
+    fault_server.responder = refusing({"json_schema"})
+    fault_server.default = Reply(delay_s=0.2)
+    backend = OpenAIBackend("m", base_url=fault_server.base_url)
+    client = LLMClient(backend, max_retries=0)
+    try:
+        await asyncio.gather(*[
+            request_operations(client, [{"role": "user", "content": q}], library=Library(), sampling=GREEDY, tag="group", max_words=32)
+            for q in "abcd"
+        ])
+    finally:
+        await client.aclose()
+    accepted = [r.body["response_format"] for r in fault_server.requests if r.body["response_format"]["type"] == "json_object"]
+    assert len(accepted) == 4 and all("schema" in f for f in accepted) and backend.format_level == 1
+
+
+def test_string_bounds_fit_the_token_budget():
+    from experiences.schemas import CHARS_PER_TOKEN, OP_OVERHEAD_CHARS
+
+    schema = operations_schema(max_ops=2, ids=[], max_words=32, max_tokens=192)
+    reasoning = schema["properties"]["reasoning"]["maxLength"]
+    lesson = schema["properties"]["operations"]["items"]["properties"]["experience"]["maxLength"]
+    # a reply filling every string to its bound still ends within max_tokens (at the worst-case chars/token)
+    assert reasoning + 2 * (lesson + OP_OVERHEAD_CHARS) + OP_OVERHEAD_CHARS <= 192 * CHARS_PER_TOKEN
+    roomy = operations_schema(max_ops=2, ids=[], max_words=32, max_tokens=4096)
+    assert roomy["properties"]["operations"]["items"]["properties"]["experience"]["maxLength"] == 32 * 8
+
+
+def test_compare_report_lists_the_learned_experiences(tmp_path):
+    from test_eval_compare import STRONG, WEAK, _samples, _write_run
+
+    from eval.compare import compare_runs
+
+    base = _write_run(tmp_path / "base", _samples(WEAK, seed=1), label="baseline")
+    library = _write_run(tmp_path / "lib", _samples(STRONG, seed=2), label="library")
+    learn = tmp_path / "learn"
+    learn.mkdir()
+    steps = [{"step": 1, "epoch": 1, "accuracy": 0.5, "library_size": 1}]
+    totals = {"stage_replies_lost": 0, "stage_replies": {"group": {"lost": 0}}}
+    (learn / "metrics.json").write_text(json.dumps({"steps": steps, "totals": totals}), encoding="utf-8")
+    lib = Library.from_texts(["When counting, list the cases."])
+    lib.experiences[0].provenance.step, lib.experiences[0].provenance.query_ids = 1, ["easy-01"]
+    lib.experiences[0].provenance.operation = "add"
+    lib.save(learn / "library.json")
+
+    comparison, files = compare_runs([base, library], tmp_path / "report", learn_run=learn, n_bootstrap=200)
+
+    markdown = files["markdown"].read_text(encoding="utf-8")
+    assert "## Learned experiences (1)" in markdown
+    assert "| G0 | When counting, list the cases. | add, step 1, from easy-01 |" in markdown
+    assert "Stage replies lost" in markdown
