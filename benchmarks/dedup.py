@@ -20,17 +20,82 @@ import time
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-SUBJECTS = ["geometry", "algebra", "probability", "number theory", "combinatorics", "calculus", "inequality", "sequence",
-            "polynomial", "trigonometry", "logarithm", "matrix", "graph", "modular arithmetic", "complex number",
-            "recurrence", "optimization", "vector", "series", "functional equation"]
-ACTIONS = ["check", "verify", "simplify", "bound", "estimate", "factor", "substitute into", "draw", "tabulate", "recompute",
-           "normalise", "enumerate", "symmetrise", "decompose", "rewrite", "test small cases of", "guess and confirm",
-           "compare", "isolate", "track"]
-OBJECTS = ["the domain", "every root", "the final answer", "the boundary cases", "the units", "each constraint", "the parity",
-           "the sign", "the extreme values", "the intersection points", "the denominators", "the invariants", "the edge cases",
-           "the degenerate case", "the initial terms", "the period", "the discriminant", "the base case", "the symmetry",
-           "the assumptions", "the largest term", "the integer solutions", "the remainders", "the limits", "the angles",
-           "the area formula", "the counting overlap", "the independence", "the monotonicity", "the convergence"]
+SUBJECTS = [
+    "geometry",
+    "algebra",
+    "probability",
+    "number theory",
+    "combinatorics",
+    "calculus",
+    "inequality",
+    "sequence",
+    "polynomial",
+    "trigonometry",
+    "logarithm",
+    "matrix",
+    "graph",
+    "modular arithmetic",
+    "complex number",
+    "recurrence",
+    "optimization",
+    "vector",
+    "series",
+    "functional equation",
+]
+ACTIONS = [
+    "check",
+    "verify",
+    "simplify",
+    "bound",
+    "estimate",
+    "factor",
+    "substitute into",
+    "draw",
+    "tabulate",
+    "recompute",
+    "normalise",
+    "enumerate",
+    "symmetrise",
+    "decompose",
+    "rewrite",
+    "test small cases of",
+    "guess and confirm",
+    "compare",
+    "isolate",
+    "track",
+]
+OBJECTS = [
+    "the domain",
+    "every root",
+    "the final answer",
+    "the boundary cases",
+    "the units",
+    "each constraint",
+    "the parity",
+    "the sign",
+    "the extreme values",
+    "the intersection points",
+    "the denominators",
+    "the invariants",
+    "the edge cases",
+    "the degenerate case",
+    "the initial terms",
+    "the period",
+    "the discriminant",
+    "the base case",
+    "the symmetry",
+    "the assumptions",
+    "the largest term",
+    "the integer solutions",
+    "the remainders",
+    "the limits",
+    "the angles",
+    "the area formula",
+    "the counting overlap",
+    "the independence",
+    "the monotonicity",
+    "the convergence",
+]
 
 
 def lessons(count: int, seed: int = 0) -> list[str]:
@@ -74,10 +139,15 @@ def measure(size: int, repeats: int, embedder) -> dict[str, float]:
             batch_ms.append((time.perf_counter() - t0) * 1e3 / 10)
     p95 = lambda xs: sorted(xs)[max(0, int(round(0.95 * len(xs))) - 1)]  # noqa: E731
     return {
-        "size": size, "setup_s": setup_s,
-        "embed_ms": statistics.median(embed_ms), "query_ms": statistics.median(query_ms), "add_ms": statistics.median(add_ms),
-        "total_ms": statistics.median(total_ms), "total_p95_ms": p95(total_ms),
-        "check_ms": statistics.median(e + q for e, q in zip(embed_ms, query_ms)), "batched_add_ms": statistics.median(batch_ms),
+        "size": size,
+        "setup_s": setup_s,
+        "embed_ms": statistics.median(embed_ms),
+        "query_ms": statistics.median(query_ms),
+        "add_ms": statistics.median(add_ms),
+        "total_ms": statistics.median(total_ms),
+        "total_p95_ms": p95(total_ms),
+        "check_ms": statistics.median(e + q for e, q in zip(embed_ms, query_ms, strict=False)),
+        "batched_add_ms": statistics.median(batch_ms),
     }
 
 
@@ -97,13 +167,34 @@ def main() -> None:
     embedder = LocalEmbedder()
     embedder.embed(["warm up the model"])
     rows = [measure(size, args.repeats, embedder) for size in args.sizes]
-    table = Table(title=f"dedup add+query latency (median of {args.repeats}, ms; MiniLM on CPU, {torch.get_num_threads()} thread)")
-    columns = ("experiences", "embed", "query", "dedup check", "add (1, on disk)", "add+query", "p95", "add/item (batch 10)", "setup (s)")
+    table = Table(
+        title=f"dedup add+query latency (median of {args.repeats}, ms; MiniLM on CPU, {torch.get_num_threads()} thread)"
+    )
+    columns = (
+        "experiences",
+        "embed",
+        "query",
+        "dedup check",
+        "add (1, on disk)",
+        "add+query",
+        "p95",
+        "add/item (batch 10)",
+        "setup (s)",
+    )
     for column in columns:
         table.add_column(column, justify="right")
     cells = [
-        [f"{r['size']:,}", f"{r['embed_ms']:.1f}", f"{r['query_ms']:.1f}", f"{r['check_ms']:.1f}", f"{r['add_ms']:.1f}",
-         f"{r['total_ms']:.1f}", f"{r['total_p95_ms']:.1f}", f"{r['batched_add_ms']:.1f}", f"{r['setup_s']:.1f}"]
+        [
+            f"{r['size']:,}",
+            f"{r['embed_ms']:.1f}",
+            f"{r['query_ms']:.1f}",
+            f"{r['check_ms']:.1f}",
+            f"{r['add_ms']:.1f}",
+            f"{r['total_ms']:.1f}",
+            f"{r['total_p95_ms']:.1f}",
+            f"{r['batched_add_ms']:.1f}",
+            f"{r['setup_s']:.1f}",
+        ]
         for r in rows
     ]
     for row in cells:

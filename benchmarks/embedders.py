@@ -54,11 +54,11 @@ def embedder(name: str):
 
 
 def quality(vectors_a, vectors_b, labels) -> dict[float, tuple[float, float]]:
-    similarities = [sum(x * y for x, y in zip(a, b)) for a, b in zip(vectors_a, vectors_b)]
+    similarities = [sum(x * y for x, y in zip(a, b, strict=False)) for a, b in zip(vectors_a, vectors_b, strict=False)]
     result = {}
     for threshold in THRESHOLDS:
         predicted = [s >= threshold for s in similarities]
-        true_positive = sum(p and y for p, y in zip(predicted, labels))
+        true_positive = sum(p and y for p, y in zip(predicted, labels, strict=False))
         precision = true_positive / sum(predicted) if any(predicted) else float("nan")
         result[threshold] = (precision, true_positive / sum(labels))
     return result
@@ -73,7 +73,10 @@ def main() -> None:
     parser.add_argument("--items", type=int, default=10000)
     parser.add_argument("--repeats", type=int, default=30)
     args = parser.parse_args()
-    print(f"{os.cpu_count()} CPU cores, load average {', '.join(f'{x:.2f}' for x in os.getloadavg())} (1, 5, 15 min) at start", flush=True)
+    print(
+        f"{os.cpu_count()} CPU cores, load average {', '.join(f'{x:.2f}' for x in os.getloadavg())} (1, 5, 15 min) at start",
+        flush=True,
+    )
     rows = [json.loads(line) for line in PAIRS.read_text().splitlines() if line.strip()]
     labels = [bool(r["duplicate"]) for r in rows]
     texts = lessons(args.items + args.repeats, seed=1)
@@ -97,8 +100,11 @@ def main() -> None:
         scores = quality(model.embed([r["a"] for r in rows]), model.embed([r["b"] for r in rows]), labels)
         results[name] = (loaded, bulk_ms, statistics.median(latencies), scores)
         print(f"  measured {name}", flush=True)
-    print(f"\n| embedder | load (fresh process) | bulk embed per item | embed + nearest at {args.items:,} items | "
-          + " | ".join(f"P / R at {t:.2f}" for t in THRESHOLDS) + " |")
+    print(
+        f"\n| embedder | load (fresh process) | bulk embed per item | embed + nearest at {args.items:,} items | "
+        + " | ".join(f"P / R at {t:.2f}" for t in THRESHOLDS)
+        + " |"
+    )
     print("|---|---|---|---|" + "---|" * len(THRESHOLDS))
     for name, (loaded, bulk_ms, query_ms, scores) in results.items():
         cells = " | ".join(f"{p:.2f} / {r:.2f}" for p, r in (scores[t] for t in THRESHOLDS))

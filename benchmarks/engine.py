@@ -54,7 +54,9 @@ def scripted_reply(messages: list[dict], count: int) -> str:
         return "Keep them all.\n```json\n[" + ", ".join(ops) + "]\n```"
     if "<attempt " in first:
         a, b = PROBLEM.search(first).groups()
-        return f'```json\n[{{"option": "add", "experience": "When adding {a} and {b}, line up the digits first."}}]\n```'
+        return (
+            f'```json\n[{{"option": "add", "experience": "When adding {a} and {b}, line up the digits first."}}]\n```'
+        )
     if "<trajectory>" in first:
         return "1. The assistant added the numbers and boxed the result."
     a, b = map(int, PROBLEM.search(messages[-1]["content"]).groups())
@@ -78,7 +80,10 @@ def serve(port: int, latency_s: float, ready: multiprocessing.Event) -> None:
         text = scripted_reply(body["messages"], count)
         return web.json_response(
             {
-                "id": "bench", "object": "chat.completion", "created": 0, "model": body["model"],
+                "id": "bench",
+                "object": "chat.completion",
+                "created": 0,
+                "model": body["model"],
                 "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
                 "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120},
             }
@@ -119,8 +124,8 @@ def wave(calls: int, concurrency: int, latency_s: float) -> float:
 def run(queries: int, group_size: int, concurrency: int, latency_s: float) -> dict:
     from rich.console import Console
 
-    from tfgrpo.learn.loop import learn
     from tfgrpo.learn.config import LearnConfig
+    from tfgrpo.learn.loop import learn
 
     port = free_port()
     ready = multiprocessing.Event()
@@ -131,11 +136,26 @@ def run(queries: int, group_size: int, concurrency: int, latency_s: float) -> di
     try:
         with tempfile.TemporaryDirectory() as tmp:
             data = Path(tmp) / "train.jsonl"
-            data.write_text("".join(json.dumps({"id": f"q{i}", "problem": f"What is {i}+{i + 7}?", "answer": str(2 * i + 7)}) + "\n" for i in range(queries)))
+            data.write_text(
+                "".join(
+                    json.dumps({"id": f"q{i}", "problem": f"What is {i}+{i + 7}?", "answer": str(2 * i + 7)}) + "\n"
+                    for i in range(queries)
+                )
+            )
             config = LearnConfig(
-                data=str(data), out=str(Path(tmp) / "run"), group_size=group_size, epochs=1, dedup=False,
-                llm={"backend": "openai", "model": "bench", "base_url": f"http://127.0.0.1:{port}/v1", "api_key": "x",
-                     "concurrency": concurrency, "max_retries": 0},
+                data=str(data),
+                out=str(Path(tmp) / "run"),
+                group_size=group_size,
+                epochs=1,
+                dedup=False,
+                llm={
+                    "backend": "openai",
+                    "model": "bench",
+                    "base_url": f"http://127.0.0.1:{port}/v1",
+                    "api_key": "x",
+                    "concurrency": concurrency,
+                    "max_retries": 0,
+                },
             )
             started = time.perf_counter()
             result = learn(config, console=Console(file=io.StringIO()))
@@ -154,9 +174,20 @@ def run(queries: int, group_size: int, concurrency: int, latency_s: float) -> di
     }
     bound = sum(waves.values())
     return {
-        "queries": queries, "G": group_size, "concurrency": concurrency, "latency_ms": latency_s * 1000,
-        "calls": calls, "bound_s": bound, "step_s": step["wall_time_s"], "total_s": total_s,
-        "ratio": step["wall_time_s"] / bound, "floor_s": floor, "stages": step["stage_seconds"], "waves": waves, "ops_applied": step["ops_applied"], "status": result.status,
+        "queries": queries,
+        "G": group_size,
+        "concurrency": concurrency,
+        "latency_ms": latency_s * 1000,
+        "calls": calls,
+        "bound_s": bound,
+        "step_s": step["wall_time_s"],
+        "total_s": total_s,
+        "ratio": step["wall_time_s"] / bound,
+        "floor_s": floor,
+        "stages": step["stage_seconds"],
+        "waves": waves,
+        "ops_applied": step["ops_applied"],
+        "status": result.status,
     }
 
 
@@ -168,10 +199,18 @@ async def client_floor(config, calls: dict[str, int]) -> float:
     client = build_client(config.llm)
     started = time.perf_counter()
     try:
-        for stage, marker in (("rollout", ""), ("summary", "<trajectory>"), ("group", "<attempt "), ("consolidate", "<proposed_changes>")):
+        for stage, marker in (
+            ("rollout", ""),
+            ("summary", "<trajectory>"),
+            ("group", "<attempt "),
+            ("consolidate", "<proposed_changes>"),
+        ):
             await asyncio.gather(
                 *(
-                    client.chat([{"role": "user", "content": f"{marker} What is {i}+1? floor"}], sampling=SamplingParams(temperature=0))
+                    client.chat(
+                        [{"role": "user", "content": f"{marker} What is {i}+1? floor"}],
+                        sampling=SamplingParams(temperature=0),
+                    )
                     for i in range(calls.get(stage, 0))
                 )
             )
@@ -200,7 +239,7 @@ def prefix_shares(log: list[dict], step_starts: list[float]) -> dict[str, float]
     """Per stage, the mean over steps of the shared-prefix share of that step's prompts (all messages joined)."""
     by_stage: dict[str, list[float]] = {}
     bounds = [*step_starts, float("inf")]
-    for start, end in zip(bounds, bounds[1:]):
+    for start, end in zip(bounds, bounds[1:], strict=False):
         stages: dict[str, list[str]] = {}
         for entry in log:
             if start <= entry["t"] < end:
@@ -212,8 +251,15 @@ def prefix_shares(log: list[dict], step_starts: list[float]) -> dict[str, float]
     return {stage: sum(v) / len(v) for stage, v in by_stage.items()}
 
 
-def run_steps(latency_s: float, *, queries: int = 30, group_size: int = 5, epochs: int = 2, batch_size: int = 10,
-              concurrency: int = 64) -> dict:
+def run_steps(
+    latency_s: float,
+    *,
+    queries: int = 30,
+    group_size: int = 5,
+    epochs: int = 2,
+    batch_size: int = 10,
+    concurrency: int = 64,
+) -> dict:
     """`tfgrpo learn` as a fresh process; wall time from process start, against the bound of its steps."""
     import subprocess
     import urllib.request
@@ -227,12 +273,39 @@ def run_steps(latency_s: float, *, queries: int = 30, group_size: int = 5, epoch
     try:
         with tempfile.TemporaryDirectory() as tmp:
             data = Path(tmp) / "train.jsonl"
-            data.write_text("".join(json.dumps({"id": f"q{i}", "problem": f"What is {i}+{i + 7}?", "answer": str(2 * i + 7)}) + "\n" for i in range(queries)))
+            data.write_text(
+                "".join(
+                    json.dumps({"id": f"q{i}", "problem": f"What is {i}+{i + 7}?", "answer": str(2 * i + 7)}) + "\n"
+                    for i in range(queries)
+                )
+            )
             out = Path(tmp) / "run"
             command = [
-                sys.executable, "-m", "tfgrpo", "learn", "--data", str(data), "--out", str(out), "--backend", "openai",
-                "--model", "bench", "--base-url", f"http://127.0.0.1:{port}/v1", "--api-key", "x", "-G", str(group_size),
-                "--epochs", str(epochs), "--batch-size", str(batch_size), "--concurrency", str(concurrency), "--dedup",
+                sys.executable,
+                "-m",
+                "tfgrpo",
+                "learn",
+                "--data",
+                str(data),
+                "--out",
+                str(out),
+                "--backend",
+                "openai",
+                "--model",
+                "bench",
+                "--base-url",
+                f"http://127.0.0.1:{port}/v1",
+                "--api-key",
+                "x",
+                "-G",
+                str(group_size),
+                "--epochs",
+                str(epochs),
+                "--batch-size",
+                str(batch_size),
+                "--concurrency",
+                str(concurrency),
+                "--dedup",
             ]
             env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
             started = time.time()
@@ -250,8 +323,10 @@ def run_steps(latency_s: float, *, queries: int = 30, group_size: int = 5, epoch
     calls = {tag: t["calls"] for tag, t in metrics["sessions"][-1]["usage"]["by_tag"].items()}
     per_step = {tag: math.ceil(count / len(steps)) for tag, count in calls.items()}
     step_bound = (
-        wave(per_step.get("rollout", 0), concurrency, latency_s) + wave(per_step.get("summary", 0), concurrency, latency_s)
-        + wave(per_step.get("group", 0), concurrency, latency_s) + per_step.get("consolidate", 0) * latency_s
+        wave(per_step.get("rollout", 0), concurrency, latency_s)
+        + wave(per_step.get("summary", 0), concurrency, latency_s)
+        + wave(per_step.get("group", 0), concurrency, latency_s)
+        + per_step.get("consolidate", 0) * latency_s
     )
     bound = step_bound * len(steps)
     first_request_s = log[0]["t"] - started
@@ -263,17 +338,26 @@ def run_steps(latency_s: float, *, queries: int = 30, group_size: int = 5, epoch
             step_starts.append(entry["t"])
         previous = stage
     return {
-        "latency_ms": latency_s * 1000, "steps": len(steps), "requests": len(log), "calls": calls, "bound_s": bound,
-        "total_s": total_s, "first_request_s": first_request_s, "ratio": total_s / bound,
+        "latency_ms": latency_s * 1000,
+        "steps": len(steps),
+        "requests": len(log),
+        "calls": calls,
+        "bound_s": bound,
+        "total_s": total_s,
+        "first_request_s": first_request_s,
+        "ratio": total_s / bound,
         "ratio_after_start": (total_s - first_request_s) / bound,
         "prefix_share": prefix_shares(log, step_starts),
         "tail_s": started + total_s - log[-1]["t"] - latency_s,  # from the last reply to the process's exit
-        "status": metrics["status"], "stages": [s["stage_seconds"] for s in steps],
+        "status": metrics["status"],
+        "stages": [s["stage_seconds"] for s in steps],
     }
 
 
 def main_steps(latencies_ms: list[float], verbose: bool = False) -> None:
-    print("| latency | steps | requests | critical-path bound | first request after start | last reply to exit | wall time (from process start) | ratio to bound | ratio without start-up |")
+    print(
+        "| latency | steps | requests | critical-path bound | first request after start | last reply to exit | wall time (from process start) | ratio to bound | ratio without start-up |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     shares: dict[str, dict[str, float]] = {}
     for latency_ms in latencies_ms:
@@ -304,11 +388,16 @@ def main() -> None:
     parser.add_argument("--verbose", action="store_true", help="also print the time of each stage")
     args = parser.parse_args()
     # Shared machines: say how busy this one was, since every ratio depends on it.
-    print(f"{os.cpu_count()} CPU cores, load average {', '.join(f'{x:.2f}' for x in os.getloadavg())} (1, 5, 15 min) at start", flush=True)
+    print(
+        f"{os.cpu_count()} CPU cores, load average {', '.join(f'{x:.2f}' for x in os.getloadavg())} (1, 5, 15 min) at start",
+        flush=True,
+    )
     if args.workload == "steps":
         main_steps(args.latency_ms, args.verbose)
         return
-    print("| queries x G | concurrency | latency | calls (rollout / summary / group / consolidate) | critical-path bound | client-only floor | measured epoch | ratio to bound | ratio to floor |")
+    print(
+        "| queries x G | concurrency | latency | calls (rollout / summary / group / consolidate) | critical-path bound | client-only floor | measured epoch | ratio to bound | ratio to floor |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for latency_ms in args.latency_ms:
         r = run(args.queries, args.group_size, args.concurrency, latency_ms / 1000)

@@ -30,8 +30,9 @@ from pathlib import Path  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-COMMON = dict(use_cpu=True, bf16=False, report_to="none", logging_steps=1000, save_strategy="no", seed=0,
-              disable_tqdm=True)
+COMMON = dict(
+    use_cpu=True, bf16=False, report_to="none", logging_steps=1000, save_strategy="no", seed=0, disable_tqdm=True
+)
 LORA = dict(r=16, lora_alpha=32, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM")
 
 
@@ -44,9 +45,17 @@ def assistant(text):
 
 
 SFT = [{"prompt": user(f"What is {i} + {i}?"), "completion": assistant(f"so \\boxed{{{2 * i}}}")} for i in range(64)]
-PAIRS = [{"prompt": user(f"What is {i} + {i}?"), "chosen": assistant(f"\\boxed{{{2 * i}}}"),
-          "rejected": assistant(f"maybe {i + 3}")} for i in range(64)]
-KTO = [{"prompt": p["prompt"], "completion": p[k], "label": k == "chosen"} for p in PAIRS for k in ("chosen", "rejected")]
+PAIRS = [
+    {
+        "prompt": user(f"What is {i} + {i}?"),
+        "chosen": assistant(f"\\boxed{{{2 * i}}}"),
+        "rejected": assistant(f"maybe {i + 3}"),
+    }
+    for i in range(64)
+]
+KTO = [
+    {"prompt": p["prompt"], "completion": p[k], "label": k == "chosen"} for p in PAIRS for k in ("chosen", "rejected")
+]
 PROMPTS = [{"prompt": user(f"What is {i} + {i}?"), "answer": str(2 * i)} for i in range(64)]
 
 
@@ -96,25 +105,51 @@ def by_hand(method, model, tokenizer, options):
     lora = LoraConfig(**LORA)
     args = {**COMMON, **options}
     if method == "sft":
-        return trl.SFTTrainer(model=model, args=trl.SFTConfig(**args), train_dataset=Dataset.from_list(SFT),
-                              processing_class=tokenizer, peft_config=lora)
+        return trl.SFTTrainer(
+            model=model,
+            args=trl.SFTConfig(**args),
+            train_dataset=Dataset.from_list(SFT),
+            processing_class=tokenizer,
+            peft_config=lora,
+        )
     if method in ("dpo", "cdpo"):
         if method == "cdpo":  # the same loss mix our CDPOTrainer uses, set by hand
             args.update(loss_type=["sigmoid", "robust"], loss_weights=[1.8, -0.8], label_smoothing=0.1)
-        return trl.DPOTrainer(model=model, args=trl.DPOConfig(**args), train_dataset=Dataset.from_list(PAIRS),
-                              processing_class=tokenizer, peft_config=lora)
+        return trl.DPOTrainer(
+            model=model,
+            args=trl.DPOConfig(**args),
+            train_dataset=Dataset.from_list(PAIRS),
+            processing_class=tokenizer,
+            peft_config=lora,
+        )
     if method == "kto":
-        return trl.KTOTrainer(model=model, args=trl.KTOConfig(**args), train_dataset=Dataset.from_list(KTO),
-                              processing_class=tokenizer, peft_config=lora)
+        return trl.KTOTrainer(
+            model=model,
+            args=trl.KTOConfig(**args),
+            train_dataset=Dataset.from_list(KTO),
+            processing_class=tokenizer,
+            peft_config=lora,
+        )
     if method == "orpo":
-        return ORPOTrainer(model=model, args=ORPOConfig(**args), train_dataset=Dataset.from_list(PAIRS),
-                           processing_class=tokenizer, peft_config=lora)
+        return ORPOTrainer(
+            model=model,
+            args=ORPOConfig(**args),
+            train_dataset=Dataset.from_list(PAIRS),
+            processing_class=tokenizer,
+            peft_config=lora,
+        )
     if method == "gspo":
         args.update(importance_sampling_level="sequence", loss_type="grpo", beta=0.04, epsilon=3e-4, epsilon_high=4e-4)
     if method == "ppo":
         args.update(num_generations=2, loss_type="bnpo")  # GRPO needs >= 2 samples; PPO's own default is 1
-    return trl.GRPOTrainer(model=model, reward_funcs=[digit_reward], args=trl.GRPOConfig(**args),
-                           train_dataset=Dataset.from_list(PROMPTS), processing_class=tokenizer, peft_config=lora)
+    return trl.GRPOTrainer(
+        model=model,
+        reward_funcs=[digit_reward],
+        args=trl.GRPOConfig(**args),
+        train_dataset=Dataset.from_list(PROMPTS),
+        processing_class=tokenizer,
+        peft_config=lora,
+    )
 
 
 def median_step(build, method, model_dir, tokenizer, options, steps, warmup=3):
@@ -136,6 +171,7 @@ def median_step(build, method, model_dir, tokenizer, options, steps, warmup=3):
 def summarise(ours_runs: list[float], hand_runs: list[float]) -> tuple[str, str, str]:
     """Median [min-max] over rounds of both sides, and the median of the per-round paired ratios [min-max]:
     pairing cancels the slow minutes a busy neighbour causes, which hit both runs of a round alike."""
+
     def cell(xs):
         return f"{statistics.median(xs) * 1e3:.1f} [{min(xs) * 1e3:.1f}–{max(xs) * 1e3:.1f}]"
 
@@ -158,8 +194,10 @@ def main() -> None:
     model_dir = tiny_model_dir(tempfile.mkdtemp(), "qwen2")
     per_method = {
         "sft": dict(per_device_train_batch_size=8, max_length=64),
-        "dpo": dict(per_device_train_batch_size=8), "cdpo": dict(per_device_train_batch_size=8),
-        "kto": dict(per_device_train_batch_size=8), "orpo": dict(per_device_train_batch_size=8),
+        "dpo": dict(per_device_train_batch_size=8),
+        "cdpo": dict(per_device_train_batch_size=8),
+        "kto": dict(per_device_train_batch_size=8),
+        "orpo": dict(per_device_train_batch_size=8),
         "grpo": dict(per_device_train_batch_size=8, num_generations=4, max_completion_length=16),
         "gspo": dict(per_device_train_batch_size=8, num_generations=4, max_completion_length=16),
         "ppo": dict(per_device_train_batch_size=8, max_completion_length=16),
@@ -176,7 +214,9 @@ def main() -> None:
         runs = {"ours": [], "hand": []}
         for round_index in range(cli.rounds):
             # ABBA: alternate which side goes first, so a drift in machine load does not favour one side
-            order = (("ours", ours), ("hand", by_hand)) if round_index % 2 == 0 else (("hand", by_hand), ("ours", ours))
+            order = (
+                (("ours", ours), ("hand", by_hand)) if round_index % 2 == 0 else (("hand", by_hand), ("ours", ours))
+            )
             for side, build in order:
                 runs[side].append(median_step(build, method, model_dir, tokenizer, options, cli.steps))
         wall = summarise([w for w, _ in runs["ours"]], [w for w, _ in runs["hand"]])
@@ -185,8 +225,10 @@ def main() -> None:
         lines.append(f"| {name} | {' | '.join(wall)} | {' | '.join(cpu)} |")
         print(lines[-1], file=sys.stderr, flush=True)  # progress; the table is printed at the end
     lines.append("")
-    lines.append("*PPO vs the GRPOTrainer it extends (G=2): its extra cost is the critic (value head, GAE, an extra "
-                 "policy + reference pass), i.e. the algorithm, not wrapper overhead.")
+    lines.append(
+        "*PPO vs the GRPOTrainer it extends (G=2): its extra cost is the critic (value head, GAE, an extra "
+        "policy + reference pass), i.e. the algorithm, not wrapper overhead."
+    )
     print("\n".join(lines), flush=True)  # after training: TRL prints its own summaries while it runs
 
 

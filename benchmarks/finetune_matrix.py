@@ -42,18 +42,32 @@ def one_cell(method: str, peft: str, model_dir: Path, tokenizer, root: Path) -> 
     except (FinetuneError, ValueError) as exc:  # a refused combination: the one-line reason
         return {**row, "status": "refused", "note": str(exc).splitlines()[0], "wall_s": time.perf_counter() - started}
     except Exception as exc:  # noqa: BLE001 - a benchmark reports every failure as a cell, and goes on
-        return {**row, "status": "error", "note": f"{type(exc).__name__}: {exc}".splitlines()[0],
-                "wall_s": time.perf_counter() - started}
-    return {**row, "status": "ok" if result.improved else "weak", "before": result.before, "after": result.after,
-            "gain": result.gain, "wall_s": result.wall_s, "note": ""}
+        return {
+            **row,
+            "status": "error",
+            "note": f"{type(exc).__name__}: {exc}".splitlines()[0],
+            "wall_s": time.perf_counter() - started,
+        }
+    return {
+        **row,
+        "status": "ok" if result.improved else "weak",
+        "before": result.before,
+        "after": result.after,
+        "gain": result.gain,
+        "wall_s": result.wall_s,
+        "note": "",
+    }
 
 
 def print_table(rows: list[dict]) -> None:
     print("| method | adapter | status | objective | before | after | gain (margin) | wall s |")
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
-        numbers = (f"{r['before']:.3f} | {r['after']:.3f} | {r['gain']:.3f} ({r['margin']})" if "before" in r
-                   else f"– | – | – ({r['margin']})")
+        numbers = (
+            f"{r['before']:.3f} | {r['after']:.3f} | {r['gain']:.3f} ({r['margin']})"
+            if "before" in r
+            else f"– | – | – ({r['margin']})"
+        )
         print(f"| {r['method']} | {r['adapter']} | {r['status']} | {r['objective']} | {numbers} | {r['wall_s']:.1f} |")
     notes = [r for r in rows if r["note"]]
     for r in notes:
@@ -77,8 +91,11 @@ def main() -> int:
         for method in args.methods.split(","):
             for peft in args.adapters.split(","):
                 rows.append(one_cell(method, peft, model_dir, tokenizer, root))
-                print(f"{method:5} {peft:8} {rows[-1]['status']:7} {rows[-1]['wall_s']:.1f}s", file=sys.stderr,
-                      flush=True)
+                print(
+                    f"{method:5} {peft:8} {rows[-1]['status']:7} {rows[-1]['wall_s']:.1f}s",
+                    file=sys.stderr,
+                    flush=True,
+                )
     print_table(rows)
     print(f"\n{len(rows)} cells in {time.perf_counter() - started:.0f}s; load: {os.getloadavg()[0]:.2f} (1-min avg)")
     return 1 if any(r["status"] in ("error", "weak") for r in rows) else 0

@@ -28,11 +28,38 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tfgrpo.llm.types import ChatRequest, Message, SamplingParams  # noqa: E402
 
 TOPICS = [
-    "a prime number", "photosynthesis", "a black hole", "the water cycle", "an algorithm", "gravity",
-    "a volcano", "democracy", "a vaccine", "inflation", "a triangle", "electricity", "the moon", "a cell",
-    "a rainbow", "an atom", "a fraction", "the internet", "a glacier", "a compiler", "a derivative",
-    "evolution", "a magnet", "the ocean tide", "a poem", "a bridge", "a desert", "an equation", "a comet",
-    "a language", "a battery", "a forest",
+    "a prime number",
+    "photosynthesis",
+    "a black hole",
+    "the water cycle",
+    "an algorithm",
+    "gravity",
+    "a volcano",
+    "democracy",
+    "a vaccine",
+    "inflation",
+    "a triangle",
+    "electricity",
+    "the moon",
+    "a cell",
+    "a rainbow",
+    "an atom",
+    "a fraction",
+    "the internet",
+    "a glacier",
+    "a compiler",
+    "a derivative",
+    "evolution",
+    "a magnet",
+    "the ocean tide",
+    "a poem",
+    "a bridge",
+    "a desert",
+    "an equation",
+    "a comet",
+    "a language",
+    "a battery",
+    "a forest",
 ]
 
 
@@ -54,7 +81,8 @@ def questions(count: int) -> list[str]:
 
 def request(question: str, max_tokens: int) -> ChatRequest:
     return ChatRequest(
-        messages=[Message(role="user", content=question)], sampling=SamplingParams(temperature=0.0, max_tokens=max_tokens)
+        messages=[Message(role="user", content=question)],
+        sampling=SamplingParams(temperature=0.0, max_tokens=max_tokens),
     )
 
 
@@ -67,10 +95,14 @@ def one_at_a_time_generate(model_dir: Path, prompts: list[str], max_tokens: int)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
 
     def generate(question: str) -> int:
-        text = tokenizer.apply_chat_template([{"role": "user", "content": question}], tokenize=False, add_generation_prompt=True)
+        text = tokenizer.apply_chat_template(
+            [{"role": "user", "content": question}], tokenize=False, add_generation_prompt=True
+        )
         inputs = tokenizer(text, return_tensors="pt", add_special_tokens=False)
         with torch.inference_mode():
-            output = model.generate(**inputs, max_new_tokens=max_tokens, do_sample=False, pad_token_id=tokenizer.eos_token_id)
+            output = model.generate(
+                **inputs, max_new_tokens=max_tokens, do_sample=False, pad_token_id=tokenizer.eos_token_id
+            )
         new = output[0, inputs["input_ids"].shape[1] :].tolist()
         return next((i + 1 for i, t in enumerate(new) if t == tokenizer.eos_token_id), len(new))
 
@@ -130,7 +162,9 @@ def run(args: argparse.Namespace) -> list[Row]:
 
         async def llama_row() -> Row:
             try:
-                return await through_backend(llama, "llamacpp backend (Q4_1 GGUF), sequential", prompts, args.max_tokens, 8)
+                return await through_backend(
+                    llama, "llamacpp backend (Q4_1 GGUF), sequential", prompts, args.max_tokens, 8
+                )
             finally:
                 await llama.aclose()
 
@@ -141,7 +175,10 @@ def run(args: argparse.Namespace) -> list[Row]:
 def format_table(rows: list[Row], *, header: bool = True, baseline: float | None = None) -> str:
     lines = []
     if header:
-        lines += ["| setup | prompts | completion tokens | seconds | tokens/s | vs baseline |", "|---|---:|---:|---:|---:|---:|"]
+        lines += [
+            "| setup | prompts | completion tokens | seconds | tokens/s | vs baseline |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
     for row in rows:
         ratio = f"{row.tokens_per_s / baseline:.1f}x" if baseline else ""
         cells = [row.name, row.prompts, row.completion_tokens, f"{row.seconds:.1f}", f"{row.tokens_per_s:.1f}", ratio]
@@ -152,7 +189,9 @@ def format_table(rows: list[Row], *, header: bool = True, baseline: float | None
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--prompts", type=int, default=32, help="prompts per concurrent row (default 32)")
-    parser.add_argument("--baseline-prompts", type=int, default=8, help="prompts for the one-at-a-time rows (default 8)")
+    parser.add_argument(
+        "--baseline-prompts", type=int, default=8, help="prompts for the one-at-a-time rows (default 8)"
+    )
     parser.add_argument("--max-tokens", type=int, default=64, help="new tokens per prompt (default 64)")
     parser.add_argument(
         "--concurrency", type=int, nargs="+", default=[1, 8, 32], help="concurrency levels (default 1 8 32)"
@@ -160,7 +199,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     rows = run(args)
     baseline = rows[0].tokens_per_s
-    print(f"\nSmolLM2-135M-Instruct, greedy, {args.max_tokens} new tokens max, OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}\n")
+    print(
+        f"\nSmolLM2-135M-Instruct, greedy, {args.max_tokens} new tokens max, OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}\n"
+    )
     print(format_table(rows, baseline=baseline))
     best = max((r for r in rows if "32 concurrent" in r.name), key=lambda r: r.tokens_per_s, default=None)
     if best is not None:

@@ -90,7 +90,9 @@ def hostile_latencies(reward: MathReward) -> list[tuple[str, str, float, float |
     for family, answer in cases.HOSTILE_ANSWERS:
         start = time.perf_counter()
         (score,) = reward.score([f"so \\boxed{{{answer}}}"], answer=["1"])
-        rows.append((family, answer[:28] + ("..." if len(answer) > 28 else ""), time.perf_counter() - start, score.value))
+        rows.append(
+            (family, answer[:28] + ("..." if len(answer) > 28 else ""), time.perf_counter() - start, score.value)
+        )
     for shape, completion in cases.LONG_COMPLETIONS:
         start = time.perf_counter()
         (score,) = reward.score([completion], answer=["7"])
@@ -103,8 +105,12 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=4000, help="integer pairs (fractions: n/4, symbolic: n/10)")
     parser.add_argument("--workers", type=int, default=None, help="verifier processes (default: cores)")
     parser.add_argument("--timeout", type=float, default=1.0, help="budget per comparison, worker CPU seconds")
-    parser.add_argument("--wall-factor", type=float, default=3.0, help="wall-clock backstop, multiple of --timeout "
-                        "(1 = a pure wall-clock deadline)")
+    parser.add_argument(
+        "--wall-factor",
+        type=float,
+        default=3.0,
+        help="wall-clock backstop, multiple of --timeout (1 = a pure wall-clock deadline)",
+    )
     parser.add_argument("--direct-limit", type=int, default=400, help="pairs timed for math-verify direct")
     args = parser.parse_args()
     logging.getLogger("math_verify").setLevel(logging.ERROR)
@@ -115,9 +121,13 @@ def main() -> None:
     verifier.check_many([("x+1", "1+x")] * 1 + [("2x", "x+x")])  # start the workers before timing
 
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"workers: {verifier.workers}, budget: {args.timeout:g} CPU s (wall backstop {args.timeout * verifier.wall_factor:g} s), "
-          f"cores: {os.cpu_count()}, load average at start: {load:.1f}\n")
-    print("| answers | pairs | MathReward verifications/s | math-verify direct /s | speed-up | mean reward (ours / direct) |")
+    print(
+        f"workers: {verifier.workers}, budget: {args.timeout:g} CPU s (wall backstop {args.timeout * verifier.wall_factor:g} s), "
+        f"cores: {os.cpu_count()}, load average at start: {load:.1f}\n"
+    )
+    print(
+        "| answers | pairs | MathReward verifications/s | math-verify direct /s | speed-up | mean reward (ours / direct) |"
+    )
     print("|---|---:|---:|---:|---:|---|")
     for label, pairs in (
         ("integer", integer_pairs(args.n, rng)),
@@ -126,7 +136,9 @@ def main() -> None:
     ):
         ours, our_mean = time_ours(pairs, reward)
         direct, direct_mean = time_direct(pairs, args.direct_limit)
-        print(f"| {label} | {len(pairs)} | {ours:,.0f} | {direct:,.0f} | {ours / direct:.1f}x | {our_mean:.3f} / {direct_mean:.3f} |")
+        print(
+            f"| {label} | {len(pairs)} | {ours:,.0f} | {direct:,.0f} | {ours / direct:.1f}x | {our_mean:.3f} / {direct_mean:.3f} |"
+        )
 
     print("\n| hostile input | shape | latency s | reward |")
     print("|---|---|---:|---:|")

@@ -31,8 +31,12 @@ async def _tool_once(level: str) -> float:
 
 def _reward_once(sandbox: str) -> float:
     started = time.perf_counter()
-    passed, failures = run_tests("def add(a, b):\n    return a + b\n", ["assert add(1, 2) == 3", "assert add(2, 2) == 4"],
-                                 timeout_s=20, sandbox=sandbox)
+    passed, failures = run_tests(
+        "def add(a, b):\n    return a + b\n",
+        ["assert add(1, 2) == 3", "assert add(2, 2) == 4"],
+        timeout_s=20,
+        sandbox=sandbox,
+    )
     assert passed == 2, failures
     return time.perf_counter() - started
 
@@ -41,12 +45,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=10)
     args = parser.parse_args()
-    print("tools: " + ", ".join(f"{name}={'yes' if shutil.which(name) else 'no'}" for name in ("bwrap", "nsjail", "unshare")))
+    print(
+        "tools: "
+        + ", ".join(f"{name}={'yes' if shutil.which(name) else 'no'}" for name in ("bwrap", "nsjail", "unshare"))
+    )
     print(f"load average: {os.getloadavg()[0]:.2f} (1 min), cpus: {os.cpu_count()}")
     print(f"{'what':<34}{'median ms':>10}{'p90 ms':>10}")
-    rows = [(f"python tool, {level}", lambda level=level: asyncio.run(_tool_once(level)))
-            for level in ("bubblewrap", "namespace", "process")]
-    rows += [(f"code reward, {sandbox}", lambda sandbox=sandbox: _reward_once(sandbox)) for sandbox in ("bubblewrap", "process")]
+    rows = [
+        (f"python tool, {level}", lambda level=level: asyncio.run(_tool_once(level)))
+        for level in ("bubblewrap", "namespace", "process")
+    ]
+    rows += [
+        (f"code reward, {sandbox}", lambda sandbox=sandbox: _reward_once(sandbox))
+        for sandbox in ("bubblewrap", "process")
+    ]
     for name, once in rows:
         once()  # warm the page cache
         times = sorted(once() for _ in range(args.repeats))

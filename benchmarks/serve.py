@@ -110,21 +110,51 @@ async def load(url: str, *, concurrency: int, requests: int, stream: bool) -> tu
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 64, 256])
-    parser.add_argument("--requests", type=int, default=None, help="Per cell (default: 200 at 1 client, 2000 otherwise).")
+    parser.add_argument(
+        "--requests", type=int, default=None, help="Per cell (default: 200 at 1 client, 2000 otherwise)."
+    )
     parser.add_argument("--modes", nargs="+", default=["json", "stream"], choices=["json", "stream"])
     parser.add_argument("--latency-ms", type=float, default=20.0, help="Fixed upstream latency.")
     args = parser.parse_args()
-    print(f"uptime: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}  cores: {os.cpu_count()}")
+    print(
+        f"uptime: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}  cores: {os.cpu_count()}"
+    )
     env = os.environ | {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     with tempfile.TemporaryDirectory() as scratch:
         library = Path(scratch) / "library.json"
-        Library(version=1, experiences=[Experience(id=f"G{i}", text=f"Lesson number {i}: check the units and the carry.") for i in range(20)]).save(library)
+        Library(
+            version=1,
+            experiences=[
+                Experience(id=f"G{i}", text=f"Lesson number {i}: check the units and the carry.") for i in range(20)
+            ],
+        ).save(library)
         up_port, proxy_port = free_port(), free_port()
-        upstream = subprocess.Popen([sys.executable, "-c", UPSTREAM_CODE.format(tests=str(ROOT / "tests"), latency=args.latency_ms / 1000, port=up_port)], env=env, stderr=subprocess.PIPE)
+        upstream = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                UPSTREAM_CODE.format(tests=str(ROOT / "tests"), latency=args.latency_ms / 1000, port=up_port),
+            ],
+            env=env,
+            stderr=subprocess.PIPE,
+        )
         proxy = subprocess.Popen(
-            [sys.executable, "-m", "tfgrpo", "serve", "--library", str(library), "--upstream", f"http://127.0.0.1:{up_port}/v1",
-             "--port", str(proxy_port), "--traces", str(Path(scratch) / "traces.sqlite")],
-            env=env, stderr=subprocess.PIPE,
+            [
+                sys.executable,
+                "-m",
+                "tfgrpo",
+                "serve",
+                "--library",
+                str(library),
+                "--upstream",
+                f"http://127.0.0.1:{up_port}/v1",
+                "--port",
+                str(proxy_port),
+                "--traces",
+                str(Path(scratch) / "traces.sqlite"),
+            ],
+            env=env,
+            stderr=subprocess.PIPE,
         )
         try:
             wait_ready(f"http://127.0.0.1:{up_port}/v1/models", upstream)
@@ -137,15 +167,31 @@ def main() -> None:
                 for mode in args.modes:
                     requests = args.requests or (200 if concurrency == 1 else 2000)
                     stream = mode == "stream"
-                    direct, lost_direct = asyncio.run(load(f"http://127.0.0.1:{up_port}/v1/chat/completions", concurrency=concurrency, requests=requests, stream=stream))
+                    direct, lost_direct = asyncio.run(
+                        load(
+                            f"http://127.0.0.1:{up_port}/v1/chat/completions",
+                            concurrency=concurrency,
+                            requests=requests,
+                            stream=stream,
+                        )
+                    )
                     cpu_before = cpu_seconds(proxy.pid)
-                    proxied, lost = asyncio.run(load(f"http://127.0.0.1:{proxy_port}/v1/chat/completions", concurrency=concurrency, requests=requests, stream=stream))
+                    proxied, lost = asyncio.run(
+                        load(
+                            f"http://127.0.0.1:{proxy_port}/v1/chat/completions",
+                            concurrency=concurrency,
+                            requests=requests,
+                            stream=stream,
+                        )
+                    )
                     cpu_ms = (cpu_seconds(proxy.pid) - cpu_before) * 1000 / (requests + 1)
                     d50, d99 = np.percentile(direct, [50, 99])
                     p50, p99 = np.percentile(proxied, [50, 99])
                     print(
                         f"| {concurrency} | {mode} | {requests} | {d50:.2f} ms | {d99:.2f} ms | {p50:.2f} ms | {p99:.2f} ms | "
-                        f"{p50 - d50:+.2f} ms | {p99 - d99:+.2f} ms | {cpu_ms:.2f} ms | {lost}" + (f" (direct lost {lost_direct})" if lost_direct else "") + " |",
+                        f"{p50 - d50:+.2f} ms | {p99 - d99:+.2f} ms | {cpu_ms:.2f} ms | {lost}"
+                        + (f" (direct lost {lost_direct})" if lost_direct else "")
+                        + " |",
                         flush=True,
                     )
         finally:

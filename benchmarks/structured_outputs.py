@@ -32,11 +32,11 @@ from experiences.model import Library  # noqa: E402
 from experiences.parse import parse_operations  # noqa: E402
 from experiences.schemas import reply_format  # noqa: E402
 from tfgrpo.learn.metrics import REPLY_COUNTS  # noqa: E402
+from tfgrpo.learn.stages import operations_response_schema, render_stage_prompt, request_operations  # noqa: E402
 from tfgrpo.llm.backends.constrained import build_engine, engine_installed  # noqa: E402
 from tfgrpo.llm.backends.transformers_backend import TransformersBackend  # noqa: E402
 from tfgrpo.llm.client import LLMClient  # noqa: E402
 from tfgrpo.llm.types import ChatRequest, Message, SamplingParams  # noqa: E402
-from tfgrpo.learn.stages import operations_response_schema, render_stage_prompt, request_operations  # noqa: E402
 
 PROBLEMS = [
     ("Tom has 7 apples and buys 5 more. How many apples does he have?", "12", "7 + 5 = 12", "7 + 5 = 11"),
@@ -54,19 +54,40 @@ def group_prompt(problem: tuple[str, str, str, str], *, max_ops: int, max_words:
         {"index": 1, "reward": 0.0, "outcome": "wrong", "summary": f"1. Computed {bad}. 2. Answered with that."},
     ]
     prompt = render_stage_prompt(
-        "group_advantage", problem=text, gold=gold, gold_is_pseudo=False, experiences=_library_text(), attempts=attempts,
-        max_ops=max_ops, max_words=max_words, reply_format=reply_format(max_ops=max_ops, ids=LIBRARY.ids),
+        "group_advantage",
+        problem=text,
+        gold=gold,
+        gold_is_pseudo=False,
+        experiences=_library_text(),
+        attempts=attempts,
+        max_ops=max_ops,
+        max_words=max_words,
+        reply_format=reply_format(max_ops=max_ops, ids=LIBRARY.ids),
     )
     return [{"role": "user", "content": prompt}]
 
 
 def consolidation_prompt(problems: list[tuple[str, str, str, str]], *, max_words: int) -> list[dict[str, str]]:
     proposals = [
-        {"query_id": f"q{i}", "operations": [json.dumps({"option": "add", "experience": f"When solving '{p[0][:30]}...', write the operation before computing."})]}
+        {
+            "query_id": f"q{i}",
+            "operations": [
+                json.dumps(
+                    {
+                        "option": "add",
+                        "experience": f"When solving '{p[0][:30]}...', write the operation before computing.",
+                    }
+                )
+            ],
+        }
         for i, p in enumerate(problems)
     ]
     prompt = render_stage_prompt(
-        "consolidate", experiences=_library_text(), proposals=proposals, near_duplicates=[], max_words=max_words,
+        "consolidate",
+        experiences=_library_text(),
+        proposals=proposals,
+        near_duplicates=[],
+        max_words=max_words,
         reply_format=reply_format(max_ops=len(proposals), ids=LIBRARY.ids),
     )
     return [{"role": "user", "content": prompt}]
@@ -89,13 +110,17 @@ def decoding_table(backend: TransformersBackend, args: argparse.Namespace) -> li
         started = time.perf_counter()
         if engine != "none":
             vocab = max(loaded.model.config.vocab_size, len(loaded.tokenizer))
-            loaded.constrained = build_engine(engine, loaded.tokenizer, vocab_size=vocab, stop_token_ids=sorted(loaded.eos_token_ids))
+            loaded.constrained = build_engine(
+                engine, loaded.tokenizer, vocab_size=vocab, stop_token_ids=sorted(loaded.eos_token_ids)
+            )
             loaded.constrained.generate_options(schema.json_schema)  # xgrammar compiles here; llguidance builds lazily
         setup_s = time.perf_counter() - started
         timings, tokens, valid = [], 0, 0
         for index, messages in enumerate(prompts):
             request = ChatRequest(
-                messages=[Message(**m) for m in messages], sampling=sampling, response_schema=None if engine == "none" else schema
+                messages=[Message(**m) for m in messages],
+                sampling=sampling,
+                response_schema=None if engine == "none" else schema,
             )
             started = time.perf_counter()
             completion = backend._generate(loaded, [request], [backend._render(loaded.tokenizer, request)])[0][0]
@@ -125,12 +150,19 @@ async def loss_table(backend: TransformersBackend, args: argparse.Namespace) -> 
     rows = []
     for mode in ("on", "off"):
         client = LLMClient(backend, structured_output=mode)
-        for stage, batches in (("group", [group_prompt(p, max_ops=args.max_ops, max_words=args.max_words) for p in problems]),
-                               ("consolidate", [consolidation_prompt(problems, max_words=args.max_words)])):
+        for stage, batches in (
+            ("group", [group_prompt(p, max_ops=args.max_ops, max_words=args.max_words) for p in problems]),
+            ("consolidate", [consolidation_prompt(problems, max_words=args.max_words)]),
+        ):
             counts = dict.fromkeys(REPLY_COUNTS, 0)
             for messages in batches:
                 reply = await request_operations(
-                    client, messages, library=LIBRARY, sampling=sampling, tag=stage, max_words=args.max_words,
+                    client,
+                    messages,
+                    library=LIBRARY,
+                    sampling=sampling,
+                    tag=stage,
+                    max_words=args.max_words,
                     max_ops=args.max_ops if stage == "group" else len(problems),
                 )
                 counts["replies"] += 1
@@ -145,12 +177,12 @@ async def loss_table(backend: TransformersBackend, args: argparse.Namespace) -> 
 
 
 def print_table(title: str, header: tuple, rows: list[tuple]) -> None:
-    widths = [max(len(str(x)) for x in column) for column in zip(header, *rows)]
+    widths = [max(len(str(x)) for x in column) for column in zip(header, *rows, strict=False)]
     print(f"\n{title}")
-    print("| " + " | ".join(h.ljust(w) for h, w in zip(header, widths)) + " |")
+    print("| " + " | ".join(h.ljust(w) for h, w in zip(header, widths, strict=False)) + " |")
     print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
     for row in rows:
-        print("| " + " | ".join(str(x).ljust(w) for x, w in zip(row, widths)) + " |")
+        print("| " + " | ".join(str(x).ljust(w) for x, w in zip(row, widths, strict=False)) + " |")
 
 
 def main() -> None:
@@ -176,8 +208,10 @@ def main() -> None:
     if not args.skip_loss:
         loss = asyncio.run(loss_table(backend, args))
         print_table("Stage replies with and without enforcement (xgrammar)", ("mode", "stage", *REPLY_COUNTS), loss)
-    print(f"\nload average (1/5/15 min) before: {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}; "
-          f"after: {' '.join(f'{x:.2f}' for x in os.getloadavg())} (2 cores, shared)")
+    print(
+        f"\nload average (1/5/15 min) before: {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}; "
+        f"after: {' '.join(f'{x:.2f}' for x in os.getloadavg())} (2 cores, shared)"
+    )
 
 
 if __name__ == "__main__":

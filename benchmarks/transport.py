@@ -39,7 +39,12 @@ async def one_round(base_url: str, transport: str, calls: int, concurrency: int,
     cpu, wall = time.process_time(), time.perf_counter()
     try:
         await asyncio.gather(
-            *(client.chat([{"role": "user", "content": f"What is {offset + i}+1?"}], sampling=sampling, tag="rollout") for i in range(calls))
+            *(
+                client.chat(
+                    [{"role": "user", "content": f"What is {offset + i}+1?"}], sampling=sampling, tag="rollout"
+                )
+                for i in range(calls)
+            )
         )
     finally:
         await client.aclose()
@@ -53,7 +58,10 @@ def main() -> None:
     parser.add_argument("--latency-ms", type=float, default=200.0)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    print(f"{os.cpu_count()} CPU cores, load average {', '.join(f'{x:.2f}' for x in os.getloadavg())} (1, 5, 15 min) at start", flush=True)
+    print(
+        f"{os.cpu_count()} CPU cores, load average {', '.join(f'{x:.2f}' for x in os.getloadavg())} (1, 5, 15 min) at start",
+        flush=True,
+    )
     port = free_port()
     ready = multiprocessing.Event()
     server = multiprocessing.Process(target=serve, args=(port, args.latency_ms / 1000, ready), daemon=True)
@@ -66,12 +74,16 @@ def main() -> None:
         for round_index in range(args.rounds):
             for transport in results:
                 offset = (round_index * 2 + len(results[transport])) * args.calls
-                results[transport].append(asyncio.run(one_round(base_url, transport, args.calls, args.concurrency, offset)))
+                results[transport].append(
+                    asyncio.run(one_round(base_url, transport, args.calls, args.concurrency, offset))
+                )
     finally:
         server.terminate()
         server.join()
     bound = math.ceil(args.calls / args.concurrency) * args.latency_ms / 1000
-    print(f"\n{args.calls} calls, concurrency {args.concurrency}, {args.latency_ms:.0f} ms server; median of {args.rounds} rounds\n")
+    print(
+        f"\n{args.calls} calls, concurrency {args.concurrency}, {args.latency_ms:.0f} ms server; median of {args.rounds} rounds\n"
+    )
     print("| transport | client CPU per call | wall time | waves' bound | ratio |")
     print("|---|---|---|---|---|")
     for transport, rows in results.items():

@@ -20,11 +20,11 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from eval.runner import EvalConfig, EvalResult, evaluate
-from tfgrpo.core.stats import paired_bootstrap_ci
 from experiences.apply import ApplyResult, apply_operations, approximate_tokens
 from experiences.model import Library
 from experiences.ops import DeleteOp
 from experiences.render import render
+from tfgrpo.core.stats import paired_bootstrap_ci
 from tfgrpo.llm.client import LLMClient
 from tfgrpo.llm.errors import BudgetExceededError
 
@@ -47,8 +47,9 @@ def plan_groups(library: Library, max_groups: int) -> list[list[str]]:
     return [ids[i : i + size] for i in range(0, len(ids), size)]
 
 
-def plan_ablation(library: Library, problems: list[str], config: EvalConfig, *, max_groups: int,
-                  pricing: Any | None = None) -> AblationPlan:
+def plan_ablation(
+    library: Library, problems: list[str], config: EvalConfig, *, max_groups: int, pricing: Any | None = None
+) -> AblationPlan:
     """What the ablation will request, and its worst-case cost, before any call."""
     groups = plan_groups(library, max_groups)
     variants = len(groups) + 1
@@ -58,16 +59,26 @@ def plan_ablation(library: Library, problems: list[str], config: EvalConfig, *, 
     completion = variants * len(problems) * config.samples * config.sampling.max_tokens
     known = pricing is not None and getattr(pricing, "known", True)
     return AblationPlan(
-        groups=groups, problems=len(problems), samples=config.samples, calls=variants * len(problems) * config.samples,
-        prompt_tokens=prompt, completion_tokens=completion, cost_usd=pricing.cost(prompt, completion) if known else None,
+        groups=groups,
+        problems=len(problems),
+        samples=config.samples,
+        calls=variants * len(problems) * config.samples,
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        cost_usd=pricing.cost(prompt, completion) if known else None,
     )
 
 
 class _Runner:
     """Runs the evals of one ablation under one budget (each eval is an ordinary, cached eval run)."""
 
-    def __init__(self, config: EvalConfig, budget_usd: float | None, client_for: Callable[[EvalConfig], LLMClient] | None,
-                 console: Any | None) -> None:
+    def __init__(
+        self,
+        config: EvalConfig,
+        budget_usd: float | None,
+        client_for: Callable[[EvalConfig], LLMClient] | None,
+        console: Any | None,
+    ) -> None:
         self.config, self.budget_usd, self.client_for, self.console = config, budget_usd, client_for, console
         self.spent_usd = 0.0
 
@@ -77,9 +88,13 @@ class _Runner:
         if remaining is not None and remaining <= 0:
             raise BudgetExceededError(self.spent_usd, self.budget_usd)
         llm = self.config.llm.model_copy(update={"budget_usd": remaining})
-        member = self.config.model_copy(update={"library": str(library_path), "out": str(out), "label": out.name, "llm": llm})
+        member = self.config.model_copy(
+            update={"library": str(library_path), "out": str(out), "label": out.name, "llm": llm}
+        )
         try:
-            result = evaluate(member, client=self.client_for(member) if self.client_for else None, console=self.console)
+            result = evaluate(
+                member, client=self.client_for(member) if self.client_for else None, console=self.console
+            )
         except BudgetExceededError as exc:
             self.spent_usd += exc.spent_usd  # what the stopped eval spent before the cap
             raise
@@ -87,8 +102,16 @@ class _Runner:
         return _per_problem(result), result.metrics["mean_at_k"]
 
 
-def ablate(library_path: str | Path, config: EvalConfig, plan: AblationPlan, *, budget_usd: float | None = None,
-           client_for: Callable[[EvalConfig], LLMClient] | None = None, console: Any | None = None, seed: int = 0) -> dict[str, Any]:
+def ablate(
+    library_path: str | Path,
+    config: EvalConfig,
+    plan: AblationPlan,
+    *,
+    budget_usd: float | None = None,
+    client_for: Callable[[EvalConfig], LLMClient] | None = None,
+    console: Any | None = None,
+    seed: int = 0,
+) -> dict[str, Any]:
     """Evaluate the full library and each variant into `config.out/`; returns the `metadata["ablation"]` block.
 
     A budget stop keeps the groups measured so far and records `complete: false`.
@@ -102,7 +125,14 @@ def ablate(library_path: str | Path, config: EvalConfig, plan: AblationPlan, *, 
     try:
         full_scores, full_mean = runner.run(Path(library_path), out / "full")
     except BudgetExceededError:
-        return {**block, "problems": 0, "full_mean_at_k": None, "complete": False, "spent_usd": runner.spent_usd, "utilities": {}}
+        return {
+            **block,
+            "problems": 0,
+            "full_mean_at_k": None,
+            "complete": False,
+            "spent_usd": runner.spent_usd,
+            "utilities": {},
+        }
     utilities: dict[str, Any] = {}
     complete = True
     for index, group in enumerate(plan.groups):
@@ -117,13 +147,19 @@ def ablate(library_path: str | Path, config: EvalConfig, plan: AblationPlan, *, 
         ids = [i for i in full_scores if i in scores]
         without = [scores[i] for i in ids]
         with_it = [full_scores[i] for i in ids]
-        utility = sum(a - b for a, b in zip(with_it, without)) / len(ids)
+        utility = sum(a - b for a, b in zip(with_it, without, strict=False)) / len(ids)
         low, high = paired_bootstrap_ci(without, with_it, seed=seed)
         verdict = "helps" if low > 0 else "hurts" if high < 0 else "neutral"
         for experience_id in group:
             utilities[experience_id] = {"utility": utility, "ci95": [low, high], "verdict": verdict, "group": group}
-    return {**block, "problems": len(full_scores), "full_mean_at_k": full_mean, "complete": complete,
-            "spent_usd": runner.spent_usd, "utilities": utilities}
+    return {
+        **block,
+        "problems": len(full_scores),
+        "full_mean_at_k": full_mean,
+        "complete": complete,
+        "spent_usd": runner.spent_usd,
+        "utilities": utilities,
+    }
 
 
 def _per_problem(result: EvalResult) -> dict[str, float]:
@@ -135,12 +171,12 @@ def prune_by_utility(library: Library, *, min_utility: float | None = None) -> A
     ablation = library.metadata.get("ablation") or {}
     utilities = ablation.get("utilities") or {}
     doomed = [
-        experience_id for experience_id, entry in utilities.items()
-        if experience_id in library and (entry["verdict"] == "hurts" or (min_utility is not None and entry["utility"] < min_utility))
+        experience_id
+        for experience_id, entry in utilities.items()
+        if experience_id in library
+        and (entry["verdict"] == "hurts" or (min_utility is not None and entry["utility"] < min_utility))
     ]
     return apply_operations(library, [DeleteOp(id=experience_id) for experience_id in doomed])
 
 
 __all__ = ["AblationPlan", "ablate", "plan_ablation", "plan_groups", "prune_by_utility"]
-
-

@@ -15,11 +15,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from eval.matrix import matrix_rows, read_matrix
+from eval.seeds import expand_run_dirs, seed_set_rows
 from tfgrpo.core.datasets import iter_jsonl_objects
 from tfgrpo.core.errors import RunDirError
 from tfgrpo.core.metrics import N_BOOTSTRAP, aggregate, summarize
-from eval.matrix import matrix_rows, read_matrix
-from eval.seeds import expand_run_dirs, seed_set_rows
 from tfgrpo.core.stats import PairedComparison, compare_paired
 
 
@@ -81,10 +81,15 @@ class Comparison(BaseModel):
     learn_steps: list[dict[str, Any]] = Field(default_factory=list)
     learn_totals: dict[str, Any] = Field(default_factory=dict)
     learn_selection: dict[str, Any] = Field(
-        default_factory=dict, description="The learn run's pareto, gate counts, best_step and leakage findings (docs/trust.md)."
+        default_factory=dict,
+        description="The learn run's pareto, gate counts, best_step and leakage findings (docs/trust.md).",
     )
-    seed_sets: list[dict[str, Any]] = Field(default_factory=list, description="Across-seed rows of seed-set systems (eval.seeds).")
-    matrix: dict[str, Any] = Field(default_factory=dict, description="Model x library table of an eval matrix (eval.matrix).")
+    seed_sets: list[dict[str, Any]] = Field(
+        default_factory=list, description="Across-seed rows of seed-set systems (eval.seeds)."
+    )
+    matrix: dict[str, Any] = Field(
+        default_factory=dict, description="Model x library table of an eval matrix (eval.matrix)."
+    )
     learn_experiences: list[dict[str, Any]] = Field(
         default_factory=list, description="The learn run's final library: id, text, provenance of each experience."
     )
@@ -155,6 +160,8 @@ def load_learn_selection(run_dir: str | Path) -> dict[str, Any]:
     """The trust keys of a learn run's metrics.json: pareto view, gate counts, best step, leakage findings."""
     metrics = read_json(Path(run_dir) / "metrics.json")
     return {key: metrics[key] for key in ("pareto", "gate", "best_step", "leakage") if metrics.get(key) is not None}
+
+
 def load_learn_library(run_dir: str | Path) -> list[dict[str, Any]]:
     """The experiences of a learn run's library.json (none when the run has no library yet)."""
     path = Path(run_dir) / "library.json"
@@ -169,7 +176,7 @@ def _unique_names(runs: Sequence[EvalRun]) -> list[str]:
     names = [run.name for run in runs]
     seen: dict[str, int] = {}
     unique = []
-    for run, name in zip(runs, names):
+    for run, name in zip(runs, names, strict=False):
         if names.count(name) > 1:  # e.g. two `.../eval` folders: prefix the parent folder
             name = f"{Path(run.path).resolve().parent.name}/{name}"
         seen[name] = seen.get(name, 0) + 1
@@ -181,13 +188,16 @@ def _common_problems(runs: Sequence[EvalRun]) -> tuple[list[str], str | None]:
     id_sets = [{str(p["id"]) for p in run.per_problem if p["n"] > 0} for run in runs]
     common = set.intersection(*id_sets)
     if not common:
-        listing = "; ".join(f"{run.name}: {len(ids)} problems" for run, ids in zip(runs, id_sets))
+        listing = "; ".join(f"{run.name}: {len(ids)} problems" for run, ids in zip(runs, id_sets, strict=False))
         raise RunDirError(f"the runs share no problem, nothing to compare ({listing})")
     ordered = [str(p["id"]) for p in runs[0].per_problem if str(p["id"]) in common]
     if all(len(ids) == len(common) for ids in id_sets):
         return ordered, None
-    sizes = ", ".join(f"{run.name} has {len(ids)}" for run, ids in zip(runs, id_sets))
-    return ordered, f"The runs cover different problems ({sizes}); every number is computed on the {len(common)} problems common to all runs."
+    sizes = ", ".join(f"{run.name} has {len(ids)}" for run, ids in zip(runs, id_sets, strict=False))
+    return (
+        ordered,
+        f"The runs cover different problems ({sizes}); every number is computed on the {len(common)} problems common to all runs.",
+    )
 
 
 def build_comparison(
@@ -201,7 +211,7 @@ def build_comparison(
     if len(runs) < 1:
         raise RunDirError("compare needs at least one eval run")
     names = _unique_names(runs)
-    runs = [run.model_copy(update={"name": name}) for run, name in zip(runs, names)]
+    runs = [run.model_copy(update={"name": name}) for run, name in zip(runs, names, strict=False)]
     problem_ids, note = _common_problems(runs)
 
     systems, accuracy_columns = [], []
@@ -229,8 +239,11 @@ def build_comparison(
                 eval_tokens=dict(metrics.get("tokens") or {}),
                 eval_cost_usd=metrics.get("cost_usd"),
                 eval_wall_s=metrics.get("wall_s", metrics.get("wall_time_s")),
-                eval_retries={key: value for key, value in ((metrics.get("usage") or {}).get("total") or {}).items()
-                              if key.startswith("retries_")},
+                eval_retries={
+                    key: value
+                    for key, value in ((metrics.get("usage") or {}).get("total") or {}).items()
+                    if key.startswith("retries_")
+                },
                 provenance=run.provenance,
             )
         )
@@ -241,7 +254,7 @@ def build_comparison(
             baseline=systems[0].name,
             result=compare_paired(accuracy_columns[0], column, seed=seed, n_bootstrap=n_bootstrap),
         )
-        for system, column in zip(systems[1:], accuracy_columns[1:])
+        for system, column in zip(systems[1:], accuracy_columns[1:], strict=False)
     ]
     learn_steps, learn_totals = load_learn_run(learn_run) if learn_run else ([], {})
     return Comparison(
@@ -289,7 +302,9 @@ def compare_runs(
     if groups:
         names = [system.name for system in comparison.systems]
         first = Path(run_dirs[0]).name if Path(run_dirs[0]).name in groups else comparison.baseline
-        comparison.seed_sets = seed_set_rows(comparison.per_problem, names, groups, baseline=first, seed=seed, n_bootstrap=n_bootstrap)
+        comparison.seed_sets = seed_set_rows(
+            comparison.per_problem, names, groups, baseline=first, seed=seed, n_bootstrap=n_bootstrap
+        )
     files = write_report(comparison, Path(out_dir))
     return comparison, files
 

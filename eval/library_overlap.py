@@ -15,15 +15,17 @@ from typing import Any
 
 import yaml
 
-from tfgrpo.core.datasets import Problem
 from experiences.leakage import LeakageChecker
 from experiences.model import Library
+from tfgrpo.core.datasets import Problem
 
 _GENERATED_ID = re.compile(r"^row-\d{4,}$")
 _KEPT_FINDINGS = 20
 
 
-def library_eval_overlap(library_path: str | Path, library: Library, problems: Sequence[Problem], *, data_name: str) -> dict[str, Any]:
+def library_eval_overlap(
+    library_path: str | Path, library: Library, problems: Sequence[Problem], *, data_name: str
+) -> dict[str, Any]:
     """{overlaps, answer_leaks, copies, provenance_ids, learned_on, findings[:20]} for a library and an eval set."""
     findings = LeakageChecker({data_name: problems}).check_library(library)
     eval_ids = {p.id for p in problems if not _GENERATED_ID.match(p.id)}
@@ -49,7 +51,11 @@ def describe_overlap(overlap: dict[str, Any], data_name: str) -> str:
         parts.append(f"{len(overlap['provenance_ids'])} eval problem(s) were learning queries")
     if overlap["learned_on"]:
         parts.append("the learn run used this set as data or val_data")
-    return f"the library overlaps the eval set {data_name}: " + "; ".join(parts) + " (details in metrics.json provenance.leakage)"
+    return (
+        f"the library overlaps the eval set {data_name}: "
+        + "; ".join(parts)
+        + " (details in metrics.json provenance.leakage)"
+    )
 
 
 def _learn_run_sets(library_path: Path) -> set[str]:

@@ -27,11 +27,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from tfgrpo.core.errors import RunDirError
 from eval.runner import EvalConfig, EvalResult, evaluate
+from tfgrpo.core.errors import RunDirError
 from tfgrpo.core.stats import compare_paired
-from tfgrpo.llm.config import LLMConfig
 from tfgrpo.llm.client import LLMClient
+from tfgrpo.llm.config import LLMConfig
 
 MATRIX_FILE = "matrix.json"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -71,7 +71,9 @@ class MatrixConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     out: str = Field("runs/matrix", description="One eval run per cell: OUT/<model>/<library>.")
-    eval: dict[str, Any] = Field(default_factory=dict, description="EvalConfig settings shared by every cell (data, samples, ...).")
+    eval: dict[str, Any] = Field(
+        default_factory=dict, description="EvalConfig settings shared by every cell (data, samples, ...)."
+    )
     models: list[MatrixModel] = Field(min_length=1)
     libraries: list[MatrixLibrary] = Field(min_length=1)
 
@@ -81,22 +83,34 @@ class MatrixConfig(BaseModel):
 
     def cell(self, model: MatrixModel, library: MatrixLibrary) -> EvalConfig:
         shared = {k: v for k, v in self.eval.items() if k not in {"out", "library", "label", "llm"}}
-        return EvalConfig.model_validate({
-            **shared, "llm": model.llm.model_dump(), "library": library.library,
-            "out": str(Path(self.out) / model.name / library.name), "label": f"{model.name} / {library.name}",
-        })
+        return EvalConfig.model_validate(
+            {
+                **shared,
+                "llm": model.llm.model_dump(),
+                "library": library.library,
+                "out": str(Path(self.out) / model.name / library.name),
+                "label": f"{model.name} / {library.name}",
+            }
+        )
 
 
-def run_matrix(config: MatrixConfig, *, client_for: Callable[[EvalConfig], LLMClient] | None = None,
-               console: Any | None = None) -> list[EvalResult]:
+def run_matrix(
+    config: MatrixConfig, *, client_for: Callable[[EvalConfig], LLMClient] | None = None, console: Any | None = None
+) -> list[EvalResult]:
     """Every model x library cell, row by row; writes OUT/matrix.json first so a partial matrix can be inspected."""
     config.cells()
     cells = {m.name: {lib.name: f"{m.name}/{lib.name}" for lib in config.libraries} for m in config.models}
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
-    manifest = {"models": [m.name for m in config.models], "libraries": [lib.name for lib in config.libraries], "cells": cells}
+    manifest = {
+        "models": [m.name for m in config.models],
+        "libraries": [lib.name for lib in config.libraries],
+        "cells": cells,
+    }
     (out / MATRIX_FILE).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-    return [evaluate(cell, client=client_for(cell) if client_for else None, console=console) for cell in config.cells()]
+    return [
+        evaluate(cell, client=client_for(cell) if client_for else None, console=console) for cell in config.cells()
+    ]
 
 
 def read_matrix(root: str | Path) -> tuple[dict[str, Any], list[tuple[Path, str]]]:
@@ -104,14 +118,24 @@ def read_matrix(root: str | Path) -> tuple[dict[str, Any], list[tuple[Path, str]
     root = Path(root)
     try:
         manifest = json.loads((root / MATRIX_FILE).read_text(encoding="utf-8"))
-        cells = [(root / manifest["cells"][m][lib], f"{m} / {lib}") for m in manifest["models"] for lib in manifest["libraries"]]
+        cells = [
+            (root / manifest["cells"][m][lib], f"{m} / {lib}")
+            for m in manifest["models"]
+            for lib in manifest["libraries"]
+        ]
     except (OSError, json.JSONDecodeError, KeyError, TypeError) as exc:
         raise RunDirError(f"{root / MATRIX_FILE}: not a matrix manifest ({exc})") from None
     return manifest, cells
 
 
-def matrix_rows(manifest: dict[str, Any], per_problem: dict[str, list[float]], names: list[str], ci95: dict[str, list[float]],
-                *, seed: int = 0) -> list[dict[str, Any]]:
+def matrix_rows(
+    manifest: dict[str, Any],
+    per_problem: dict[str, list[float]],
+    names: list[str],
+    ci95: dict[str, list[float]],
+    *,
+    seed: int = 0,
+) -> list[dict[str, Any]]:
     """One row per model: per library, Mean@K with CI and the paired gain over the model's first library."""
     columns = {name: [scores[i] for scores in per_problem.values()] for i, name in enumerate(names)}
     rows = []
@@ -122,11 +146,16 @@ def matrix_rows(manifest: dict[str, Any], per_problem: dict[str, list[float]], n
             name = f"{model} / {library}"
             values = columns[name]
             gain = None if name == first else compare_paired(columns[first], values, seed=seed)
-            cells.append({
-                "library": library, "mean": sum(values) / len(values), "ci95": ci95[name],
-                "gain": None if gain is None else gain.diff, "gain_ci95": None if gain is None else gain.ci95,
-                "p_value": None if gain is None else gain.p_value,
-            })
+            cells.append(
+                {
+                    "library": library,
+                    "mean": sum(values) / len(values),
+                    "ci95": ci95[name],
+                    "gain": None if gain is None else gain.diff,
+                    "gain_ci95": None if gain is None else gain.ci95,
+                    "p_value": None if gain is None else gain.p_value,
+                }
+            )
         rows.append({"model": model, "cells": cells})
     return rows
 

@@ -29,17 +29,24 @@ def _save(figure, path: Path) -> Path:
     return path
 
 
-def plot_accuracy(systems: Sequence[str], means: Sequence[float], cis: Sequence[Sequence[float]], path: Path, *, k: int | None = None) -> Path:
+def plot_accuracy(
+    systems: Sequence[str], means: Sequence[float], cis: Sequence[Sequence[float]], path: Path, *, k: int | None = None
+) -> Path:
     """Bar per system: Mean@K with its 95 % CI."""
     figure = _figure(max(4.0, 1.3 * len(systems) + 1.5), 3.6)
     axes = figure.add_subplot()
     positions = range(len(systems))
-    lower = [max(0.0, m - ci[0]) for m, ci in zip(means, cis)]
-    upper = [max(0.0, ci[1] - m) for m, ci in zip(means, cis)]
+    lower = [max(0.0, m - ci[0]) for m, ci in zip(means, cis, strict=False)]
+    upper = [max(0.0, ci[1] - m) for m, ci in zip(means, cis, strict=False)]
     bars = axes.bar(positions, means, yerr=[lower, upper], capsize=6, color="#4C72B0", alpha=0.85)
-    for bar, mean, ci in zip(bars, means, cis):
-        axes.annotate(f"{100 * mean:.1f}%", (bar.get_x() + bar.get_width() / 2, min(0.93, max(mean, ci[1]) + 0.02)),
-                      ha="center", va="bottom", fontsize=9)
+    for bar, mean, ci in zip(bars, means, cis, strict=False):
+        axes.annotate(
+            f"{100 * mean:.1f}%",
+            (bar.get_x() + bar.get_width() / 2, min(0.93, max(mean, ci[1]) + 0.02)),
+            ha="center",
+            va="bottom",
+            fontsize=9,
+        )
     axes.set_xticks(list(positions), [_short(s) for s in systems], rotation=15 if len(systems) > 3 else 0)
     axes.set_ylim(0.0, 1.0)
     axes.set_ylabel(f"Mean@{k}" if k else "Mean@K")
@@ -48,7 +55,9 @@ def plot_accuracy(systems: Sequence[str], means: Sequence[float], cis: Sequence[
     return _save(figure, path)
 
 
-def plot_heatmap(systems: Sequence[str], problem_ids: Sequence[str], matrix: Sequence[Sequence[float]], path: Path) -> Path:
+def plot_heatmap(
+    systems: Sequence[str], problem_ids: Sequence[str], matrix: Sequence[Sequence[float]], path: Path
+) -> Path:
     """Rows = problems, columns = systems, colour = share of correct samples."""
     import numpy as np
 
@@ -74,14 +83,23 @@ def plot_learning_curve(steps: Sequence[Mapping[str, Any]], path: Path) -> Path:
     size = [row.get("library_size") for row in steps]
     figure = _figure(6.0, 3.6)
     axes = figure.add_subplot()
-    axes.plot(x, [float("nan") if v is None else v for v in accuracy], marker="o", color="#4C72B0", label="rollout accuracy")
+    axes.plot(
+        x, [float("nan") if v is None else v for v in accuracy], marker="o", color="#4C72B0", label="rollout accuracy"
+    )
     axes.set_xlabel("step")
     axes.set_ylabel("rollout accuracy", color="#4C72B0")
     axes.set_ylim(0.0, 1.0)
     axes.grid(alpha=0.3)
     if any(v is not None for v in size):
         twin = axes.twinx()
-        twin.plot(x, [float("nan") if v is None else v for v in size], marker="s", markersize=4, color="#DD8452", label="library size")
+        twin.plot(
+            x,
+            [float("nan") if v is None else v for v in size],
+            marker="s",
+            markersize=4,
+            color="#DD8452",
+            label="library size",
+        )
         twin.set_ylabel("library size (experiences)", color="#DD8452")
         twin.set_ylim(bottom=0)
     axes.set_title("Learning curve")

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import base64
 import json
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -97,7 +97,9 @@ def build_tables(comparison: Comparison) -> list[Table]:
         headers=["System", "Problems", "K", "Mean@K [95% CI]", *[f"pass@{k}" for k in ks], "maj@K"],
         rows=[
             [
-                system.name + (" (baseline)" if index == 0 else "") + (" ⚠ overlaps eval set" if _overlaps(system) else ""),
+                system.name
+                + (" (baseline)" if index == 0 else "")
+                + (" ⚠ overlaps eval set" if _overlaps(system) else ""),
                 str(system.num_problems),
                 str(system.k),
                 f"{_pct(system.mean_at_k)} [{_pct(system.ci95[0])}, {_pct(system.ci95[1])}]",
@@ -137,7 +139,18 @@ def build_tables(comparison: Comparison) -> list[Table]:
         Table(
             key="cost",
             title="How each system was obtained",
-            headers=["System", "Method", "Model", "Training cost", "Training time", "Training samples", "Eval tokens (prompt (cached) / completion)", "Eval cost", "Eval time", "Eval retries"],
+            headers=[
+                "System",
+                "Method",
+                "Model",
+                "Training cost",
+                "Training time",
+                "Training samples",
+                "Eval tokens (prompt (cached) / completion)",
+                "Eval cost",
+                "Eval time",
+                "Eval retries",
+            ],
             rows=[
                 [
                     system.name,
@@ -154,7 +167,7 @@ def build_tables(comparison: Comparison) -> list[Table]:
                 for system in systems
             ],
             note="Training columns come from each run's metrics.json `provenance` (learn run cost and time, fine-tuning time). "
-                 "Eval retries: transient failures (429, 5xx, timeout, bad body, connection) absorbed by retries.",
+            "Eval retries: transient failures (429, 5xx, timeout, bad body, connection) absorbed by retries.",
         )
     )
     tables.append(
@@ -175,12 +188,14 @@ def build_tables(comparison: Comparison) -> list[Table]:
                 key="learn",
                 title=f"Learn run {comparison.learn_run}",
                 headers=["Steps", "Rollout accuracy (first → last step)", "Library size (last step)", *shown.values()],
-                rows=[[
-                    str(len(comparison.learn_steps)),
-                    f"{_pct(first.get('accuracy'))} → {_pct(last.get('accuracy'))}",
-                    str(last.get("library_size", "–")),
-                    *[_learn_value(key, totals[key]) for key in shown],
-                ]],
+                rows=[
+                    [
+                        str(len(comparison.learn_steps)),
+                        f"{_pct(first.get('accuracy'))} → {_pct(last.get('accuracy'))}",
+                        str(last.get("library_size", "–")),
+                        *[_learn_value(key, totals[key]) for key in shown],
+                    ]
+                ],
                 note="All counters are in the learn run's metrics.json (`totals`, `steps[]`).",
             )
         )
@@ -190,7 +205,9 @@ def build_tables(comparison: Comparison) -> list[Table]:
                 key="experiences",
                 title=f"Learned experiences ({len(comparison.learn_experiences)})",
                 headers=["Id", "Experience", "Provenance"],
-                rows=[[e["id"], e["text"], _provenance(e.get("provenance") or {})] for e in comparison.learn_experiences],
+                rows=[
+                    [e["id"], e["text"], _provenance(e.get("provenance") or {})] for e in comparison.learn_experiences
+                ],
                 note="The library the library arm was evaluated with (the learn run's library.json).",
             )
         )
@@ -214,8 +231,10 @@ def _matrix_table(matrix: dict[str, Any]) -> Table:
         title="Transfer: model x library (Mean@K [95% CI]; Δ over the model's first column)",
         headers=["Model", *matrix["libraries"]],
         rows=[[row["model"], *[cell(entry) for entry in row["cells"]]] for row in matrix["rows"]],
-        note=("Each cell is one eval run. Δ: paired difference over the same problems against the same model with the first "
-              "library column (usually no library), percentile bootstrap CI over problems."),
+        note=(
+            "Each cell is one eval run. Δ: paired difference over the same problems against the same model with the first "
+            "library column (usually no library), percentile bootstrap CI over problems."
+        ),
     )
 
 
@@ -223,14 +242,31 @@ def _seed_table(rows: list[dict[str, Any]]) -> Table:
     return Table(
         key="seeds",
         title="Across seeds",
-        headers=["System", "Seeds", "Mean@K per seed", "Mean ± sd over seeds", "Min – max", "Gain over baseline [95% CI, seeds × problems]"],
-        rows=[[
-            row["system"], str(row["seeds"]), " ".join(_pct(v) for v in row["per_seed"]),
-            f"{_pct(row['mean'])} ± {100 * row['sd']:.1f} pp", f"{_pct(row['min'])} – {_pct(row['max'])}",
-            "baseline" if row["gain"] is None else f"{_pp(row['gain'])} [{_pp(row['gain_ci95'][0])}, {_pp(row['gain_ci95'][1])}]",
-        ] for row in rows],
-        note=("A seed set is one system learned (or evaluated) with several seeds. Its gain CI is a two-way bootstrap "
-              "that resamples seeds and problems independently, so both a lucky seed and a lucky problem set widen it."),
+        headers=[
+            "System",
+            "Seeds",
+            "Mean@K per seed",
+            "Mean ± sd over seeds",
+            "Min – max",
+            "Gain over baseline [95% CI, seeds × problems]",
+        ],
+        rows=[
+            [
+                row["system"],
+                str(row["seeds"]),
+                " ".join(_pct(v) for v in row["per_seed"]),
+                f"{_pct(row['mean'])} ± {100 * row['sd']:.1f} pp",
+                f"{_pct(row['min'])} – {_pct(row['max'])}",
+                "baseline"
+                if row["gain"] is None
+                else f"{_pp(row['gain'])} [{_pp(row['gain_ci95'][0])}, {_pp(row['gain_ci95'][1])}]",
+            ]
+            for row in rows
+        ],
+        note=(
+            "A seed set is one system learned (or evaluated) with several seeds. Its gain CI is a two-way bootstrap "
+            "that resamples seeds and problems independently, so both a lucky seed and a lucky problem set widen it."
+        ),
     )
 
 
@@ -239,26 +275,47 @@ def _selection_tables(selection: dict[str, Any]) -> list[Table]:
     tables = []
     if selection.get("pareto"):
         gate = selection.get("gate") or {}
-        tables.append(Table(
-            key="pareto",
-            title="Candidate libraries on validation (Pareto view)",
-            headers=["Candidate", "Validation Mean@k", "Best on (problems)", "On the front", "Dominated by"],
-            rows=[[
-                row["candidate"] + (" (selected)" if row["candidate"] == f"step {selection.get('best_step')}" else ""),
-                _pct(row["mean"]), f"{row['best_on']} / {row['problems']}", "yes" if row["on_front"] else "no",
-                ", ".join(row["dominated_by"]) or "–",
-            ] for row in selection["pareto"]],
-            note=(f"Every validated candidate library of the learn run, per validation problem. Gate: {gate.get('kept', 0)} "
-                  f"step(s) kept, {gate.get('rejected', 0)} rejected (validation dropped beyond the bootstrap CI)."),
-        ))
+        tables.append(
+            Table(
+                key="pareto",
+                title="Candidate libraries on validation (Pareto view)",
+                headers=["Candidate", "Validation Mean@k", "Best on (problems)", "On the front", "Dominated by"],
+                rows=[
+                    [
+                        row["candidate"]
+                        + (" (selected)" if row["candidate"] == f"step {selection.get('best_step')}" else ""),
+                        _pct(row["mean"]),
+                        f"{row['best_on']} / {row['problems']}",
+                        "yes" if row["on_front"] else "no",
+                        ", ".join(row["dominated_by"]) or "–",
+                    ]
+                    for row in selection["pareto"]
+                ],
+                note=(
+                    f"Every validated candidate library of the learn run, per validation problem. Gate: {gate.get('kept', 0)} "
+                    f"step(s) kept, {gate.get('rejected', 0)} rejected (validation dropped beyond the bootstrap CI)."
+                ),
+            )
+        )
     if selection.get("leakage"):
-        tables.append(Table(
-            key="leakage",
-            title="Leakage guard findings of the learn run",
-            headers=["Step", "Action", "Kind", "Problem", "Evidence", "Experience"],
-            rows=[[str(r["step"]), r["action"], r["kind"], f"{r['source']}:{r['problem_id']}", r["evidence"], r["text"]]
-                  for r in selection["leakage"]],
-        ))
+        tables.append(
+            Table(
+                key="leakage",
+                title="Leakage guard findings of the learn run",
+                headers=["Step", "Action", "Kind", "Problem", "Evidence", "Experience"],
+                rows=[
+                    [
+                        str(r["step"]),
+                        r["action"],
+                        r["kind"],
+                        f"{r['source']}:{r['problem_id']}",
+                        r["evidence"],
+                        r["text"],
+                    ]
+                    for r in selection["leakage"]
+                ],
+            )
+        )
     return tables
 
 
@@ -300,8 +357,10 @@ def _overlap_note(systems: list[SystemSummary]) -> str | None:
     marked = [s.name for s in systems if _overlaps(s)]
     if not marked:
         return None
-    return (f"⚠ {', '.join(marked)}: the library's content or provenance overlaps the eval set (leaked answers, copied "
-            "problems or learned on it; see its metrics.json provenance.leakage), so its score is not a held-out score.")
+    return (
+        f"⚠ {', '.join(marked)}: the library's content or provenance overlaps the eval set (leaked answers, copied "
+        "problems or learned on it; see its metrics.json provenance.leakage), so its score is not a held-out score."
+    )
 
 
 def _learn_value(key: str, value: Any) -> str:
@@ -325,16 +384,26 @@ def draw_plots(comparison: Comparison, out_dir: Path) -> dict[str, Path]:
     k = max(system.k for system in comparison.systems)
     plots = {
         "accuracy": plot_accuracy(
-            names, [s.mean_at_k for s in comparison.systems], [s.ci95 for s in comparison.systems], out_dir / "accuracy.png", k=k
+            names,
+            [s.mean_at_k for s in comparison.systems],
+            [s.ci95 for s in comparison.systems],
+            out_dir / "accuracy.png",
+            k=k,
         ),
-        "per_problem": plot_heatmap(names, comparison.problem_ids, list(comparison.per_problem.values()), out_dir / "per_problem.png"),
+        "per_problem": plot_heatmap(
+            names, comparison.problem_ids, list(comparison.per_problem.values()), out_dir / "per_problem.png"
+        ),
     }
     if comparison.learn_steps:
         plots["learning_curve"] = plot_learning_curve(comparison.learn_steps, out_dir / "learning_curve.png")
     return plots
 
 
-_PLOT_TITLES = {"accuracy": "Accuracy with 95% CI", "per_problem": "Per-problem heat map", "learning_curve": "Learning curve"}
+_PLOT_TITLES = {
+    "accuracy": "Accuracy with 95% CI",
+    "per_problem": "Per-problem heat map",
+    "learning_curve": "Learning curve",
+}
 
 
 def render_markdown(comparison: Comparison, tables: list[Table], plots: dict[str, Path]) -> str:
@@ -400,7 +469,10 @@ def render_html(comparison: Comparison, tables: list[Table], plots: dict[str, Pa
     import jinja2
 
     environment = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
-    images = [(_PLOT_TITLES.get(key, key), base64.b64encode(path.read_bytes()).decode("ascii")) for key, path in plots.items()]
+    images = [
+        (_PLOT_TITLES.get(key, key), base64.b64encode(path.read_bytes()).decode("ascii"))
+        for key, path in plots.items()
+    ]
     return environment.from_string(_HTML_TEMPLATE).render(comparison=comparison, tables=tables, images=images)
 
 

@@ -18,18 +18,18 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from tfgrpo.core.datasets import Problem, load_dataset_rows
-from tfgrpo.core.textfile import MAX_ROW_BYTES
-from experiences import Injection
-from tfgrpo.core.errors import EvalError
 from eval.library_overlap import describe_overlap, library_eval_overlap
+from experiences import Injection
 from experiences.model import Library
-from tfgrpo.rollout.agent import AgentConfig
 from tfgrpo.core.config import dump_config
-from tfgrpo.llm.config import LLMConfig
+from tfgrpo.core.datasets import Problem, load_dataset_rows
+from tfgrpo.core.errors import EvalError
+from tfgrpo.core.textfile import MAX_ROW_BYTES
 from tfgrpo.llm.client import LLMClient
+from tfgrpo.llm.config import LLMConfig
 from tfgrpo.llm.errors import AllRequestsFailedError
 from tfgrpo.llm.types import SamplingParams
+from tfgrpo.rollout.agent import AgentConfig
 
 
 class EvalConfig(BaseModel):
@@ -43,25 +43,30 @@ class EvalConfig(BaseModel):
     samples: int = Field(4, ge=1, description="K samples per problem (Mean@K).")
     limit: int | None = Field(None, ge=1, description="Evaluate only the first N problems.")
     max_row_bytes: int = Field(
-        MAX_ROW_BYTES, ge=1024, description="Longest dataset row accepted, in bytes (a longer row is an error naming its line)."
+        MAX_ROW_BYTES,
+        ge=1024,
+        description="Longest dataset row accepted, in bytes (a longer row is an error naming its line).",
     )
     reward: str = Field("math", description="Reward name from rewards.get_reward.")
     problem_key: str = "problem"
     answer_key: str = "answer"
     id_key: str = "id"
     seed: int = 0
-    sampling: SamplingParams = Field(default_factory=lambda: SamplingParams(temperature=0.6, top_p=0.95, max_tokens=2048))
+    sampling: SamplingParams = Field(
+        default_factory=lambda: SamplingParams(temperature=0.6, top_p=0.95, max_tokens=2048)
+    )
     llm: LLMConfig = Field(default_factory=LLMConfig)
     agent: AgentConfig = Field(default_factory=AgentConfig, description="Multi-turn tool use (tools: [python]).")
     system_template: str | None = Field(None, description="Rollout system template; None = the one export ships.")
     user_template: str = "rollout_user"
     label: str | None = Field(None, description="Name of this system in compare reports.")
 
-
     @model_validator(mode="after")
     def _one_injection(self) -> EvalConfig:
         if self.library and self.system_prompt:
-            raise ValueError("give --library or --system-prompt, not both (the system prompt would replace the library)")
+            raise ValueError(
+                "give --library or --system-prompt, not both (the system prompt would replace the library)"
+            )
         if self.inject != "all" and not self.library:
             raise ValueError(f"inject {self.inject!r} selects from a library: add --library")
         Injection.parse(self.inject)
@@ -94,15 +99,17 @@ def evaluate(config: EvalConfig, *, client: LLMClient | None = None, console: An
     return asyncio.run(evaluate_async(config, client=client, console=console))
 
 
-async def evaluate_async(config: EvalConfig, *, client: LLMClient | None = None, console: Any | None = None) -> EvalResult:
+async def evaluate_async(
+    config: EvalConfig, *, client: LLMClient | None = None, console: Any | None = None
+) -> EvalResult:
     from rich.console import Console
 
-    from tfgrpo.core.metrics import summarize
     from rewards import is_equivalent
     from tfgrpo import __version__
-    from tfgrpo.rollout.injection import Injector
-    from tfgrpo.llm.factory import build_client
+    from tfgrpo.core.metrics import summarize
     from tfgrpo.core.progress import stage_progress
+    from tfgrpo.llm.factory import build_client
+    from tfgrpo.rollout.injection import Injector
     from tfgrpo.rollout.sampling import PromptSpec, sample_group, score_group
     from tfgrpo.rollout.scoring import build_reward
 
@@ -111,15 +118,27 @@ async def evaluate_async(config: EvalConfig, *, client: LLMClient | None = None,
     owns_client = client is None
     with _removed_on_failure(out):  # a command that fails before its first call leaves no folder behind
         problems = load_dataset_rows(
-            config.data, problem_key=config.problem_key, answer_key=config.answer_key, id_key=config.id_key, limit=config.limit,
+            config.data,
+            problem_key=config.problem_key,
+            answer_key=config.answer_key,
+            id_key=config.id_key,
+            limit=config.limit,
             max_row_bytes=config.max_row_bytes,
         )
         out.mkdir(parents=True, exist_ok=True)
         (out / "config.yaml").write_text(dump_config(config), encoding="utf-8")
-        injector = Injector.from_paths(config.library, config.inject, store_dir=out / "store") if config.library else None
-        leakage = library_eval_overlap(config.library, Library.load(config.library), problems, data_name=config.data) if config.library else None
+        injector = (
+            Injector.from_paths(config.library, config.inject, store_dir=out / "store") if config.library else None
+        )
+        leakage = (
+            library_eval_overlap(config.library, Library.load(config.library), problems, data_name=config.data)
+            if config.library
+            else None
+        )
         if leakage and leakage["overlaps"]:
-            console.print(f"warning: {describe_overlap(leakage, config.data)}", style="yellow", highlight=False, markup=False)
+            console.print(
+                f"warning: {describe_overlap(leakage, config.data)}", style="yellow", highlight=False, markup=False
+            )
         system_prompt = Path(config.system_prompt).read_text(encoding="utf-8") if config.system_prompt else None
         prompt = PromptSpec(config.system_template, config.user_template, system_prompt)
         agent = _agent(config)
@@ -172,7 +191,9 @@ async def evaluate_async(config: EvalConfig, *, client: LLMClient | None = None,
             "(answered calls are cached)"
         )
     try:
-        metrics = summarize(ordered, seed=config.seed, answer_checker=is_equivalent if config.reward == "math" else None)
+        metrics = summarize(
+            ordered, seed=config.seed, answer_checker=is_equivalent if config.reward == "math" else None
+        )
     except ValueError as exc:
         raise EvalError(f"eval produced no scored samples: {exc}") from None
     tool_calls = [r.get("num_tool_calls", 0) for r in ordered if not r.get("error")]

@@ -11,17 +11,22 @@ from eval.seeds import read_seed_set, write_seed_set
 from tfgrpo.llm.client import LLMClient
 
 
-def evaluate_seed_set(config: EvalConfig, *, client_for: Callable[[EvalConfig], LLMClient] | None = None,
-                      console: Any | None = None) -> list[EvalResult]:
+def evaluate_seed_set(
+    config: EvalConfig, *, client_for: Callable[[EvalConfig], LLMClient] | None = None, console: Any | None = None
+) -> list[EvalResult]:
     """One eval per member of the learn seed set `config.library` into `config.out/seed-S`; same settings otherwise."""
     members = read_seed_set(config.library)
     write_seed_set(config.out, "eval", list(members))
     label = config.label or Path(config.library).name
     results = []
     for seed, learn_dir in members.items():
-        member = config.model_copy(update={
-            "library": str(learn_dir / "library.json"), "out": str(Path(config.out) / f"seed-{seed}"), "label": f"{label}/seed-{seed}",
-        })
+        member = config.model_copy(
+            update={
+                "library": str(learn_dir / "library.json"),
+                "out": str(Path(config.out) / f"seed-{seed}"),
+                "label": f"{label}/seed-{seed}",
+            }
+        )
         results.append(evaluate(member, client=client_for(member) if client_for else None, console=console))
     return results
 

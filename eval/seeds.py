@@ -66,7 +66,9 @@ def expand_run_dirs(run_dirs: Sequence[str | Path]) -> tuple[list[tuple[Path, st
     return flat, groups
 
 
-def two_way_bootstrap_ci(gains: np.ndarray, *, seed: int = 0, n_bootstrap: int = N_BOOTSTRAP, level: float = 0.95) -> list[float]:
+def two_way_bootstrap_ci(
+    gains: np.ndarray, *, seed: int = 0, n_bootstrap: int = N_BOOTSTRAP, level: float = 0.95
+) -> list[float]:
     """Percentile CI of the mean of a seeds x problems matrix, resampling seeds and problems independently."""
     rng = np.random.default_rng(seed)
     n_seeds, n_problems = gains.shape
@@ -79,8 +81,15 @@ def two_way_bootstrap_ci(gains: np.ndarray, *, seed: int = 0, n_bootstrap: int =
     return [float(np.percentile(means, tail)), float(np.percentile(means, 100 - tail))]
 
 
-def seed_set_rows(per_problem: dict[str, list[float]], names: list[str], groups: dict[str, list[str]], *,
-                  baseline: str, seed: int = 0, n_bootstrap: int = N_BOOTSTRAP) -> list[dict[str, Any]]:
+def seed_set_rows(
+    per_problem: dict[str, list[float]],
+    names: list[str],
+    groups: dict[str, list[str]],
+    *,
+    baseline: str,
+    seed: int = 0,
+    n_bootstrap: int = N_BOOTSTRAP,
+) -> list[dict[str, Any]]:
     """One row per seed set: per-seed Mean@K, mean, sd, min/max, gain over the baseline with its two-way CI."""
     matrix = np.array(list(per_problem.values()), dtype=np.float64).T  # systems x problems
     column = {name: index for index, name in enumerate(names)}
@@ -92,19 +101,31 @@ def seed_set_rows(per_problem: dict[str, list[float]], names: list[str], groups:
         seed_means = scores.mean(axis=1)
         gains = scores - base
         is_baseline = set_name == baseline
-        rows.append({
-            "system": set_name,
-            "seeds": len(members),
-            "per_seed": [float(v) for v in seed_means],
-            "mean": float(seed_means.mean()),
-            "sd": float(seed_means.std(ddof=1)) if len(members) > 1 else 0.0,
-            "min": float(seed_means.min()),
-            "max": float(seed_means.max()),
-            "gain": None if is_baseline else float(gains.mean()),
-            "gain_ci95": None if is_baseline else two_way_bootstrap_ci(gains, seed=seed, n_bootstrap=n_bootstrap),
-            "gain_sd_over_seeds": None if is_baseline else (float(gains.mean(axis=1).std(ddof=1)) if len(members) > 1 else 0.0),
-        })
+        rows.append(
+            {
+                "system": set_name,
+                "seeds": len(members),
+                "per_seed": [float(v) for v in seed_means],
+                "mean": float(seed_means.mean()),
+                "sd": float(seed_means.std(ddof=1)) if len(members) > 1 else 0.0,
+                "min": float(seed_means.min()),
+                "max": float(seed_means.max()),
+                "gain": None if is_baseline else float(gains.mean()),
+                "gain_ci95": None if is_baseline else two_way_bootstrap_ci(gains, seed=seed, n_bootstrap=n_bootstrap),
+                "gain_sd_over_seeds": None
+                if is_baseline
+                else (float(gains.mean(axis=1).std(ddof=1)) if len(members) > 1 else 0.0),
+            }
+        )
     return rows
 
 
-__all__ = ["SEED_SET_FILE", "expand_run_dirs", "is_seed_set", "read_seed_set", "seed_set_rows", "two_way_bootstrap_ci", "write_seed_set"]
+__all__ = [
+    "SEED_SET_FILE",
+    "expand_run_dirs",
+    "is_seed_set",
+    "read_seed_set",
+    "seed_set_rows",
+    "two_way_bootstrap_ci",
+    "write_seed_set",
+]

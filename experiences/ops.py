@@ -1,15 +1,15 @@
 """Operations on a library, in the wire format an LLM emits, and the record of a rejected one.
 
-    {"option": "add", "experience": "..."}
-    {"option": "modify", "id": "G3", "experience": "..."}
-    {"option": "delete", "id": "G3"}
-    {"option": "merge", "ids": ["G1", "G4"], "experience": "..."}
+{"option": "add", "experience": "..."}
+{"option": "modify", "id": "G3", "experience": "..."}
+{"option": "delete", "id": "G3"}
+{"option": "merge", "ids": ["G1", "G4"], "experience": "..."}
 """
 
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
@@ -42,11 +42,13 @@ class DeleteOp(_Op):
 
 class MergeOp(_Op):
     option: Literal["merge"] = "merge"
-    ids: tuple[str, ...] = Field(description="Two or more ids merged into one new experience; the sources are removed.")
+    ids: tuple[str, ...] = Field(
+        description="Two or more ids merged into one new experience; the sources are removed."
+    )
     experience: str = Field(description="Text of the merged lesson.")
 
 
-Operation = Annotated[Union[AddOp, ModifyOp, DeleteOp, MergeOp], Field(discriminator="option")]
+Operation = Annotated[AddOp | ModifyOp | DeleteOp | MergeOp, Field(discriminator="option")]
 OPERATION_ADAPTER: TypeAdapter[Operation] = TypeAdapter(Operation)
 OPTIONS = ("add", "modify", "delete", "merge")
 

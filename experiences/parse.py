@@ -82,7 +82,9 @@ class _Candidate:
     end: int
 
 
-def parse_operations(reply: str, library: Library | None = None, *, max_words: int | None = DEFAULT_MAX_WORDS) -> ParseResult:
+def parse_operations(
+    reply: str, library: Library | None = None, *, max_words: int | None = DEFAULT_MAX_WORDS
+) -> ParseResult:
     """Parse a raw LLM reply. With `library`, ids are checked (and loosely matched: '[g3]', 3 -> 'G3')."""
     if not isinstance(reply, str):
         return ParseResult(rejected=[Rejection(reason=f"reply is not text (got {type(reply).__name__})")])
@@ -93,7 +95,9 @@ def parse_operations(reply: str, library: Library | None = None, *, max_words: i
     result = ParseResult(found=True, truncated=not candidate.closed)
     for index, raw in enumerate(candidate.items):
         if not candidate.closed and index == len(candidate.items) - 1:
-            result.rejected.append(Rejection(reason="incomplete: the reply was cut off inside this item", item=raw, index=index))
+            result.rejected.append(
+                Rejection(reason="incomplete: the reply was cut off inside this item", item=raw, index=index)
+            )
             continue
         outcome = normalize_item(raw, library, max_words=max_words)
         if outcome is None:
@@ -176,11 +180,15 @@ def _operation_items(value: Any, depth: int = 0) -> list[Any] | None:
 
 def _looks_like_operation(item: dict[str, Any]) -> bool:
     keys = {str(k).strip().lower() for k in item}
-    return bool(keys & set(OPTION_KEYS)) and bool(keys & set(TEXT_KEYS + ID_KEYS + IDS_KEYS) or _option_of(item) is not None)
+    return bool(keys & set(OPTION_KEYS)) and bool(
+        keys & set(TEXT_KEYS + ID_KEYS + IDS_KEYS) or _option_of(item) is not None
+    )
 
 
 # -- one item -----------------------------------------------------------------------------------------
-def normalize_item(raw: Any, library: Library | None, *, max_words: int | None = DEFAULT_MAX_WORDS) -> Operation | str | None:
+def normalize_item(
+    raw: Any, library: Library | None, *, max_words: int | None = DEFAULT_MAX_WORDS
+) -> Operation | str | None:
     """An operation, a rejection reason (str), or None for an explicit no-op."""
     if not isinstance(raw, dict):
         return 'expected an object like {"option": "add", "experience": "..."}'

@@ -22,7 +22,9 @@ if TYPE_CHECKING:
     from experiences.store import ExperienceStore
 
 
-def render(library: Library, *, template: str | Path | None = None, experiences: list[Experience] | None = None) -> str:
+def render(
+    library: Library, *, template: str | Path | None = None, experiences: list[Experience] | None = None
+) -> str:
     """The library (or `experiences`, a subset in the order given) as prompt text; '' when there is none."""
     shown = list(library.experiences) if experiences is None else list(experiences)
     if not shown:
@@ -31,14 +33,20 @@ def render(library: Library, *, template: str | Path | None = None, experiences:
     return text.strip("\n")
 
 
-def render_system_prompt(library: Library, *, template: str | Path | None = None, system_template: str | Path | None = None) -> str:
+def render_system_prompt(
+    library: Library, *, template: str | Path | None = None, system_template: str | Path | None = None
+) -> str:
     """A ready chat system message with the rendered library (templates/system_prompt.jinja; sees `rendered`, `library`)."""
     return render_system_text(render(library, template=template), library=library, system_template=system_template)
 
 
-def render_system_text(rendered: str, *, library: Library | None = None, system_template: str | Path | None = None) -> str:
+def render_system_text(
+    rendered: str, *, library: Library | None = None, system_template: str | Path | None = None
+) -> str:
     """The system message around already rendered experiences: what rollouts send and what export ships."""
-    source = _template_source(system_template) if system_template is not None else bundled_template("system_prompt.jinja")
+    source = (
+        _template_source(system_template) if system_template is not None else bundled_template("system_prompt.jinja")
+    )
     return _compile(source).render(rendered=rendered, library=library).strip()
 
 
@@ -92,7 +100,9 @@ class Injection(BaseModel):
     def __str__(self) -> str:
         return f"topk:{self.k}" if self.mode == "topk" else self.mode
 
-    def select(self, library: Library, *, query: str | None = None, store: ExperienceStore | None = None) -> list[Experience]:
+    def select(
+        self, library: Library, *, query: str | None = None, store: ExperienceStore | None = None
+    ) -> list[Experience]:
         """The experiences to inject, in library order (stable prompts, whatever the similarity ranking)."""
         if self.mode == "none":
             return []
@@ -107,7 +117,12 @@ class Injection(BaseModel):
         return [e for e in library.experiences if e.id in wanted]
 
     def render(
-        self, library: Library, *, query: str | None = None, store: ExperienceStore | None = None, template: str | Path | None = None
+        self,
+        library: Library,
+        *,
+        query: str | None = None,
+        store: ExperienceStore | None = None,
+        template: str | Path | None = None,
     ) -> str:
         return render(library, template=template, experiences=self.select(library, query=query, store=store))
 

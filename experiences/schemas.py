@@ -92,7 +92,7 @@ def _operation_schema(option: str, *, ids: list[str], max_chars: int | None) -> 
 
 def reply_format(*, max_ops: int, ids: Sequence[str] = ()) -> str:
     """What the prompt shows as the reply format, derived from the same models as the schema."""
-    lines = [f'  {json.dumps(_example(option), ensure_ascii=False)}' for option in allowed_options(ids)]
+    lines = [f"  {json.dumps(_example(option), ensure_ascii=False)}" for option in allowed_options(ids)]
     return (
         '{\n"reasoning": "<your reasoning, a few sentences>",\n"operations": [\n'
         + ",\n".join(lines)

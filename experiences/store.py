@@ -68,7 +68,9 @@ class ExperienceStore:
     process only (each such store gets its own collection, so two never see each other's data).
     """
 
-    def __init__(self, path: str | Path | None, *, embedder: Embedder | None = None, collection: str = DEFAULT_COLLECTION) -> None:
+    def __init__(
+        self, path: str | Path | None, *, embedder: Embedder | None = None, collection: str = DEFAULT_COLLECTION
+    ) -> None:
         import chromadb
         from chromadb.config import Settings
 
@@ -121,7 +123,7 @@ class ExperienceStore:
         import numpy as np
 
         missing = list(dict.fromkeys(t for t in texts if t not in self._vectors))
-        fresh = dict(zip(missing, self.embedder.embed(missing))) if missing else {}
+        fresh = dict(zip(missing, self.embedder.embed(missing), strict=False)) if missing else {}
         vectors: PyEmbeddings = []
         for text in texts:
             if text in fresh:
@@ -141,7 +143,7 @@ class ExperienceStore:
         if fingerprint == self._synced:
             return
         stored = self._collection.get(include=["documents"])
-        have = dict(zip(stored["ids"], stored["documents"] or []))
+        have = dict(zip(stored["ids"], stored["documents"] or [], strict=False))
         want = {e.id: e.text for e in library.experiences}
         stale = [i for i in have if i not in want]
         changed = [i for i, text in want.items() if have.get(i) != text]
@@ -151,7 +153,9 @@ class ExperienceStore:
             self.upsert({i: want[i] for i in changed})
         self._synced = fingerprint
 
-    def upsert(self, texts: dict[str, str], *, vectors: Sequence[Sequence[float]] | None = None, batch_size: int = 2048) -> None:
+    def upsert(
+        self, texts: dict[str, str], *, vectors: Sequence[Sequence[float]] | None = None, batch_size: int = 2048
+    ) -> None:
         """Add or replace experiences by id; `vectors` (same order as `texts`) skips re-embedding texts already embedded."""
         ids = list(texts)
         if vectors is not None and len(vectors) != len(ids):
@@ -159,7 +163,11 @@ class ExperienceStore:
         for start in range(0, len(ids), batch_size):
             chunk = ids[start : start + batch_size]
             documents = [texts[i] for i in chunk]
-            embeddings: PyEmbeddings = [list(v) for v in vectors[start : start + batch_size]] if vectors is not None else self.embed(documents)
+            embeddings: PyEmbeddings = (
+                [list(v) for v in vectors[start : start + batch_size]]
+                if vectors is not None
+                else self.embed(documents)
+            )
             self._collection.upsert(ids=chunk, documents=documents, embeddings=embeddings)
         self._synced = None
 
@@ -186,8 +194,12 @@ class ExperienceStore:
         assert result["documents"] is not None and result["distances"] is not None  # both asked for in `include`
         skip = set(exclude)
         out: list[list[Match]] = []
-        for ids, documents, distances in zip(result["ids"], result["documents"], result["distances"]):
-            matches = [Match(id=i, text=d, similarity=1.0 - float(dist)) for i, d, dist in zip(ids, documents, distances) if i not in skip]
+        for ids, documents, distances in zip(result["ids"], result["documents"], result["distances"], strict=False):
+            matches = [
+                Match(id=i, text=d, similarity=1.0 - float(dist))
+                for i, d, dist in zip(ids, documents, distances, strict=False)
+                if i not in skip
+            ]
             out.append(matches[:k])
         return out
 
@@ -197,11 +209,16 @@ class ExperienceStore:
         if not vectors or count == 0:
             return [[] for _ in vectors]
         embeddings: PyEmbeddings = [list(v) for v in vectors]
-        result = self._collection.query(query_embeddings=embeddings, n_results=min(count, k), include=["documents", "distances"])
+        result = self._collection.query(
+            query_embeddings=embeddings, n_results=min(count, k), include=["documents", "distances"]
+        )
         assert result["documents"] is not None and result["distances"] is not None  # both asked for in `include`
         return [
-            [Match(id=i, text=d, similarity=1.0 - float(dist)) for i, d, dist in zip(ids, documents, distances)]
-            for ids, documents, distances in zip(result["ids"], result["documents"], result["distances"])
+            [
+                Match(id=i, text=d, similarity=1.0 - float(dist))
+                for i, d, dist in zip(ids, documents, distances, strict=False)
+            ]
+            for ids, documents, distances in zip(result["ids"], result["documents"], result["distances"], strict=False)
         ]
 
     def nearest(self, text: str, *, exclude: Sequence[str] = ()) -> Match | None:
@@ -214,12 +231,18 @@ class ExperienceStore:
         if not stored["ids"]:
             return {}
         n_results = min(len(stored["ids"]), k + 1)
-        result = self._collection.query(query_embeddings=stored["embeddings"], n_results=n_results, include=["documents", "distances"])
+        result = self._collection.query(
+            query_embeddings=stored["embeddings"], n_results=n_results, include=["documents", "distances"]
+        )
         assert result["documents"] is not None and result["distances"] is not None  # both asked for in `include`
         neighbours: dict[str, list[Match]] = {}
-        for own, ids, documents, distances in zip(stored["ids"], result["ids"], result["documents"], result["distances"]):
+        for own, ids, documents, distances in zip(
+            stored["ids"], result["ids"], result["documents"], result["distances"], strict=False
+        ):
             neighbours[own] = [
-                Match(id=i, text=d, similarity=1.0 - float(dist)) for i, d, dist in zip(ids, documents, distances) if i != own
+                Match(id=i, text=d, similarity=1.0 - float(dist))
+                for i, d, dist in zip(ids, documents, distances, strict=False)
+                if i != own
             ][:k]
         return neighbours
 

@@ -22,15 +22,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from experiences.apply import ApplyResult
-from tfgrpo.core.atomic import LOCK_TIMEOUT_S, crash_point, locked, remove_stale_temps
 from experiences.history import History
 from experiences.model import Library
+from tfgrpo.core.atomic import LOCK_TIMEOUT_S, crash_point, locked, remove_stale_temps
 
 logger = logging.getLogger(__name__)
 
 
 @contextlib.contextmanager
-def open_library(library_path: str | Path, history: History, *, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[Library]:
+def open_library(
+    library_path: str | Path, history: History, *, timeout_s: float = LOCK_TIMEOUT_S
+) -> Iterator[Library]:
     """Lock `library_path`, repair what a killed writer left, and yield the current library.
 
     Commit changes with `commit_library` inside the `with` block; the lock is released after it."""
@@ -40,8 +42,15 @@ def open_library(library_path: str | Path, history: History, *, timeout_s: float
         yield Library.load(library_path)
 
 
-def commit_library(library_path: str | Path, history: History, before: Library, result: ApplyResult, *,
-                   step: int | None = None, extra: dict | None = None) -> None:
+def commit_library(
+    library_path: str | Path,
+    history: History,
+    before: Library,
+    result: ApplyResult,
+    *,
+    step: int | None = None,
+    extra: dict | None = None,
+) -> None:
     """Steps 1-4 above (call under `open_library`)."""
     history.ensure_baseline(before)
     crash_point()

@@ -42,29 +42,39 @@ class AdapterArguments:
 
     peft: str = field(
         default="lora",
-        metadata={"help": "Trainable parameters: lora, rslora (alpha/sqrt(r) scaling), dora (weight-decomposed), "
-                  "pissa (principal-singular-vector init), olora (QR init); both saved as a plain LoRA delta on the "
-                  "unmodified base, longlora (LoRA + shifted sparse attention + trainable "
-                  "embeddings and norms), qlora (LoRA on a 4/8-bit base), or none (full fine-tuning)."},
+        metadata={
+            "help": "Trainable parameters: lora, rslora (alpha/sqrt(r) scaling), dora (weight-decomposed), "
+            "pissa (principal-singular-vector init), olora (QR init); both saved as a plain LoRA delta on the "
+            "unmodified base, longlora (LoRA + shifted sparse attention + trainable "
+            "embeddings and norms), qlora (LoRA on a 4/8-bit base), or none (full fine-tuning)."
+        },
     )
     lora_r: int = field(default=16, metadata={"help": "LoRA rank r (8-64 is the usual range)."})
-    lora_alpha: int = field(default=32, metadata={"help": "LoRA alpha (16-32 usual); the update is scaled by "
-                                                  "alpha/r, or alpha/sqrt(r) for rslora."})
+    lora_alpha: int = field(
+        default=32,
+        metadata={"help": "LoRA alpha (16-32 usual); the update is scaled by alpha/r, or alpha/sqrt(r) for rslora."},
+    )
     lora_dropout: float = field(default=0.0, metadata={"help": "Dropout on the LoRA input (PiSSA needs 0)."})
     lora_target_modules: list[str] | None = field(
         default=None,
-        metadata={"help": "Module names that get LoRA matrices, e.g. [q_proj, v_proj]; None = every linear layer "
-                  "except the output head ('all-linear')."},
+        metadata={
+            "help": "Module names that get LoRA matrices, e.g. [q_proj, v_proj]; None = every linear layer "
+            "except the output head ('all-linear')."
+        },
     )
     quantization: str = field(
         default="auto",
-        metadata={"help": "QLoRA base-model precision: 4bit (NF4 + double quantisation), 8bit (LLM.int8), or auto: "
-                  "8bit when the 8-bit weights fit in 25% of available memory, else 4bit."},
+        metadata={
+            "help": "QLoRA base-model precision: 4bit (NF4 + double quantisation), 8bit (LLM.int8), or auto: "
+            "8bit when the 8-bit weights fit in 25% of available memory, else 4bit."
+        },
     )
     s2_group_size_ratio: float = field(
         default=0.25,
-        metadata={"help": "LongLoRA shifted sparse attention: each attention group spans this fraction of the "
-                  "sequence during training (the paper uses 1/4)."},
+        metadata={
+            "help": "LongLoRA shifted sparse attention: each attention group spans this fraction of the "
+            "sequence during training (the paper uses 1/4)."
+        },
     )
 
     def check_adapter_arguments(self) -> None:
@@ -77,29 +87,39 @@ class AdapterArguments:
         if not 0.0 <= self.lora_dropout < 1.0:
             raise ValueError(f"lora_dropout must be in [0, 1) (got {self.lora_dropout})")
         if self.peft in BASE_CHANGING_INITS and self.lora_dropout != 0.0:
-            raise ValueError(f"{self.peft} initialises the adapter from the weights themselves and assumes "
-                             "lora_dropout=0; set lora_dropout: 0")
+            raise ValueError(
+                f"{self.peft} initialises the adapter from the weights themselves and assumes "
+                "lora_dropout=0; set lora_dropout: 0"
+            )
         self._refuse_ignored_adapter_options()
         if self.quantization not in QUANTIZATION_CHOICES:
             raise ValueError(f"quantization={self.quantization!r} is not one of {', '.join(QUANTIZATION_CHOICES)}")
         if self.quantization != "auto" and self.peft != "qlora":
-            raise ValueError(f"quantization={self.quantization!r} only applies with peft=qlora (got peft={self.peft!r})")
+            raise ValueError(
+                f"quantization={self.quantization!r} only applies with peft=qlora (got peft={self.peft!r})"
+            )
         if not 0.0 < self.s2_group_size_ratio <= 1.0:
             raise ValueError(f"s2_group_size_ratio must be in (0, 1] (got {self.s2_group_size_ratio})")
-
 
     def _refuse_ignored_adapter_options(self) -> None:
         """Adapter options the chosen `peft` would ignore are an error, not a silent no-op."""
         defaults = {f.name: f.default for f in AdapterArguments.__dataclass_fields__.values()}
         if self.peft == "none":
-            changed = [key for key in ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules")
-                       if getattr(self, key) != defaults[key]]
+            changed = [
+                key
+                for key in ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules")
+                if getattr(self, key) != defaults[key]
+            ]
             if changed:
-                raise ValueError(f"{', '.join(changed)} only apply to an adapter, and peft=none is full fine-tuning; "
-                                 "use peft lora (or another adapter) to set them")
+                raise ValueError(
+                    f"{', '.join(changed)} only apply to an adapter, and peft=none is full fine-tuning; "
+                    "use peft lora (or another adapter) to set them"
+                )
         if self.peft != "longlora" and self.s2_group_size_ratio != defaults["s2_group_size_ratio"]:
-            raise ValueError(f"s2_group_size_ratio only applies to shifted sparse attention; use peft longlora "
-                             f"(got peft={self.peft!r})")
+            raise ValueError(
+                f"s2_group_size_ratio only applies to shifted sparse attention; use peft longlora "
+                f"(got peft={self.peft!r})"
+            )
 
 
 def build_peft_config(args: AdapterArguments) -> Any:
@@ -200,6 +220,8 @@ def qlora_training_overrides() -> dict[str, Any]:
     import torch
 
     if not torch.cuda.is_available():
-        logger.warning("QLoRA: paged AdamW pages optimizer state between GPU and CPU memory; on CPU there is "
-                       "nothing to page, so it runs as plain AdamW (a no-op, not an error)")
+        logger.warning(
+            "QLoRA: paged AdamW pages optimizer state between GPU and CPU memory; on CPU there is "
+            "nothing to page, so it runs as plain AdamW (a no-op, not an error)"
+        )
     return {"optim": "paged_adamw_32bit", "gradient_checkpointing": True}

@@ -129,7 +129,10 @@ def is_correct(row: dict[str, Any], threshold: float) -> bool:
 
 
 def sft_examples(
-    rows: Iterable[dict[str, Any]], *, threshold: float = 1.0, prompt_source: PromptSource = "problem",
+    rows: Iterable[dict[str, Any]],
+    *,
+    threshold: float = 1.0,
+    prompt_source: PromptSource = "problem",
     template: str | None = None,
 ) -> list[dict[str, Any]]:
     """Rejection-sampled SFT: one prompt/completion row per distinct correct (problem, completion).
@@ -143,16 +146,22 @@ def sft_examples(
         if not is_correct(row, threshold) or key in seen:
             continue
         seen.add(key)
-        examples.append({
-            "prompt": _prompt_messages(row, prompt_source, template),
-            "completion": [{"role": "assistant", "content": row["completion"]}],
-        })
+        examples.append(
+            {
+                "prompt": _prompt_messages(row, prompt_source, template),
+                "completion": [{"role": "assistant", "content": row["completion"]}],
+            }
+        )
     return examples
 
 
 def preference_pairs(
-    rows: Iterable[dict[str, Any]], *, threshold: float = 1.0, max_pairs_per_group: int = 4,
-    prompt_source: PromptSource = "problem", template: str | None = None,
+    rows: Iterable[dict[str, Any]],
+    *,
+    threshold: float = 1.0,
+    max_pairs_per_group: int = 4,
+    prompt_source: PromptSource = "problem",
+    template: str | None = None,
 ) -> list[dict[str, Any]]:
     """DPO/IPO/cDPO/ORPO pairs: a correct and a wrong completion of the same group (query_id + step)."""
     groups: dict[tuple[Any, ...], list[dict[str, Any]]] = defaultdict(list)
@@ -167,16 +176,21 @@ def preference_pairs(
         for i, j in ordered[:max_pairs_per_group]:
             if good[i]["completion"] == bad[j]["completion"]:
                 continue
-            pairs.append({
-                "prompt": _prompt_messages(good[i], prompt_source, template),
-                "chosen": [{"role": "assistant", "content": good[i]["completion"]}],
-                "rejected": [{"role": "assistant", "content": bad[j]["completion"]}],
-            })
+            pairs.append(
+                {
+                    "prompt": _prompt_messages(good[i], prompt_source, template),
+                    "chosen": [{"role": "assistant", "content": good[i]["completion"]}],
+                    "rejected": [{"role": "assistant", "content": bad[j]["completion"]}],
+                }
+            )
     return pairs
 
 
 def kto_examples(
-    rows: Iterable[dict[str, Any]], *, threshold: float = 1.0, prompt_source: PromptSource = "problem",
+    rows: Iterable[dict[str, Any]],
+    *,
+    threshold: float = 1.0,
+    prompt_source: PromptSource = "problem",
     template: str | None = None,
 ) -> list[dict[str, Any]]:
     """KTO: every scored rollout, label True when its reward reaches `threshold`."""
@@ -191,7 +205,10 @@ def kto_examples(
 
 
 def prompt_examples(
-    rows: Iterable[dict[str, Any]], *, template: str | None = None, prompt_source: PromptSource = "problem",
+    rows: Iterable[dict[str, Any]],
+    *,
+    template: str | None = None,
+    prompt_source: PromptSource = "problem",
 ) -> list[dict[str, Any]]:
     """RL prompts with their gold `answer` column (what `rewards.get_reward("math")` reads), one per problem."""
     seen: set[str] = set()

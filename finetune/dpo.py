@@ -27,7 +27,6 @@ import trl
 from finetune.adapters import BASE_CHANGING_INITS, AdapterArguments, build_peft_config
 from finetune.longlora import enable_for_config
 
-
 # TRL 1.16 loss types whose formula reads `label_smoothing`; every other loss type ignores it.
 LABEL_SMOOTHING_LOSSES = ("exo_pair", "robust", "aot", "aot_unpaired")
 
@@ -41,10 +40,15 @@ class DPOFinetuneConfig(trl.DPOConfig, AdapterArguments):
         self.check_adapter_arguments()
         if self.beta <= 0:
             raise ValueError(f"beta must be > 0 (got {self.beta}); 0.1 is the usual DPO value")
-        if (self.label_smoothing and not isinstance(self, CDPOFinetuneConfig)
-                and not set(self.loss_type) & set(LABEL_SMOOTHING_LOSSES)):
-            raise ValueError(f"label_smoothing={self.label_smoothing} is ignored by loss_type {self.loss_type}; use "
-                             "method cdpo for label-smoothed (conservative) DPO")
+        if (
+            self.label_smoothing
+            and not isinstance(self, CDPOFinetuneConfig)
+            and not set(self.loss_type) & set(LABEL_SMOOTHING_LOSSES)
+        ):
+            raise ValueError(
+                f"label_smoothing={self.label_smoothing} is ignored by loss_type {self.loss_type}; use "
+                "method cdpo for label-smoothed (conservative) DPO"
+            )
 
 
 @dataclass
@@ -70,7 +74,9 @@ class CDPOFinetuneConfig(DPOFinetuneConfig):
         if not 0.0 < self.label_smoothing < 0.5:
             raise ValueError(f"cDPO needs 0 < label_smoothing < 0.5 (got {self.label_smoothing}); 0.1 is typical")
         if self.loss_type != ["sigmoid"]:
-            raise ValueError(f"cDPO smooths the sigmoid DPO loss; leave loss_type at ['sigmoid'] (got {self.loss_type})")
+            raise ValueError(
+                f"cDPO smooths the sigmoid DPO loss; leave loss_type at ['sigmoid'] (got {self.loss_type})"
+            )
 
 
 def cdpo_loss_mix(label_smoothing: float) -> tuple[list[str], list[float]]:
@@ -95,8 +101,11 @@ def build_dpo_trainer(
     # With an adapter, TRL's reference is the base model with the adapter switched off (frozen by construction);
     # in full fine-tuning, and with PiSSA/OLoRA (adapter off = the residual weights, not the base), we hand it a
     # frozen copy of the starting weights.
-    ref_model = (None if peft_config is not None and config.peft not in BASE_CHANGING_INITS
-                 else copy.deepcopy(model).eval().requires_grad_(False))
+    ref_model = (
+        None
+        if peft_config is not None and config.peft not in BASE_CHANGING_INITS
+        else copy.deepcopy(model).eval().requires_grad_(False)
+    )
     trainer_cls = CDPOTrainer if isinstance(config, CDPOFinetuneConfig) else trl.DPOTrainer
     return trainer_cls(
         model=model,

@@ -26,8 +26,8 @@ and, for Mixture-of-Experts models, the router load-balancing auxiliary loss add
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 import logging
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -46,12 +46,19 @@ MAX_GROUP_SIZE = 16
 class GRPOFinetuneConfig(trl.GRPOConfig, AdapterArguments):
     """`trl.GRPOConfig` plus adapter settings, group size 1-16, normalisation toggle and group filtering."""
 
-    reward: str = field(default="math", metadata={"help": "Reward name for rewards.get_reward (math, exact, "
-                                                   "choice, numeric, format, ...) or a path to a reward model."})
+    reward: str = field(
+        default="math",
+        metadata={
+            "help": "Reward name for rewards.get_reward (math, exact, "
+            "choice, numeric, format, ...) or a path to a reward model."
+        },
+    )
     normalize_advantages: bool | None = field(
         default=None,
-        metadata={"help": "Divide advantages by the group's reward std (True = TRL scale_rewards 'group'; False = "
-                  "'none', as Dr. GRPO recommends). None keeps scale_rewards as given."},
+        metadata={
+            "help": "Divide advantages by the group's reward std (True = TRL scale_rewards 'group'; False = "
+            "'none', as Dr. GRPO recommends). None keeps scale_rewards as given."
+        },
     )
     filter_homogeneous_groups: bool = field(
         default=True,
@@ -59,24 +66,32 @@ class GRPOFinetuneConfig(trl.GRPOConfig, AdapterArguments):
     )
     allow_no_learning: bool = field(
         default=False,
-        metadata={"help": "Accept a run in which no step had anything to learn (every group filtered or every "
-                  "advantage 0); by default such a run ends with a warning and an error."},
+        metadata={
+            "help": "Accept a run in which no step had anything to learn (every group filtered or every "
+            "advantage 0); by default such a run ends with a warning and an error."
+        },
     )
     tools: list[str] | None = field(
         default=None,
-        metadata={"help": "Tools for multi-turn rollouts: tfgrpo.rollout.tools names (python, web_search) or "
-                  "'package.module:Class'. Each rollout gets its own sessions (the python tool: its own sandboxed "
-                  "interpreter). Needs a chat template with tool calling (Qwen2.5/3, Llama 3.1, ...)."},
+        metadata={
+            "help": "Tools for multi-turn rollouts: tfgrpo.rollout.tools names (python, web_search) or "
+            "'package.module:Class'. Each rollout gets its own sessions (the python tool: its own sandboxed "
+            "interpreter). Needs a chat template with tool calling (Qwen2.5/3, Llama 3.1, ...)."
+        },
     )
     tool_options: dict[str, Any] | None = field(
         default=None,
-        metadata={"help": "Keyword arguments per tool, e.g. {python: {timeout_s: 5, memory_mb: 1024}} (the sandbox "
-                  "limits in docs/agent.md)."},
+        metadata={
+            "help": "Keyword arguments per tool, e.g. {python: {timeout_s: 5, memory_mb: 1024}} (the sandbox "
+            "limits in docs/agent.md)."
+        },
     )
     max_turns: int | None = field(
         default=None,
-        metadata={"help": "Model turns per trajectory with tools, the final answer included (sets TRL's "
-                  "max_tool_calling_iterations = max_turns - 1). None: until no tool call or the length limit."},
+        metadata={
+            "help": "Model turns per trajectory with tools, the final answer included (sets TRL's "
+            "max_tool_calling_iterations = max_turns - 1). None: until no tool call or the length limit."
+        },
     )
 
     def __post_init__(self) -> None:
@@ -97,8 +112,10 @@ class GRPOFinetuneConfig(trl.GRPOConfig, AdapterArguments):
             super().__post_init__()
         self.check_adapter_arguments()
         if self.peft in BASE_CHANGING_INITS and self.beta > 0:
-            raise ValueError(f"peft={self.peft} with a KL term (beta={self.beta}): TRL's reference would be the "
-                             "adapter-off residual weights, not the base model; use peft lora, or beta 0 with method grpo")
+            raise ValueError(
+                f"peft={self.peft} with a KL term (beta={self.beta}): TRL's reference would be the "
+                "adapter-off residual weights, not the base model; use peft lora, or beta 0 with method grpo"
+            )
         self._check_tool_arguments()
 
     def _check_tool_arguments(self) -> None:
@@ -156,8 +173,11 @@ class LearningSignalMixin:
         self.batches_generated += 1
         if learnable == 0:
             self.batches_with_nothing_to_learn += 1
-            why = (f"all {groups_filtered} groups filtered (every sample of a group scored the same)"
-                   if groups_filtered else f"{int(tokens)} tokens in the loss, none with a non-zero advantage")
+            why = (
+                f"all {groups_filtered} groups filtered (every sample of a group scored the same)"
+                if groups_filtered
+                else f"{int(tokens)} tokens in the loss, none with a non-zero advantage"
+            )
             logger.warning("step %d: nothing to learn: %s", self.state.global_step + 1, why)
 
 
@@ -190,7 +210,9 @@ class GroupFilteredGRPOTrainer(LearningSignalMixin, trl.GRPOTrainer):
             grouped = rewards.view(-1, group_size)
             spread = torch.nan_to_num(grouped.nan_to_num(nan=0.0).amax(1) - grouped.nan_to_num(nan=0.0).amin(1))
             keep = (spread > 0).repeat_interleave(group_size)[local_slice]
-            output["completion_mask"] = output["completion_mask"] * keep.unsqueeze(1).to(output["completion_mask"].dtype)
+            output["completion_mask"] = output["completion_mask"] * keep.unsqueeze(1).to(
+                output["completion_mask"].dtype
+            )
             loss_mask = output["completion_mask"] * output.get("tool_mask", 1)
             output["num_items_in_batch"] = self.accelerator.gather(loss_mask.sum()).sum()
             self._metrics[mode]["frac_groups_filtered"].append((spread == 0).float().mean().item())
@@ -221,8 +243,15 @@ def check_conversational_prompts(train_dataset: Any) -> None:
 
 
 def build_grpo_trainer(
-    config: GRPOFinetuneConfig, model: Any, tokenizer: Any, train_dataset: Any, callbacks: list[Any] | None = None,
-    *, reward_funcs: Any = None, tools: list[Any] | None = None, environment_factory: Any = None,
+    config: GRPOFinetuneConfig,
+    model: Any,
+    tokenizer: Any,
+    train_dataset: Any,
+    callbacks: list[Any] | None = None,
+    *,
+    reward_funcs: Any = None,
+    tools: list[Any] | None = None,
+    environment_factory: Any = None,
 ) -> GroupFilteredGRPOTrainer:
     """GRPO or GSPO (by config class). `config.tools` (or TRL's own `tools` / `environment_factory`) enable
     multi-turn rollouts with tool calls."""

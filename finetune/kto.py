@@ -20,8 +20,10 @@ class KTOFinetuneConfig(trl.KTOConfig, AdapterArguments):
         super().__post_init__()
         self.check_adapter_arguments()
         if self.desirable_weight <= 0 or self.undesirable_weight <= 0:
-            raise ValueError("desirable_weight and undesirable_weight must be > 0; balance them by the label ratio "
-                             "(the KTO paper keeps weight·count within 1-4/3 of each other)")
+            raise ValueError(
+                "desirable_weight and undesirable_weight must be > 0; balance them by the label ratio "
+                "(the KTO paper keeps weight·count within 1-4/3 of each other)"
+            )
 
 
 def build_kto_trainer(
@@ -33,8 +35,11 @@ def build_kto_trainer(
     enable_for_config(model, config)
     peft_config = build_peft_config(config)
     # Adapter off is the reference, except in full fine-tuning and PiSSA/OLoRA (adapter off = residual weights).
-    ref_model = (None if peft_config is not None and config.peft not in BASE_CHANGING_INITS
-                 else copy.deepcopy(model).eval().requires_grad_(False))
+    ref_model = (
+        None
+        if peft_config is not None and config.peft not in BASE_CHANGING_INITS
+        else copy.deepcopy(model).eval().requires_grad_(False)
+    )
     return trl.KTOTrainer(
         model=model,
         ref_model=ref_model,

@@ -65,7 +65,9 @@ def s2_attention_forward(
         return torch.cat([x[:, : heads - shifted_heads], x[:, heads - shifted_heads :].roll(amount, dims=2)], dim=1)
 
     def to_groups(x: torch.Tensor) -> torch.Tensor:  # (B, H, T, D) -> (B*n, H, G, D)
-        return x.view(batch, heads, num_groups, group, -1).transpose(1, 2).reshape(batch * num_groups, heads, group, -1)
+        return (
+            x.view(batch, heads, num_groups, group, -1).transpose(1, 2).reshape(batch * num_groups, heads, group, -1)
+        )
 
     allowed = _allowed_pairs(attention_mask, batch, true_length, query.device)  # (B, 1, T, T), original order
     if pad:  # padded keys are never visible; padded queries see only themselves (eye below), output dropped

@@ -40,8 +40,9 @@ VALUE_HEAD = "v_head"
 class PPOFinetuneConfig(GRPOFinetuneConfig):
     """PPO hyper-parameters on top of GRPOConfig (sampling, clipping `epsilon`, `num_iterations` = PPO epochs)."""
 
-    num_generations: int | None = field(default=1, metadata={"help": "Samples per prompt (PPO needs no group; "
-                                                                     "the value head is the baseline)."})
+    num_generations: int | None = field(
+        default=1, metadata={"help": "Samples per prompt (PPO needs no group; the value head is the baseline)."}
+    )
     loss_type: str = field(default="bnpo", metadata={"help": "Policy loss averaged over all completion tokens."})
     filter_homogeneous_groups: bool = field(default=False, metadata={"help": "Not used by PPO (refused if set)."})
     kl_coef: float = field(default=0.05, metadata={"help": "Per-token KL penalty to the reference, in the reward."})
@@ -53,13 +54,19 @@ class PPOFinetuneConfig(GRPOFinetuneConfig):
 
     def __post_init__(self) -> None:
         if self.beta != 0.0:
-            raise ValueError(f"PPO puts the KL penalty into the per-token reward; set kl_coef, not beta (got {self.beta})")
+            raise ValueError(
+                f"PPO puts the KL penalty into the per-token reward; set kl_coef, not beta (got {self.beta})"
+            )
         if self.filter_homogeneous_groups:
-            raise ValueError("PPO has no groups to filter (the value head is the baseline); use method grpo for "
-                             "filter_homogeneous_groups")
+            raise ValueError(
+                "PPO has no groups to filter (the value head is the baseline); use method grpo for "
+                "filter_homogeneous_groups"
+            )
         if self.normalize_advantages is not None:
-            raise ValueError("PPO normalises its GAE advantages with whiten_advantages; normalize_advantages is a "
-                             "GRPO option (use method grpo, or set whiten_advantages)")
+            raise ValueError(
+                "PPO normalises its GAE advantages with whiten_advantages; normalize_advantages is a "
+                "GRPO option (use method grpo, or set whiten_advantages)"
+            )
         super().__post_init__()
         if self.kl_coef < 0 or self.vf_coef <= 0 or self.cliprange_value <= 0:
             raise ValueError("kl_coef must be >= 0, vf_coef and cliprange_value > 0")
@@ -194,8 +201,13 @@ class PPOTrainer(LearningSignalMixin, trl.GRPOTrainer):
 
 
 def build_ppo_trainer(
-    config: PPOFinetuneConfig, model: Any, tokenizer: Any, train_dataset: Any, callbacks: list[Any] | None = None,
-    *, reward_funcs: Any = None,
+    config: PPOFinetuneConfig,
+    model: Any,
+    tokenizer: Any,
+    train_dataset: Any,
+    callbacks: list[Any] | None = None,
+    *,
+    reward_funcs: Any = None,
 ) -> PPOTrainer:
     add_value_head(model)
     enable_for_config(model, config)

@@ -85,7 +85,9 @@ def build_method_config(method: str, options: dict[str, Any]) -> Any:
     known = {f.name for f in dataclasses.fields(config_class)}
     unknown = sorted(set(options) - known)
     if unknown:
-        raise FinetuneError(f"{method}: unknown option(s) {', '.join(unknown)} (not fields of {config_class.__name__})")
+        raise FinetuneError(
+            f"{method}: unknown option(s) {', '.join(unknown)} (not fields of {config_class.__name__})"
+        )
     try:
         return config_class(**options)
     except (ValueError, TypeError) as exc:
@@ -98,9 +100,11 @@ def build_dataset_rows(kind: str, data: str | Path, data_options: dict[str, Any]
     bundled = data_builders.bundled_dataset_name(data)
     if bundled is not None:
         if kind != "prompts":
-            raise FinetuneDataError(f"{bundled}: a bundled dataset holds problems without completions; only the RL "
-                                    "methods (ppo, grpo, gspo) train on it, sft/dpo/ipo/cdpo/kto/orpo need a learn "
-                                    "run's rollouts.jsonl (or TRL-format rows)")
+            raise FinetuneDataError(
+                f"{bundled}: a bundled dataset holds problems without completions; only the RL "
+                "methods (ppo, grpo, gspo) train on it, sft/dpo/ipo/cdpo/kto/orpo need a learn "
+                "run's rollouts.jsonl (or TRL-format rows)"
+            )
         return data_builders.prompt_examples(data_builders.load_bundled_problems(bundled))
     path = data_builders.resolve_data_file(data)
     found = data_builders.detect_kind(path)
@@ -111,26 +115,38 @@ def build_dataset_rows(kind: str, data: str | Path, data_options: dict[str, Any]
         if kind == "sft":
             rows = data_builders.sft_examples(rollouts, threshold=threshold, prompt_source=source)
         elif kind == "pairs":
-            rows = data_builders.preference_pairs(rollouts, threshold=threshold, prompt_source=source,
-                                                  max_pairs_per_group=int(data_options.get("max_pairs_per_group", 4)))
+            rows = data_builders.preference_pairs(
+                rollouts,
+                threshold=threshold,
+                prompt_source=source,
+                max_pairs_per_group=int(data_options.get("max_pairs_per_group", 4)),
+            )
         elif kind == "kto":
             rows = data_builders.kto_examples(rollouts, threshold=threshold, prompt_source=source)
         else:
             rows = data_builders.prompt_examples(rollouts, prompt_source=source)
     elif found == "problems":
         if kind != "prompts":
-            raise FinetuneDataError(f"{path}: problem/answer rows have no completions; methods sft, dpo, ipo, cdpo, "
-                                    "kto, orpo need a learn run's rollouts.jsonl (or TRL-format rows)")
+            raise FinetuneDataError(
+                f"{path}: problem/answer rows have no completions; methods sft, dpo, ipo, cdpo, "
+                "kto, orpo need a learn run's rollouts.jsonl (or TRL-format rows)"
+            )
         rows = data_builders.prompt_examples(data_builders.load_problems(path))
     else:
-        required = {"sft": {"prompt", "completion"}, "pairs": {"prompt", "chosen", "rejected"},
-                    "kto": {"prompt", "completion", "label"}, "prompts": {"prompt"}}[kind]
+        required = {
+            "sft": {"prompt", "completion"},
+            "pairs": {"prompt", "chosen", "rejected"},
+            "kto": {"prompt", "completion", "label"},
+            "prompts": {"prompt"},
+        }[kind]
         if kind == "sft" and "messages" in next(iter(data_builders.read_jsonl(path)))[1]:
             required = {"messages"}
         rows = data_builders.load_prepared(path, required)
     if not rows:
-        raise FinetuneDataError(f"{path}: no usable {kind} examples (e.g. no correct rollouts at reward >= "
-                                f"{threshold}, or no group with both a correct and a wrong completion)")
+        raise FinetuneDataError(
+            f"{path}: no usable {kind} examples (e.g. no correct rollouts at reward >= "
+            f"{threshold}, or no group with both a correct and a wrong completion)"
+        )
     return rows
 
 
@@ -141,7 +157,9 @@ class MetricsLogCallback:
         from transformers import TrainerCallback
 
         class _Callback(TrainerCallback):
-            def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **_: Any) -> None:
+            def on_log(
+                self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **_: Any
+            ) -> None:
                 if logs and state.is_world_process_zero:
                     with path.open("a", encoding="utf-8") as handle:
                         handle.write(json.dumps({"step": state.global_step, **logs}, default=float) + "\n")
@@ -166,12 +184,19 @@ def run_finetune(
     # `accelerate launch --use_fsdp` sets this for every process; on CPU accelerate keeps the processes
     # plain DDP (MULTI_CPU) and would ignore FSDP without a word, so say it instead.
     if os.environ.get("ACCELERATE_USE_FSDP", "").lower() in ("1", "true") and not torch.cuda.is_available():
-        raise FinetuneError("FSDP needs GPUs: accelerate runs CPU processes as plain DDP; drop --use_fsdp (DDP) or run on GPUs")
+        raise FinetuneError(
+            "FSDP needs GPUs: accelerate runs CPU processes as plain DDP; drop --use_fsdp (DDP) or run on GPUs"
+        )
     from datasets import Dataset
 
     from finetune import adapters
-    from finetune.models import (count_parameters, device_training_defaults, load_model, load_tokenizer,
-                                 resolve_model_source)
+    from finetune.models import (
+        count_parameters,
+        device_training_defaults,
+        load_model,
+        load_tokenizer,
+        resolve_model_source,
+    )
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -187,10 +212,14 @@ def run_finetune(
     if options.get("peft") == "qlora":
         settings.update(adapters.qlora_training_overrides())
         requested = options.get("quantization", "auto")
-        quantization = adapters.choose_quantization(count_parameters(source), adapters.available_memory_bytes(),
-                                                    requested)
-        logger.info("QLoRA base precision: %s (%s)", quantization,
-                    "as requested" if requested != "auto" else "auto: 8-bit if its weights fit in 25% of free memory")
+        quantization = adapters.choose_quantization(
+            count_parameters(source), adapters.available_memory_bytes(), requested
+        )
+        logger.info(
+            "QLoRA base precision: %s (%s)",
+            quantization,
+            "as requested" if requested != "auto" else "auto: 8-bit if its weights fit in 25% of free memory",
+        )
     config = build_method_config(method, {**settings, **options})
 
     tokenizer = load_tokenizer(source)
@@ -200,8 +229,9 @@ def run_finetune(
     metrics_path = out / METRICS_FILE
     metrics_path.unlink(missing_ok=True)
     try:
-        trainer = builder(config, policy, tokenizer, Dataset.from_list(rows),
-                          callbacks=[MetricsLogCallback(metrics_path)])
+        trainer = builder(
+            config, policy, tokenizer, Dataset.from_list(rows), callbacks=[MetricsLogCallback(metrics_path)]
+        )
     except ValueError as exc:  # TRL's own checks of options against the model and data: one line
         raise FinetuneError(f"{method}: {exc}".splitlines()[0]) from None
     accelerator = trainer.accelerator
@@ -210,9 +240,11 @@ def run_finetune(
     try:
         train_result = trainer.train()
         if trainer.state.global_step == 0:
-            raise FinetuneError(f"{method}: no optimizer step ran: {len(rows)} examples make no full batch (batch "
-                                f"size {config.per_device_train_batch_size}; RL methods need batch size / group size "
-                                "distinct prompts); lower the batch size or add data")
+            raise FinetuneError(
+                f"{method}: no optimizer step ran: {len(rows)} examples make no full batch (batch "
+                f"size {config.per_device_train_batch_size}; RL methods need batch size / group size "
+                "distinct prompts); lower the batch size or add data"
+            )
         s2_calls = finish_longlora(policy, config)  # the transformers model inside any peft wrapper
         trainer.save_model(str(out))  # the main process writes; the others wait for it
         if initial_adapter is not None and accelerator.is_main_process:
@@ -256,8 +288,10 @@ def check_model_options(method: str, config: Any, model: Any) -> None:
     """Options that only make sense for some models, refused in one line before TRL trips over them."""
     coefficient = getattr(config, "router_aux_loss_coef", None)
     if coefficient and not hasattr(model.config.get_text_config(), "output_router_logits"):
-        raise FinetuneError(f"{method}: router_aux_loss_coef={coefficient} needs a Mixture-of-Experts model (its "
-                            f"router's load-balancing loss); {model.config.model_type} is dense: drop the option")
+        raise FinetuneError(
+            f"{method}: router_aux_loss_coef={coefficient} needs a Mixture-of-Experts model (its "
+            f"router's load-balancing loss); {model.config.model_type} is dense: drop the option"
+        )
 
 
 def finish_longlora(model: Any, config: Any) -> dict[str, int] | None:
@@ -268,12 +302,17 @@ def finish_longlora(model: Any, config: Any) -> dict[str, int] | None:
     from finetune.longlora import disable_s2_attention, s2_call_counts
 
     counts = s2_call_counts(model)
-    logger.info("LongLoRA S2-attention: %d attention calls shifted-sparse (training), %d full (eval / decoding)",
-                counts["shifted"], counts["full"])
+    logger.info(
+        "LongLoRA S2-attention: %d attention calls shifted-sparse (training), %d full (eval / decoding)",
+        counts["shifted"],
+        counts["full"],
+    )
     disable_s2_attention(model)
     if counts["shifted"] == 0:
-        raise FinetuneError("longlora: no attention call ran shifted sparse attention (the model's attention layers "
-                            "do not use transformers' attention registry); use peft lora for this model")
+        raise FinetuneError(
+            "longlora: no attention call ran shifted sparse attention (the model's attention layers "
+            "do not use transformers' attention registry); use peft lora for this model"
+        )
     return counts
 
 
@@ -281,8 +320,10 @@ def learning_signal(trainer: Any) -> dict[str, Any]:
     """RL methods: generation batches and those with nothing to learn (see finetune.grpo.LearningSignalMixin)."""
     if not hasattr(trainer, "batches_with_nothing_to_learn"):
         return {}
-    return {"rl_batches": trainer.batches_generated,
-            "rl_batches_nothing_to_learn": trainer.batches_with_nothing_to_learn}
+    return {
+        "rl_batches": trainer.batches_generated,
+        "rl_batches_nothing_to_learn": trainer.batches_with_nothing_to_learn,
+    }
 
 
 def check_something_learned(method: str, config: Any, summary: dict[str, Any]) -> None:
@@ -290,9 +331,11 @@ def check_something_learned(method: str, config: Any, summary: dict[str, Any]) -
     batches = summary.get("rl_batches", 0)
     if not batches or summary["rl_batches_nothing_to_learn"] < batches:
         return
-    message = (f"{method}: every step trained nothing ({batches} of {batches} generation batches had no loss token "
-               "with a non-zero advantage, e.g. every sample of each group got the same reward); the saved model "
-               "equals the start")
+    message = (
+        f"{method}: every step trained nothing ({batches} of {batches} generation batches had no loss token "
+        "with a non-zero advantage, e.g. every sample of each group got the same reward); the saved model "
+        "equals the start"
+    )
     logger.warning(message)
     if not getattr(config, "allow_no_learning", False):
         raise FinetuneError(f"{message}; pass --set allow_no_learning=true to accept such a run")

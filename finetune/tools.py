@@ -30,8 +30,14 @@ from typing import Any, ClassVar
 from finetune.errors import FinetuneError
 
 #: JSON-schema types → the Python type hints `transformers.get_json_schema` turns back into the same schema
-JSON_TYPES: Mapping[str, type] = {"string": str, "integer": int, "number": float, "boolean": bool,
-                                  "array": list, "object": dict}
+JSON_TYPES: Mapping[str, type] = {
+    "string": str,
+    "integer": int,
+    "number": float,
+    "boolean": bool,
+    "array": list,
+    "object": dict,
+}
 #: method names TRL treats specially on an environment (never exposed as tools)
 RESERVED_NAMES = ("reset", "get_reward")
 
@@ -92,8 +98,15 @@ class ToolEnvironment:
 
     def _call_tool(self, name: str, arguments: dict[str, Any]) -> str:
         result = self._sessions.run(name, arguments)
-        self.calls.append({"name": name, "arguments": arguments, "output": result.output, "error": result.error,
-                           "elapsed_s": result.elapsed_s})
+        self.calls.append(
+            {
+                "name": name,
+                "arguments": arguments,
+                "output": result.output,
+                "error": result.error,
+                "elapsed_s": result.elapsed_s,
+            }
+        )
         # Errors the model caused (an exception in its code, a timeout) are returned as text, as in
         # `tfgrpo learn`: the model reads output and error together. TRL's `tools/failure_frequency` counts
         # only calls that raised (an unknown tool, arguments that do not bind).
@@ -122,8 +135,10 @@ def _tool_method(tool: Any) -> Callable[..., str]:
     required = set(tool.parameters.get("required", []))
     bad = [name for name in [tool.name, *properties] if not name.isidentifier()]
     if bad:
-        raise FinetuneError(f"tool '{tool.name}': {', '.join(map(repr, bad))} cannot be a Python name; TRL calls "
-                            "tools as Python functions with keyword arguments")
+        raise FinetuneError(
+            f"tool '{tool.name}': {', '.join(map(repr, bad))} cannot be a Python name; TRL calls "
+            "tools as Python functions with keyword arguments"
+        )
     name = tool.name
 
     def method(self: ToolEnvironment, **arguments: Any) -> str:
@@ -135,7 +150,9 @@ def _tool_method(tool: Any) -> Callable[..., str]:
         hint = JSON_TYPES.get(schema.get("type"), str)
         annotations[argument] = hint
         default = inspect.Parameter.empty if argument in required else None
-        parameters.append(inspect.Parameter(argument, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=hint))
+        parameters.append(
+            inspect.Parameter(argument, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=hint)
+        )
     method.__signature__ = inspect.Signature(parameters, return_annotation=str)  # type: ignore[attr-defined]
     method.__annotations__ = {**annotations, "return": str}
     method.__name__ = method.__qualname__ = name
@@ -144,7 +161,10 @@ def _tool_method(tool: Any) -> Callable[..., str]:
 
 
 def build_tool_environment(
-    names: str | Iterable[str], *, options: Mapping[str, Mapping[str, Any]] | None = None, registry: Any = None,
+    names: str | Iterable[str],
+    *,
+    options: Mapping[str, Mapping[str, Any]] | None = None,
+    registry: Any = None,
 ) -> type[ToolEnvironment]:
     """The environment class for TRL's `environment_factory=`: one method per named tool (`python`, `web_search`,
     "package.module:Class"); `options[name]` are that tool's keyword arguments (e.g. the sandbox limits)."""
@@ -168,24 +188,34 @@ def check_tool_calling_tokenizer(tokenizer: Any) -> None:
     """Fail early, in words, when the chat template cannot carry tool calls the way TRL needs: it must render
     assistant `tool_calls` and `role: tool` messages, and TRL must know how to parse the model's tool calls
     (a `response_template` on the tokenizer, or a template TRL recognises: Qwen2.5/3, Llama 3.1/3.2, ...)."""
-    from trl.chat_template_utils import (add_response_schema, get_training_chat_template,
-                                         is_chat_template_prefix_preserving, supports_tool_calling)
+    from trl.chat_template_utils import (
+        add_response_schema,
+        get_training_chat_template,
+        is_chat_template_prefix_preserving,
+        supports_tool_calling,
+    )
 
     if not supports_tool_calling(tokenizer):
-        raise FinetuneError("the model's chat template cannot render tool calls and tool results; use a "
-                            "tool-calling model (e.g. Qwen2.5/Qwen3-Instruct, Llama 3.1) or give its tokenizer such "
-                            "a chat template")
+        raise FinetuneError(
+            "the model's chat template cannot render tool calls and tool results; use a "
+            "tool-calling model (e.g. Qwen2.5/Qwen3-Instruct, Llama 3.1) or give its tokenizer such "
+            "a chat template"
+        )
     if getattr(tokenizer, "response_template", None) is None and getattr(tokenizer, "response_schema", None) is None:
         try:
             add_response_schema(tokenizer)  # what TRL's trainer would do; here its error becomes ours
         except ValueError:
-            raise FinetuneError("TRL cannot parse tool calls for this chat template (it knows Qwen2.5/Qwen3, "
-                                "Llama 3.1/3.2, GPT-OSS, GLM-4-MoE, Gemma 4, ...); set `tokenizer.response_template` "
-                                "(transformers response parsing) or use a model with a known template") from None
+            raise FinetuneError(
+                "TRL cannot parse tool calls for this chat template (it knows Qwen2.5/Qwen3, "
+                "Llama 3.1/3.2, GPT-OSS, GLM-4-MoE, Gemma 4, ...); set `tokenizer.response_template` "
+                "(transformers response parsing) or use a model with a known template"
+            ) from None
     if not is_chat_template_prefix_preserving(tokenizer):
         try:
             get_training_chat_template(tokenizer)  # TRL swaps in a prefix-preserving copy of known templates
         except ValueError:
-            raise FinetuneError("the chat template re-renders earlier turns when a tool result is appended (not "
-                                "prefix-preserving), and TRL has no training copy of it; TRL's tool loop needs "
-                                "a prefix-preserving template") from None
+            raise FinetuneError(
+                "the chat template re-renders earlier turns when a tool result is appended (not "
+                "prefix-preserving), and TRL has no training copy of it; TRL's tool loop needs "
+                "a prefix-preserving template"
+            ) from None

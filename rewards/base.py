@@ -79,7 +79,9 @@ class Reward:
     def score(self, completions: Sequence[Any], prompts: Sequence[Any] | None = None, **columns: Any) -> list[Score]:
         raise NotImplementedError
 
-    def __call__(self, prompts: Sequence[Any] | None = None, completions: Sequence[Any] | None = None, **columns: Any) -> list[float | None]:
+    def __call__(
+        self, prompts: Sequence[Any] | None = None, completions: Sequence[Any] | None = None, **columns: Any
+    ) -> list[float | None]:
         if completions is None:
             raise RewardError(f"reward '{self.name}' was called without completions")
         return [s.value for s in self.score(completions, prompts=prompts, **columns)]

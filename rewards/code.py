@@ -36,7 +36,7 @@ SANDBOXES = ("auto", "bubblewrap", "process")
 
 
 def resolve_sandbox(sandbox: str) -> str:
-    """"bubblewrap" or "process": what `sandbox` means on this machine (auto falls back loudly)."""
+    """ "bubblewrap" or "process": what `sandbox` means on this machine (auto falls back loudly)."""
     if sandbox not in SANDBOXES:
         raise RewardError(f"code reward: sandbox must be one of {', '.join(SANDBOXES)} (got {sandbox!r})")
     if sandbox == "process":
@@ -46,8 +46,11 @@ def resolve_sandbox(sandbox: str) -> str:
         return "bubblewrap"
     if sandbox == "bubblewrap":
         raise RewardError(f"code reward: sandbox 'bubblewrap' is unavailable: {reason}")
-    logger.warning("code reward: bubblewrap unavailable (%s); FALLING BACK to a plain process: candidate code "
-                   "can read the host's files and processes (see docs/security.md)", reason)
+    logger.warning(
+        "code reward: bubblewrap unavailable (%s); FALLING BACK to a plain process: candidate code "
+        "can read the host's files and processes (see docs/security.md)",
+        reason,
+    )
     return "process"
 
 
@@ -60,8 +63,9 @@ def extract_code(text: str) -> str:
     return blocks[-1][1] if blocks else text
 
 
-def run_tests(code: str, tests: Sequence[str], *, timeout_s: float = 5.0, memory_mb: int = 512,
-              sandbox: str = "process") -> tuple[int, list[str]]:
+def run_tests(
+    code: str, tests: Sequence[str], *, timeout_s: float = 5.0, memory_mb: int = 512, sandbox: str = "process"
+) -> tuple[int, list[str]]:
     """(tests passed, failure lines) of `code` against `tests` (each a Python snippet, e.g. an assert).
 
     `sandbox`: "bubblewrap" or "process" (see `resolve_sandbox`)."""
@@ -74,14 +78,30 @@ def run_tests(code: str, tests: Sequence[str], *, timeout_s: float = 5.0, memory
         prefix, harness = [], str(_HARNESS)
         if sandbox == "bubblewrap":
             # a fresh user namespace: uid 65534 inside, no capability outside; workdir is its only writable place
-            prefix = bwrap_command(sys.executable, workdir=workdir, read_only={str(_HARNESS): _HARNESS_INSIDE},
-                                   user_namespace=True) + ["--chdir", workdir]
+            prefix = bwrap_command(
+                sys.executable, workdir=workdir, read_only={str(_HARNESS): _HARNESS_INSIDE}, user_namespace=True
+            ) + ["--chdir", workdir]
             harness = _HARNESS_INSIDE
-        command = [*prefix, sys.executable, "-I", harness, "solution.py", "tests.json", str(results),
-                   str(memory_mb * 1024 * 1024), str(max(1, int(timeout_s + 0.999)))]
-        process = subprocess.Popen(command, cwd=root, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                   stderr=subprocess.PIPE, env={"PATH": os.environ.get("PATH", "")},
-                                   start_new_session=True)
+        command = [
+            *prefix,
+            sys.executable,
+            "-I",
+            harness,
+            "solution.py",
+            "tests.json",
+            str(results),
+            str(memory_mb * 1024 * 1024),
+            str(max(1, int(timeout_s + 0.999))),
+        ]
+        process = subprocess.Popen(
+            command,
+            cwd=root,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env={"PATH": os.environ.get("PATH", "")},
+            start_new_session=True,
+        )
         timed_out = False
         try:
             _, stderr = process.communicate(timeout=timeout_s)
@@ -116,8 +136,16 @@ class CodeReward(Reward):
 
     name = "code"
 
-    def __init__(self, tests_key: str = "tests", *, timeout_s: float = 5.0, memory_mb: int = 512,
-                 all_or_nothing: bool = False, workers: int | None = None, sandbox: str = "auto") -> None:
+    def __init__(
+        self,
+        tests_key: str = "tests",
+        *,
+        timeout_s: float = 5.0,
+        memory_mb: int = 512,
+        all_or_nothing: bool = False,
+        workers: int | None = None,
+        sandbox: str = "auto",
+    ) -> None:
         super().__init__()
         if timeout_s <= 0 or memory_mb <= 0:
             raise RewardError(f"code reward: timeout_s and memory_mb must be > 0 (got {timeout_s}, {memory_mb})")
@@ -144,8 +172,13 @@ class CodeReward(Reward):
         code = extract_code(completion_text(completion))
         if not code.strip():
             return Score(0.0, None, "no code found")
-        passed, failures = run_tests(code, [str(t) for t in tests], timeout_s=self.timeout_s, memory_mb=self.memory_mb,
-                                     sandbox=self._resolved_sandbox or "process")
+        passed, failures = run_tests(
+            code,
+            [str(t) for t in tests],
+            timeout_s=self.timeout_s,
+            memory_mb=self.memory_mb,
+            sandbox=self._resolved_sandbox or "process",
+        )
         fraction = passed / len(tests)
         value = float(passed == len(tests)) if self.all_or_nothing else fraction
         reason = f"passed {passed}/{len(tests)} tests"

@@ -153,4 +153,11 @@ def _nth_dollar_end(text: str, n: int) -> int:
     return len(text)
 
 
-__all__ = ["Extraction", "extract_answer", "extract_with_source", "last_answer_line", "last_boxed", "last_math_expression"]
+__all__ = [
+    "Extraction",
+    "extract_answer",
+    "extract_with_source",
+    "last_answer_line",
+    "last_boxed",
+    "last_math_expression",
+]

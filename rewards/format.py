@@ -25,8 +25,14 @@ class FormatReward(Reward):
 
     name = "format"
 
-    def __init__(self, pattern: str | None = None, *, fullmatch: bool = False, require_think: bool | None = None,
-                 require_boxed: bool | None = None) -> None:
+    def __init__(
+        self,
+        pattern: str | None = None,
+        *,
+        fullmatch: bool = False,
+        require_think: bool | None = None,
+        require_boxed: bool | None = None,
+    ) -> None:
         super().__init__()
         try:
             self._regex = re.compile(pattern, re.DOTALL) if pattern is not None else None

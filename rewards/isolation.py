@@ -48,8 +48,13 @@ def python_binds(python: str) -> tuple[tuple[str, str], ...]:
     if os.path.realpath(python) == os.path.realpath(sys.executable):
         prefixes = [sys.prefix, sys.base_prefix]
     else:
-        reply = subprocess.run([python, "-I", "-c", "import sys, json; print(json.dumps([sys.prefix, sys.base_prefix]))"],
-                               capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, check=True)
+        reply = subprocess.run(
+            [python, "-I", "-c", "import sys, json; print(json.dumps([sys.prefix, sys.base_prefix]))"],
+            capture_output=True,
+            text=True,
+            timeout=PROBE_TIMEOUT_S,
+            check=True,
+        )
         prefixes = json.loads(reply.stdout)
     called_as = os.path.dirname(os.path.dirname(os.path.abspath(python)))
     binds: dict[str, str] = {}
@@ -65,8 +70,9 @@ def _parents(path: str) -> list[str]:
     return [str(parent) for parent in reversed(list(parts)) if str(parent) != "/"]
 
 
-def bwrap_command(python: str, *, workdir: str, read_only: dict[str, str] | None = None,
-                  user_namespace: bool) -> list[str]:
+def bwrap_command(
+    python: str, *, workdir: str, read_only: dict[str, str] | None = None, user_namespace: bool
+) -> list[str]:
     """The `bwrap ...` prefix that runs `python` (append its arguments) in the sandbox described above.
 
     `read_only` maps extra host files to paths inside (e.g. a worker script). With `user_namespace`
@@ -76,8 +82,18 @@ def bwrap_command(python: str, *, workdir: str, read_only: dict[str, str] | None
     bwrap = bwrap_path()
     if bwrap is None:
         raise FileNotFoundError("bwrap (bubblewrap) is not installed")
-    command = [bwrap, "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
-               "--die-with-parent", "--new-session", "--hostname", "sandbox"]
+    command = [
+        bwrap,
+        "--unshare-ipc",
+        "--unshare-pid",
+        "--unshare-net",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--die-with-parent",
+        "--new-session",
+        "--hostname",
+        "sandbox",
+    ]
     if user_namespace:
         command += ["--unshare-user", "--uid", "65534", "--gid", "65534", "--cap-drop", "ALL"]
     else:
@@ -112,8 +128,13 @@ def probe_bubblewrap(python: str, user_namespace: bool) -> str | None:
     with tempfile.TemporaryDirectory(prefix="tfgrpo-bwrap-probe-") as workdir:
         try:
             command = bwrap_command(python, workdir=workdir, user_namespace=user_namespace)
-            probe = subprocess.run([*command, python, "-I", "-c", "import os; os.listdir('/proc')"],
-                                   capture_output=True, timeout=PROBE_TIMEOUT_S, check=False, env={"PATH": os.defpath})
+            probe = subprocess.run(
+                [*command, python, "-I", "-c", "import os; os.listdir('/proc')"],
+                capture_output=True,
+                timeout=PROBE_TIMEOUT_S,
+                check=False,
+                env={"PATH": os.defpath},
+            )
         except (OSError, subprocess.SubprocessError) as exc:
             return f"bwrap failed to start: {exc}"
     if probe.returncode != 0:

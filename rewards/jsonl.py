@@ -32,8 +32,10 @@ class ScoreSummary:
 
     def line(self) -> str:
         mean = "n/a" if self.mean_reward is None else f"{self.mean_reward:.4f}"
-        return (f"{self.rows} rows: {self.scored} scored, mean reward {mean}, {self.unscorable} unscorable (None), "
-                f"{len(self.malformed)} malformed")
+        return (
+            f"{self.rows} rows: {self.scored} scored, mean reward {mean}, {self.unscorable} unscorable (None), "
+            f"{len(self.malformed)} malformed"
+        )
 
 
 def _parse_line(number: int, line: str, source: str, completion_key: str, answer_key: str | None) -> dict[str, Any]:
@@ -52,8 +54,16 @@ def _parse_line(number: int, line: str, source: str, completion_key: str, answer
     return row
 
 
-def score_lines(lines: Iterable[str], reward: Reward, *, source: str = "input", completion_key: str = "completion",
-                answer_key: str = "answer", chunk_size: int = 512, summary: ScoreSummary | None = None) -> Iterator[dict[str, Any]]:
+def score_lines(
+    lines: Iterable[str],
+    reward: Reward,
+    *,
+    source: str = "input",
+    completion_key: str = "completion",
+    answer_key: str = "answer",
+    chunk_size: int = 512,
+    summary: ScoreSummary | None = None,
+) -> Iterator[dict[str, Any]]:
     """Yield scored rows in input order; malformed lines go to `summary.malformed` (also grouped rewards
     such as `majority` see the whole file as one batch, so their groups are never split)."""
     summary = summary if summary is not None else ScoreSummary()
@@ -76,8 +86,14 @@ def score_lines(lines: Iterable[str], reward: Reward, *, source: str = "input", 
         yield from _score_chunk(chunk, reward, source, completion_key, answer_key, summary)
 
 
-def _score_chunk(chunk: list[tuple[int, dict[str, Any]]], reward: Reward, source: str, completion_key: str,
-                 answer_key: str, summary: ScoreSummary) -> Iterator[dict[str, Any]]:
+def _score_chunk(
+    chunk: list[tuple[int, dict[str, Any]]],
+    reward: Reward,
+    source: str,
+    completion_key: str,
+    answer_key: str,
+    summary: ScoreSummary,
+) -> Iterator[dict[str, Any]]:
     try:
         scores = _score_rows([row for _, row in chunk], reward, completion_key, answer_key)
     except RewardError:

@@ -56,9 +56,17 @@ class JudgeReward(Reward):
 
     name = "judge"
 
-    def __init__(self, complete: Complete, *, answer_key: str = "answer", question_key: str = "problem",
-                 template: str | Path | None = None, system_template: str | Path | None = None,
-                 concurrency: int = 8, max_response_chars: int = 8000) -> None:
+    def __init__(
+        self,
+        complete: Complete,
+        *,
+        answer_key: str = "answer",
+        question_key: str = "problem",
+        template: str | Path | None = None,
+        system_template: str | Path | None = None,
+        concurrency: int = 8,
+        max_response_chars: int = 8000,
+    ) -> None:
         super().__init__()
         if not callable(complete):
             raise RewardError("judge reward needs `complete`, a callable messages -> reply text")
@@ -85,7 +93,9 @@ class JudgeReward(Reward):
         questions = _per_row(columns.get(self.question_key), n)
         prompt_list = list(prompts) if prompts is not None else [None] * n
         requests = []
-        for completion, reference, question, prompt in zip(completions, references, questions, prompt_list, strict=True):
+        for completion, reference, question, prompt in zip(
+            completions, references, questions, prompt_list, strict=True
+        ):
             question_text = str(question) if question is not None else _question_from_prompt(prompt)
             requests.append(self.messages(question_text, str(reference), completion_text(completion)))
         with ThreadPoolExecutor(max_workers=max(1, self.concurrency)) as pool:
@@ -97,7 +107,13 @@ class JudgeReward(Reward):
                 scores.append(Score(None, None, f"judge reply had no VERDICT line: {reply[-120:]!r}"))
             else:
                 justification = reply.strip().splitlines()[0][:160] if reply.strip() else ""
-                scores.append(Score(1.0 if verdict else 0.0, None, f"judge: {'correct' if verdict else 'incorrect'} ({justification})"))
+                scores.append(
+                    Score(
+                        1.0 if verdict else 0.0,
+                        None,
+                        f"judge: {'correct' if verdict else 'incorrect'} ({justification})",
+                    )
+                )
         return scores
 
 

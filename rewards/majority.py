@@ -33,8 +33,9 @@ def majority_vote(answers: Sequence[str | None], *, ties: TieRule = "none", min_
     return None if vote is None else vote.first
 
 
-def group_indices(n: int, *, prompts: Sequence[Any] | None, columns: dict[str, Any], group_key: str,
-                  group_size: int | None) -> list[list[int]]:
+def group_indices(
+    n: int, *, prompts: Sequence[Any] | None, columns: dict[str, Any], group_key: str, group_size: int | None
+) -> list[list[int]]:
     """Which completions belong together: fixed-size chunks, a group column, equal prompts, or all."""
     if group_size:
         if n % group_size:
@@ -63,8 +64,15 @@ class MajorityReward(Reward):
 
     name = "majority"
 
-    def __init__(self, *, group_key: str = "query_id", group_size: int | None = None, ties: TieRule = "none",
-                 min_share: float = 0.0, timeout_s: float = 1.0) -> None:
+    def __init__(
+        self,
+        *,
+        group_key: str = "query_id",
+        group_size: int | None = None,
+        ties: TieRule = "none",
+        min_share: float = 0.0,
+        timeout_s: float = 1.0,
+    ) -> None:
         super().__init__()
         if ties not in ("none", "first"):
             raise RewardError(f"ties must be 'none' or 'first', got {ties!r}")
@@ -76,8 +84,9 @@ class MajorityReward(Reward):
 
     def score(self, completions: Sequence[Any], prompts: Sequence[Any] | None = None, **columns: Any) -> list[Score]:
         extracted = [extract_answer(completion_text(c)) for c in completions]
-        groups = group_indices(len(completions), prompts=prompts, columns=columns, group_key=self.group_key,
-                               group_size=self.group_size)
+        groups = group_indices(
+            len(completions), prompts=prompts, columns=columns, group_key=self.group_key, group_size=self.group_size
+        )
         scores: list[Score | None] = [None] * len(completions)
         pairs: list[tuple[int, str, str, int]] = []
         for group in groups:
@@ -94,12 +103,17 @@ class MajorityReward(Reward):
                     scores[i] = Score(0.0, None, f"no answer found; majority answer {pseudo} ({votes}/{len(group)})")
                 else:
                     pairs.append((i, pseudo, answer, votes))
-        verdicts = _compare([(pseudo, pred) for _, pseudo, pred, _ in pairs], shared_verifier(timeout_s=self.timeout_s))
+        verdicts = _compare(
+            [(pseudo, pred) for _, pseudo, pred, _ in pairs], shared_verifier(timeout_s=self.timeout_s)
+        )
         for (i, pseudo, pred, votes), verdict in zip(pairs, verdicts, strict=True):
             size = next(len(g) for g in groups if i in g)
             agrees = verdict.equal is True
-            scores[i] = Score(1.0 if agrees else 0.0, pred,
-                              f"{'agrees' if agrees else 'disagrees'} with the majority answer {pseudo} ({votes}/{size} votes)")
+            scores[i] = Score(
+                1.0 if agrees else 0.0,
+                pred,
+                f"{'agrees' if agrees else 'disagrees'} with the majority answer {pseudo} ({votes}/{size} votes)",
+            )
         return scores  # type: ignore[return-value]
 
 

@@ -46,7 +46,9 @@ def is_equivalent(gold: Any, pred: str | None, *, verifier: Verifier | None = No
     return _compare([(gold_text, pred)], verifier or shared_verifier(timeout_s=timeout_s))[0].equal is True
 
 
-def equivalent_many(pairs: Sequence[tuple[str, str]], *, verifier: Verifier | None = None, timeout_s: float = 1.0) -> list[bool]:
+def equivalent_many(
+    pairs: Sequence[tuple[str, str]], *, verifier: Verifier | None = None, timeout_s: float = 1.0
+) -> list[bool]:
     """`is_equivalent` for many (gold, pred) pairs at once: plain numbers in process, the rest in parallel workers."""
     usable = [(gold_answer(gold), pred) for gold, pred in pairs]
     todo = [(index, (gold, pred)) for index, (gold, pred) in enumerate(usable) if gold is not None and pred]
@@ -89,8 +91,14 @@ class MathReward(Reward):
 
     name = "math"
 
-    def __init__(self, answer_key: str = "answer", *, timeout_s: float = 1.0, workers: int | None = None,
-                 verifier: Verifier | None = None) -> None:
+    def __init__(
+        self,
+        answer_key: str = "answer",
+        *,
+        timeout_s: float = 1.0,
+        workers: int | None = None,
+        verifier: Verifier | None = None,
+    ) -> None:
         super().__init__()
         self.answer_key = answer_key
         self.timeout_s = timeout_s

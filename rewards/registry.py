@@ -71,7 +71,9 @@ class CombinedReward(Reward):
             known = [(w, s.value) for _, w, s in parts if s.value is not None]
             value = sum(w * v for w, v in known) if known else None
             extracted = next((s.extracted for _, _, s in parts if s.extracted is not None), None)
-            reason = "; ".join(f"{r.name}={'None' if s.value is None else f'{s.value:g}'} ({s.reason})" for r, _, s in parts)
+            reason = "; ".join(
+                f"{r.name}={'None' if s.value is None else f'{s.value:g}'} ({s.reason})" for r, _, s in parts
+            )
             scores.append(Score(value, extracted, reason))
         return scores
 

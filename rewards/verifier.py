@@ -202,8 +202,15 @@ class Verifier:
         cache_size: recent verdicts kept (GRPO groups repeat answers); 0 disables the cache.
     """
 
-    def __init__(self, workers: int | None = None, *, timeout_s: float = 1.0, wall_factor: float = 3.0,
-                 memory_limit_mb: int | None = 2048, cache_size: int = 4096) -> None:
+    def __init__(
+        self,
+        workers: int | None = None,
+        *,
+        timeout_s: float = 1.0,
+        wall_factor: float = 3.0,
+        memory_limit_mb: int | None = 2048,
+        cache_size: int = 4096,
+    ) -> None:
         if timeout_s <= 0:
             raise RewardError(f"timeout_s must be > 0, got {timeout_s}")
         self.workers = workers or default_worker_count()
@@ -227,8 +234,13 @@ class Verifier:
 
     # Pickling (TRL may pickle reward functions) carries the settings, never processes or pipes.
     def __getstate__(self) -> dict[str, Any]:
-        return {"workers": self.workers, "timeout_s": self.timeout_s, "wall_factor": self.wall_factor, "memory_limit_mb": self.memory_limit_mb,
-                "cache_size": self.cache_size}
+        return {
+            "workers": self.workers,
+            "timeout_s": self.timeout_s,
+            "wall_factor": self.wall_factor,
+            "memory_limit_mb": self.memory_limit_mb,
+            "cache_size": self.cache_size,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -407,4 +419,3 @@ def shared_verifier(workers: int | None = None, timeout_s: float = 1.0) -> Verif
 
 
 __all__ = ["Verdict", "Verifier", "default_worker_count", "shared_verifier"]
-

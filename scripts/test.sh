@@ -6,6 +6,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} TOKENIZERS_PARALLELISM=${TOKENIZERS_PARALLELISM:-false} NO_MKDOCS_2_WARNING=1
+# Lint and format first: seconds, and they fail fast.
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .
 .venv/bin/python -m pytest -q "$@"
 # The layers (docs/architecture.md): an import that points up fails the run.
 .venv/bin/lint-imports --no-cache

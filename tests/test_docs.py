@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from eval.runner import EvalConfig
-from tfgrpo.llm.config import LLMConfig
 from tfgrpo.learn.config import LearnConfig
+from tfgrpo.llm.config import LLMConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from eval.seeds import write_seed_set
-from tfgrpo.learn.loop import LearnResult, learn
 from tfgrpo.learn.config import LearnConfig
+from tfgrpo.learn.loop import LearnResult, learn
 from tfgrpo.llm.client import LLMClient
 
 
@@ -21,8 +21,13 @@ def seed_list(first: int, count: int) -> list[int]:
     return [first + offset for offset in range(count)]
 
 
-def learn_seeds(config: LearnConfig, count: int, *, client_for: Callable[[LearnConfig], LLMClient] | None = None,
-                console: Any | None = None) -> list[LearnResult]:
+def learn_seeds(
+    config: LearnConfig,
+    count: int,
+    *,
+    client_for: Callable[[LearnConfig], LLMClient] | None = None,
+    console: Any | None = None,
+) -> list[LearnResult]:
     """Learn once per seed; stops at the first run that does not complete (its resume command is in the result)."""
     seeds = seed_list(config.seed, count)
     root = Path(config.out)

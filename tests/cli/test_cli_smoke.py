@@ -12,14 +12,24 @@ from typer.testing import CliRunner
 
 from tfgrpo.cli.app import app
 
-HEAVY = {"torch", "transformers", "chromadb", "litellm", "trl", "peft", "sentence_transformers", "math_verify", "sympy", "openai"}
+HEAVY = {
+    "torch",
+    "transformers",
+    "chromadb",
+    "litellm",
+    "trl",
+    "peft",
+    "sentence_transformers",
+    "math_verify",
+    "sympy",
+    "openai",
+}
 
 
 def test_cli_start_imports_no_heavy_library():
     """`tfgrpo --help` must stay fast: nothing heavy may be imported at module level of the CLI."""
     code = (
-        "import sys, tfgrpo.cli.app; "
-        f"print(sorted({{m.split('.')[0] for m in sys.modules}} & set({sorted(HEAVY)!r})))"
+        f"import sys, tfgrpo.cli.app; print(sorted({{m.split('.')[0] for m in sys.modules}} & set({sorted(HEAVY)!r})))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "[]"
@@ -37,7 +47,9 @@ def test_every_command_has_help():
 def test_chat_answers_with_the_embedded_model():
     result = subprocess.run(
         [sys.executable, "-m", "tfgrpo", "chat", "What is the capital of France?", "--max-tokens", "16"],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr
     # chat is greedy by default: the same answer every time (a --max-tokens alone must not change that)
@@ -76,7 +88,9 @@ def test_eval_and_compare_on_the_embedded_model(tmp_path):
     assert all("[G0]. Add the two numbers" in r["messages"][0]["content"] for r in rows)
     assert all(r["completion"].strip() for r in rows)  # the model really answered
 
-    result = runner.invoke(app, ["compare", str(tmp_path / "base"), str(tmp_path / "lib"), "--out", str(tmp_path / "report")])
+    result = runner.invoke(
+        app, ["compare", str(tmp_path / "base"), str(tmp_path / "lib"), "--out", str(tmp_path / "report")]
+    )
     assert result.exit_code == 0, result.output
     parser = _Tags()
     parser.feed((tmp_path / "report" / "report.html").read_text())

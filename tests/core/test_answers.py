@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from tests.helpers.learn_world import World, read_jsonl, write_problems
 from rewards.majority import majority_vote as reward_majority_vote
+from tests.helpers.learn_world import World, read_jsonl, write_problems
 from tfgrpo.core.answers import CORRECT_THRESHOLD, is_correct, majority_vote, vote_key
 from tfgrpo.core.metrics import majority_answer, problem_results
 from tfgrpo.learn.config import LearnConfig
@@ -58,8 +58,15 @@ def test_maj_at_k_and_the_ground_truth_free_pseudo_label_agree_on_a_tie(tmp_path
 
     world.reply_for = tied
     data = write_problems(tmp_path / "train.jsonl", [(2, 3)])
-    config = LearnConfig(data=str(data), out=str(tmp_path / "run"), dedup=False, group_size=4, epochs=1,
-                         ground_truth=False, llm={"max_retries": 0})
+    config = LearnConfig(
+        data=str(data),
+        out=str(tmp_path / "run"),
+        dedup=False,
+        group_size=4,
+        epochs=1,
+        ground_truth=False,
+        llm={"max_retries": 0},
+    )
     backend = ScriptedBackend(world.respond)
     client = build_client(config.llm, backends=[backend], cache_path=Path(config.out) / "cache.sqlite")
     learn(config, client=client, console=Console(file=io.StringIO()))
@@ -68,8 +75,10 @@ def test_maj_at_k_and_the_ground_truth_free_pseudo_label_agree_on_a_tie(tmp_path
     pseudo_labels = {r["pseudo_label"] for r in rows}
 
     # eval's maj@k over the same samples, in sample order
-    samples = [{"problem_id": "p", "sample": r["sample"], "extracted": r["extracted"], "reward": 0.0, "gold": "5"}
-               for r in rows]
+    samples = [
+        {"problem_id": "p", "sample": r["sample"], "extracted": r["extracted"], "reward": 0.0, "gold": "5"}
+        for r in rows
+    ]
     maj = problem_results(samples)[0][0]  # (per-problem rows, counters)
     assert majority_answer([r["extracted"] for r in rows])[0] == "6"
     assert pseudo_labels == {"6"} and maj["maj_answer"] == "6"

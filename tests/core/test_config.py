@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import pytest
 
-from tfgrpo.llm.chat import ChatConfig
 from tfgrpo.core.config import ConfigError, build_config, dump_config
+from tfgrpo.llm.chat import ChatConfig
 from tfgrpo.llm.config import LLMConfig
 
 
 def test_yaml_is_overridden_by_command_line(tmp_path):
     path = tmp_path / "c.yaml"
-    path.write_text("llm:\n  backend: openai\n  model: gpt-4o-mini\n  base_url: http://x/v1\nsampling:\n  temperature: 0.3\n")
-    config = build_config(ChatConfig, path, {"llm": {"model": "deepseek-chat", "api_key": None}, "sampling": {"temperature": None}})
+    path.write_text(
+        "llm:\n  backend: openai\n  model: gpt-4o-mini\n  base_url: http://x/v1\nsampling:\n  temperature: 0.3\n"
+    )
+    config = build_config(
+        ChatConfig, path, {"llm": {"model": "deepseek-chat", "api_key": None}, "sampling": {"temperature": None}}
+    )
     assert config.llm.backend == "openai"
     assert config.llm.model == "deepseek-chat"
     assert config.llm.base_url == ["http://x/v1"]
@@ -60,6 +64,10 @@ def test_a_partial_section_keeps_the_fields_own_defaults(tmp_path):
 def test_learn_stage_sampling_stays_greedy_when_only_its_length_changes():
     from tfgrpo.learn.config import LearnConfig
 
-    config = build_config(LearnConfig, None, {"data": "easy", "stage_sampling": {"max_tokens": 256}, "rollout_sampling": {"max_tokens": 64}})
+    config = build_config(
+        LearnConfig,
+        None,
+        {"data": "easy", "stage_sampling": {"max_tokens": 256}, "rollout_sampling": {"max_tokens": 64}},
+    )
     assert config.stage_sampling.temperature == 0.0 and config.stage_sampling.max_tokens == 256
     assert config.rollout_sampling.temperature == 0.7

@@ -41,8 +41,14 @@ def _reply(tmp_path: Path, name: str, text: str) -> Path:
 
 
 def _apply(lib: Path, reply: Path, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tfgrpo", "library", "apply", str(lib), str(reply)],
-                          capture_output=True, text=True, env=_env(**env), cwd=PROJECT, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "tfgrpo", "library", "apply", str(lib), str(reply)],
+        capture_output=True,
+        text=True,
+        env=_env(**env),
+        cwd=PROJECT,
+        timeout=120,
+    )
 
 
 def _temp_files(root: Path) -> list[Path]:
@@ -68,7 +74,9 @@ def test_a_kill_at_every_commit_step_recovers_on_the_next_apply(tmp_path: Path) 
         assert "Draw a diagram." in texts and "Check bounds." in texts
         history = History.for_library(lib)
         assert history.versions()[-1] == library.version, point
-        assert [(e.id, e.text) for e in history.load(library.version).experiences] == [(e.id, e.text) for e in library.experiences]
+        assert [(e.id, e.text) for e in history.load(library.version).experiences] == [
+            (e.id, e.text) for e in library.experiences
+        ]
         assert _temp_files(case) == [], f"kill at point {point} left temp files behind"
         records = history.records()  # every line of the op log parses
         assert records and records[-1]["version"] == library.version
@@ -100,8 +108,17 @@ def test_two_concurrent_writers_lose_no_reported_success(tmp_path: Path) -> None
     lib = _library(tmp_path)
     script = tmp_path / "writer.py"
     script.write_text(WRITER)
-    writers = [subprocess.Popen([sys.executable, str(script), str(lib), name, "50"], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, env=_env(), cwd=PROJECT) for name in ("a", "b")]
+    writers = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(lib), name, "50"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=_env(),
+            cwd=PROJECT,
+        )
+        for name in ("a", "b")
+    ]
     reported = []
     for writer in writers:
         out, err = writer.communicate(timeout=280)
@@ -151,9 +168,18 @@ def test_resume_beside_a_live_run_is_refused(tmp_path: Path) -> None:
     config = LearnConfig(data=str(data), out=str(out), dedup=False)
     first = RunDir(out)
     first.start(config)
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom filelock import FileLock\n"
-                               f"lock = FileLock({str(out / 'run.lock')!r}); lock.acquire()\nprint('held', flush=True)\n"
-                               "time.sleep(60)"], stdout=subprocess.PIPE, text=True, env=_env())
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\nfrom filelock import FileLock\n"
+            f"lock = FileLock({str(out / 'run.lock')!r}); lock.acquire()\nprint('held', flush=True)\n"
+            "time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=_env(),
+    )
     first.release()
     try:
         assert holder.stdout.readline().strip() == "held"
@@ -186,8 +212,12 @@ def test_resume_removes_temp_files_a_killed_run_left(tmp_path: Path) -> None:
     run = RunDir(out)
     run.start(config)
     run.release()
-    left = [out / ".state.json.x1.tmp", out / ".metrics.json.x2.tmp", out / "steps" / "0001" / ".library.json.x3.tmp",
-            out / "library.history" / "snapshots" / ".v0001.json.x4.tmp"]
+    left = [
+        out / ".state.json.x1.tmp",
+        out / ".metrics.json.x2.tmp",
+        out / "steps" / "0001" / ".library.json.x3.tmp",
+        out / "library.history" / "snapshots" / ".v0001.json.x4.tmp",
+    ]
     for temp in left:
         temp.parent.mkdir(parents=True, exist_ok=True)
         temp.write_text("x" * 1000)

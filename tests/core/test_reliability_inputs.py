@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from tfgrpo.core.datasets import load_dataset_rows
-from tfgrpo.core.errors import DatasetError
 from eval.runner import EvalConfig, evaluate
 from experiences import Library
 from experiences.errors import ImportFormatError, LibraryFileError
 from experiences.export import import_library
-from tfgrpo.core.textfile import MAX_ROW_BYTES
 from tfgrpo.cli.app import main
 from tfgrpo.core.config import ConfigError, build_config
+from tfgrpo.core.datasets import load_dataset_rows
+from tfgrpo.core.errors import DatasetError
+from tfgrpo.core.textfile import MAX_ROW_BYTES
 from tfgrpo.learn.config import LearnConfig
 
 BAD_BYTES = b'{"version": 0, "experiences": [{"id": "G0", "text": "caf\xe9 \xff"}]}\n'
@@ -45,7 +45,9 @@ def test_non_utf8_reply_given_to_apply(tmp_path: Path, capsys):
     library.write_text(json.dumps({"version": 0, "experiences": []}))
     reply = tmp_path / "reply.txt"
     reply.write_bytes(b'[{"option": "add", "experience": "\xff\xfe"}]')
-    assert "reply.txt: line 1, column 35: byte 0xff is not valid UTF-8" in _cli(capsys, "library", "apply", str(library), str(reply))
+    assert "reply.txt: line 1, column 35: byte 0xff is not valid UTF-8" in _cli(
+        capsys, "library", "apply", str(library), str(reply)
+    )
 
 
 def test_non_utf8_import_and_dataset_and_score_inputs(tmp_path: Path, capsys):
@@ -76,7 +78,11 @@ def test_deeply_nested_library_is_a_clear_error_not_a_recursion_error(tmp_path: 
 
 def test_oversized_dataset_row_is_refused_without_reading_it_whole(tmp_path: Path):
     data = tmp_path / "data.jsonl"
-    data.write_text('{"problem": "ok", "answer": "1"}\n' + json.dumps({"problem": "x" * (MAX_ROW_BYTES + 10), "answer": "2"}) + "\n")
+    data.write_text(
+        '{"problem": "ok", "answer": "1"}\n'
+        + json.dumps({"problem": "x" * (MAX_ROW_BYTES + 10), "answer": "2"})
+        + "\n"
+    )
     with pytest.raises(DatasetError, match=r"data.jsonl:2: row is longer than the limit of 1,048,576 bytes"):
         load_dataset_rows(data)
 

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from tfgrpo.core.datasets import load_dataset_rows
-from tfgrpo.core.lockout import TestSetOverlapError, check_no_test_overlap, find_test_overlap, text_hash
 from tests.helpers.learn_world import World, write_problems
 from tfgrpo.cli.app import main
-from tfgrpo.learn.loop import learn
+from tfgrpo.core.datasets import load_dataset_rows
+from tfgrpo.core.lockout import TestSetOverlapError, check_no_test_overlap, find_test_overlap, text_hash
 from tfgrpo.learn.config import LearnConfig
+from tfgrpo.learn.loop import learn
 from tfgrpo.llm.backends.scripted import ScriptedBackend
 from tfgrpo.llm.factory import build_client
 
@@ -37,17 +37,23 @@ def test_text_hash_ignores_case_spacing_and_punctuation():
 
 
 def test_overlap_by_id_and_by_text(tmp_path, aime_text):
-    data = write_rows(tmp_path / "train.jsonl", [
-        {"id": "aime2024-I-01", "problem": "A different text entirely.", "answer": "1"},  # same id
-        {"id": "mine-2", "problem": "  " + aime_text.upper() + "  ", "answer": "204"},  # same text, other id
-        {"id": "mine-3", "problem": "What is 17+25?", "answer": "42"},
-    ])
+    data = write_rows(
+        tmp_path / "train.jsonl",
+        [
+            {"id": "aime2024-I-01", "problem": "A different text entirely.", "answer": "1"},  # same id
+            {"id": "mine-2", "problem": "  " + aime_text.upper() + "  ", "answer": "204"},  # same text, other id
+            {"id": "mine-3", "problem": "What is 17+25?", "answer": "42"},
+        ],
+    )
     problems = load_dataset_rows(str(data))
     overlaps = find_test_overlap({"--data": problems}, {"aime24": load_dataset_rows("aime24")})
     assert [(o.data_id, o.test_id, o.by) for o in overlaps] == [
-        ("aime2024-I-01", "aime2024-I-01", "id"), ("mine-2", "aime2024-I-01", "text"),
+        ("aime2024-I-01", "aime2024-I-01", "id"),
+        ("mine-2", "aime2024-I-01", "text"),
     ]
-    with pytest.raises(TestSetOverlapError, match=r"shares 2 problem\(s\) with the test set\(s\) aime24.*--allow-test-overlap"):
+    with pytest.raises(
+        TestSetOverlapError, match=r"shares 2 problem\(s\) with the test set\(s\) aime24.*--allow-test-overlap"
+    ):
         check_no_test_overlap({"--data": problems}, {"aime24": load_dataset_rows("aime24")})
 
 
@@ -59,8 +65,15 @@ def test_generated_ids_are_not_compared(tmp_path):
 
 
 def learn_config(tmp_path: Path, data: Path, **settings) -> LearnConfig:
-    return LearnConfig(data=str(data), out=str(tmp_path / "run"), dedup=False, llm={"max_retries": 0},
-                       group_size=2, epochs=1, **settings)
+    return LearnConfig(
+        data=str(data),
+        out=str(tmp_path / "run"),
+        dedup=False,
+        llm={"max_retries": 0},
+        group_size=2,
+        epochs=1,
+        **settings,
+    )
 
 
 def test_learn_refuses_a_bundled_benchmark_and_a_declared_test_set(tmp_path, aime_text):
@@ -72,7 +85,11 @@ def test_learn_refuses_a_bundled_benchmark_and_a_declared_test_set(tmp_path, aim
     with pytest.raises(TestSetOverlapError, match=r"q30_41=.*test.jsonl:q30_41 \(by id\)"):
         learn(learn_config(tmp_path, train, test_data=[str(test)]))
     with pytest.raises(TestSetOverlapError, match="--val-data"):
-        learn(learn_config(tmp_path, write_problems(tmp_path / "ok.jsonl", [(5, 6)]), val_data=str(test), test_data=[str(test)]))
+        learn(
+            learn_config(
+                tmp_path, write_problems(tmp_path / "ok.jsonl", [(5, 6)]), val_data=str(test), test_data=[str(test)]
+            )
+        )
     assert not (tmp_path / "run" / "state.json").exists()  # refused before anything was written
 
 
@@ -87,7 +104,9 @@ def test_learn_cli_prints_one_line_and_the_override_runs(tmp_path, aime_text, ca
     train = write_problems(tmp_path / "train.jsonl", [(17, 25), (30, 41)])
     test = write_problems(tmp_path / "test.jsonl", [(30, 41)])
     config = learn_config(tmp_path, train, test_data=[str(test)], allow_test_overlap=True)
-    client = build_client(config.llm, backends=[ScriptedBackend(World().respond)], cache_path=Path(config.out) / "cache.sqlite")
+    client = build_client(
+        config.llm, backends=[ScriptedBackend(World().respond)], cache_path=Path(config.out) / "cache.sqlite"
+    )
     console = Console(file=io.StringIO(), width=400)
     result = learn(config, client=client, console=console)
     assert result.status == "completed"

@@ -117,9 +117,21 @@ def test_compare_writes_a_report_that_renders(tmp_path):
         tmp_path / "lib",
         _samples(STRONG, seed=2),
         label="library",
-        provenance={"library": "lib.json", "learn_run": "runs/learn", "learn_cost_usd": 0.18, "learn_wall_s": 3000, "train_samples": 100, "model": "m"},
+        provenance={
+            "library": "lib.json",
+            "learn_run": "runs/learn",
+            "learn_cost_usd": 0.18,
+            "learn_wall_s": 3000,
+            "train_samples": 100,
+            "model": "m",
+        },
     )
-    tuned = _write_run(tmp_path / "tuned", _samples(WEAK, seed=1), label="lora", provenance={"finetune_method": "sft", "finetune_wall_s": 7200})
+    tuned = _write_run(
+        tmp_path / "tuned",
+        _samples(WEAK, seed=1),
+        label="lora",
+        provenance={"finetune_method": "sft", "finetune_wall_s": 7200},
+    )
     learn = tmp_path / "learn"
     learn.mkdir()
     steps = [{"step": i, "epoch": 0, "accuracy": 0.2 + 0.1 * i, "library_size": 2 * i} for i in range(4)]

@@ -64,7 +64,10 @@ def test_jsonl_with_custom_keys_extra_columns_and_generated_ids(tmp_path):
         ],
     )
     rows = load_dataset_rows(path, problem_key="question", answer_key="solution")
-    assert [(r.id, r.answer, r.extra) for r in rows] == [("row-0000", "2", {"level": 1}), ("row-0001", "4", {"level": 2})]
+    assert [(r.id, r.answer, r.extra) for r in rows] == [
+        ("row-0000", "2", {"level": 1}),
+        ("row-0001", "4", {"level": 2}),
+    ]
 
 
 def test_missing_key_names_file_line_and_key(tmp_path):

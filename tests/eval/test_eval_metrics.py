@@ -196,7 +196,10 @@ def test_bootstrap_ci_properties():
 
 
 def test_aggregate_on_a_subset():
-    per_problem = [{"id": "a", "n": 4, "correct": 4, "maj_correct": True}, {"id": "b", "n": 4, "correct": 0, "maj_correct": False}]
+    per_problem = [
+        {"id": "a", "n": 4, "correct": 4, "maj_correct": True},
+        {"id": "b", "n": 4, "correct": 0, "maj_correct": False},
+    ]
     summary = aggregate(per_problem[:1])
     assert summary["mean_at_k"] == 1.0 and summary["maj_at_k"] == 1.0 and summary["num_problems"] == 1
     assert aggregate(per_problem)["mean_at_k"] == 0.5

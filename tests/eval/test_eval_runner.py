@@ -9,8 +9,8 @@ import pytest
 
 from eval.runner import EvalConfig, evaluate
 from experiences import Library
-from tfgrpo.llm.config import LLMConfig
 from tfgrpo.llm.backends.scripted import ScriptedBackend
+from tfgrpo.llm.config import LLMConfig
 from tfgrpo.llm.factory import build_client
 
 NUM_PROBLEMS = 12
@@ -19,7 +19,10 @@ NUM_PROBLEMS = 12
 @pytest.fixture()
 def dataset(tmp_path):
     path = tmp_path / "toy.jsonl"
-    rows = [{"id": f"q{i:02d}", "problem": f"Problem number {i}: what is {i} times 1?", "answer": str(i)} for i in range(NUM_PROBLEMS)]
+    rows = [
+        {"id": f"q{i:02d}", "problem": f"Problem number {i}: what is {i} times 1?", "answer": str(i)}
+        for i in range(NUM_PROBLEMS)
+    ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
 
@@ -75,7 +78,7 @@ def test_rerun_is_free_and_identical(tmp_path, dataset):
     assert backend.num_samples_served == served
     assert second.metrics["mean_at_k"] == first.metrics["mean_at_k"]
     assert second.metrics["usage"]["total"]["calls"] == 0
-    strip = lambda t: [{k: v for k, v in json.loads(l).items() if k not in ("cached",)} for l in t.splitlines()]  # noqa: E731
+    strip = lambda t: [{k: v for k, v in json.loads(line).items() if k not in ("cached",)} for line in t.splitlines()]  # noqa: E731
     assert strip((tmp_path / "e" / "samples.jsonl").read_text()) == strip(text)
 
 
@@ -118,13 +121,18 @@ def test_eval_with_python_tool_records_tool_calls(tmp_path, dataset):
     def agentic(request, index):
         last = request.messages[-1].content or ""
         if "Output:" in last:
-            value = re.search(r"Output:\s*```[a-z]*\s*(-?\d+)", last) or re.search(r"(-?\d+)", last.split("Output:")[-1])
+            value = re.search(r"Output:\s*```[a-z]*\s*(-?\d+)", last) or re.search(
+                r"(-?\d+)", last.split("Output:")[-1]
+            )
             return f"The tool says {value.group(1)}, so \\boxed{{{value.group(1)}}}"
         number = int(re.search(r"Problem number (\d+)", request.messages[-1].content).group(1))
         return f"Let me compute.\n```python\nprint({number} * 1)\n```"
 
     config = EvalConfig(
-        data=str(dataset), out=str(tmp_path / "tools"), samples=1, limit=3,
+        data=str(dataset),
+        out=str(tmp_path / "tools"),
+        samples=1,
+        limit=3,
         agent=AgentConfig(tools=["python"], protocol="text", max_turns=3),
     )
     result = run(config, ScriptedBackend(agentic))
@@ -137,11 +145,15 @@ def test_eval_with_python_tool_records_tool_calls(tmp_path, dataset):
 def test_topk_injection_uses_the_nearest_experiences(tmp_path, dataset):
     """--inject topk:1 puts only the experience nearest to each problem into its prompt."""
     library = tmp_path / "lib.json"
-    Library.from_texts([
-        "Multiply carefully and box the final integer.",
-        "In geometry, draw the triangle and label every angle before using the law of sines.",
-    ]).save(library)
-    config = EvalConfig(data=str(dataset), out=str(tmp_path / "topk"), samples=1, limit=2, library=str(library), inject="topk:1")
+    Library.from_texts(
+        [
+            "Multiply carefully and box the final integer.",
+            "In geometry, draw the triangle and label every angle before using the law of sines.",
+        ]
+    ).save(library)
+    config = EvalConfig(
+        data=str(dataset), out=str(tmp_path / "topk"), samples=1, limit=2, library=str(library), inject="topk:1"
+    )
     run(config, ScriptedBackend(responder))
     row = json.loads((tmp_path / "topk" / "samples.jsonl").read_text().splitlines()[0])
     system = row["messages"][0]["content"]
@@ -156,9 +168,17 @@ def test_exported_system_prompt_sends_the_same_messages_as_the_library(tmp_path,
     prompt_file.write_text(render_system_prompt(Library.load(library)) + "\n")
     backend = ScriptedBackend(responder)
     shared_cache = LLMConfig(cache=str(tmp_path / "shared.sqlite"))
-    run(EvalConfig(data=str(dataset), out=str(tmp_path / "lib"), samples=2, library=str(library), llm=shared_cache), backend)
+    run(
+        EvalConfig(data=str(dataset), out=str(tmp_path / "lib"), samples=2, library=str(library), llm=shared_cache),
+        backend,
+    )
     served = backend.num_samples_served
-    run(EvalConfig(data=str(dataset), out=str(tmp_path / "sp"), samples=2, system_prompt=str(prompt_file), llm=shared_cache), backend)
+    run(
+        EvalConfig(
+            data=str(dataset), out=str(tmp_path / "sp"), samples=2, system_prompt=str(prompt_file), llm=shared_cache
+        ),
+        backend,
+    )
     lib_rows = (tmp_path / "lib" / "samples.jsonl").read_text().splitlines()
     sp_rows = (tmp_path / "sp" / "samples.jsonl").read_text().splitlines()
     assert [json.loads(r)["messages"] for r in lib_rows] == [json.loads(r)["messages"] for r in sp_rows]
@@ -195,6 +215,8 @@ def test_conflicting_injection_options_are_refused():
 def test_an_eval_where_every_call_failed_says_why(tmp_path, dataset):
     from tfgrpo.llm.errors import AllRequestsFailedError, ServerError
 
-    config = EvalConfig(data=str(dataset), out=str(tmp_path / "down"), samples=1, limit=2, llm=LLMConfig(max_retries=0))
+    config = EvalConfig(
+        data=str(dataset), out=str(tmp_path / "down"), samples=1, limit=2, llm=LLMConfig(max_retries=0)
+    )
     with pytest.raises(AllRequestsFailedError, match="ServerError"):
         run(config, ScriptedBackend(lambda r, i: ServerError("503 unavailable", status=503)))

@@ -35,21 +35,30 @@ def responder(request, index):
 @pytest.fixture()
 def world(tmp_path):
     data = tmp_path / "val.jsonl"
-    data.write_text("".join(json.dumps({"id": f"v{i}", "problem": f"What is {i}+{i + 3}?", "answer": str(2 * i + 3)}) + "\n" for i in range(8)))
+    data.write_text(
+        "".join(
+            json.dumps({"id": f"v{i}", "problem": f"What is {i}+{i + 3}?", "answer": str(2 * i + 3)}) + "\n"
+            for i in range(8)
+        )
+    )
     library = tmp_path / "lib.json"
     Library.from_texts([NEUTRAL, KEY, BAD]).save(library)  # G0 neutral, G1 key, G2 bad
     return data, library
 
 
 def scripted(config):
-    return build_client(config.llm, backends=[ScriptedBackend(responder)], cache_path=Path(config.out) / "cache.sqlite")
+    return build_client(
+        config.llm, backends=[ScriptedBackend(responder)], cache_path=Path(config.out) / "cache.sqlite"
+    )
 
 
 def run_ablation(tmp_path, data, library_path, *, max_groups=20, budget_usd=None):
     config = EvalConfig(data=str(data), out=str(tmp_path / "ablation"), samples=SAMPLES)
     library = Library.load(library_path)
     plan = plan_ablation(library, ["x"] * 8, config, max_groups=max_groups)
-    return plan, ablate(library_path, config, plan, budget_usd=budget_usd, client_for=scripted, console=Console(file=io.StringIO()))
+    return plan, ablate(
+        library_path, config, plan, budget_usd=budget_usd, client_for=scripted, console=Console(file=io.StringIO())
+    )
 
 
 def test_leave_one_out_finds_the_key_experience_and_marks_the_harmful_one(tmp_path, world):
@@ -81,13 +90,37 @@ def test_cli_prints_the_cost_first_writes_metadata_and_prunes(tmp_path, world, m
     from tfgrpo.llm import factory
 
     original = factory.build_client
-    monkeypatch.setattr(factory, "build_client", lambda config, **kw: original(config, backends=[ScriptedBackend(responder)], **kw))
+    monkeypatch.setattr(
+        factory, "build_client", lambda config, **kw: original(config, backends=[ScriptedBackend(responder)], **kw)
+    )
     runner = CliRunner()
-    result = runner.invoke(app, ["library", "ablate", str(library_path), "--data", str(data), "--samples", str(SAMPLES),
-                                 "--backend", "openai", "--model", "gpt-4o-mini", "--base-url", "http://127.0.0.1:9/v1",
-                                 "--max-tokens", "64", "--budget-usd", "1"])
+    result = runner.invoke(
+        app,
+        [
+            "library",
+            "ablate",
+            str(library_path),
+            "--data",
+            str(data),
+            "--samples",
+            str(SAMPLES),
+            "--backend",
+            "openai",
+            "--model",
+            "gpt-4o-mini",
+            "--base-url",
+            "http://127.0.0.1:9/v1",
+            "--max-tokens",
+            "64",
+            "--budget-usd",
+            "1",
+        ],
+    )
     assert result.exit_code == 0, result.output
-    assert re.search(r"ablation plan: 3 variant\(s\) \+ the full library x 8 problems x 4 samples = 128 samples.*at most \$", result.output)
+    assert re.search(
+        r"ablation plan: 3 variant\(s\) \+ the full library x 8 problems x 4 samples = 128 samples.*at most \$",
+        result.output,
+    )
     assert result.output.index("ablation plan") < result.output.index("utility on")
     library = Library.load(library_path)
     assert library.metadata["ablation"]["utilities"]["G2"]["verdict"] == "hurts"
@@ -98,9 +131,15 @@ def test_cli_prints_the_cost_first_writes_metadata_and_prunes(tmp_path, world, m
 
 def test_budget_caps_the_ablation(tmp_path, world):
     data, library_path = world
-    config = EvalConfig(data=str(data), out=str(tmp_path / "ablation"), samples=SAMPLES,
-                        llm={"price_input_per_1m": 1000.0, "price_output_per_1m": 1000.0})
+    config = EvalConfig(
+        data=str(data),
+        out=str(tmp_path / "ablation"),
+        samples=SAMPLES,
+        llm={"price_input_per_1m": 1000.0, "price_output_per_1m": 1000.0},
+    )
     library = Library.load(library_path)
     plan = plan_ablation(library, ["x"] * 8, config, max_groups=20)
-    block = ablate(library_path, config, plan, budget_usd=1e-9, client_for=scripted, console=Console(file=io.StringIO()))
+    block = ablate(
+        library_path, config, plan, budget_usd=1e-9, client_for=scripted, console=Console(file=io.StringIO())
+    )
     assert not block["complete"] and block["utilities"] == {} and block["spent_usd"] > 0

@@ -12,19 +12,34 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from eval.matrix import MatrixConfig, run_matrix
+from tests.helpers.trust_worlds import make_matrix, responder_for
 from tfgrpo.cli.app import app, main
 from tfgrpo.llm.backends.scripted import ScriptedBackend
 from tfgrpo.llm.factory import build_client
-from tests.helpers.trust_worlds import make_matrix, responder_for
 
 pytestmark = pytest.mark.timeout(180)
+
+
 def test_matrix_eval_and_compare_table(tmp_path):
     config = MatrixConfig.model_validate(make_matrix(tmp_path))
-    clients = lambda cell: build_client(cell.llm, backends=[ScriptedBackend(responder_for(cell.llm.model))],  # noqa: E731
-                                        cache_path=Path(cell.out) / "cache.sqlite")
+
+    def clients(cell):
+        return build_client(
+            cell.llm,
+            backends=[ScriptedBackend(responder_for(cell.llm.model))],
+            cache_path=Path(cell.out) / "cache.sqlite",
+        )
+
     results = run_matrix(config, client_for=clients, console=Console(file=io.StringIO()))
-    assert [r.metrics["label"] for r in results] == ["alpha / none", "alpha / alpha-lib", "beta / none", "beta / alpha-lib"]
-    report = CliRunner().invoke(app, ["compare", "--matrix", str(tmp_path / "matrix"), "--out", str(tmp_path / "report")])
+    assert [r.metrics["label"] for r in results] == [
+        "alpha / none",
+        "alpha / alpha-lib",
+        "beta / none",
+        "beta / alpha-lib",
+    ]
+    report = CliRunner().invoke(
+        app, ["compare", "--matrix", str(tmp_path / "matrix"), "--out", str(tmp_path / "report")]
+    )
     assert report.exit_code == 0, report.output
     comparison = json.loads((tmp_path / "report" / "comparison.json").read_text())
     rows = {row["model"]: {c["library"]: c for c in row["cells"]} for row in comparison["matrix"]["rows"]}

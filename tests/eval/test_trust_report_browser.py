@@ -22,8 +22,18 @@ def test_pareto_view_renders_in_headless_chromium(tmp_path):
     from tfgrpo.core.metrics import summarize
 
     run_learn(tmp_path, gate=True)
-    rows = [{"problem_id": f"p{i}", "sample": s, "reward": float((i + s) % 2), "extracted": "1", "gold": "1", "error": None}
-            for i in range(4) for s in range(2)]
+    rows = [
+        {
+            "problem_id": f"p{i}",
+            "sample": s,
+            "reward": float((i + s) % 2),
+            "extracted": "1",
+            "gold": "1",
+            "error": None,
+        }
+        for i in range(4)
+        for s in range(2)
+    ]
     eval_dir = tmp_path / "eval"
     eval_dir.mkdir()
     (eval_dir / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -65,8 +75,15 @@ def test_transfer_matrix_renders_in_headless_chromium(tmp_path):
     from tfgrpo.llm.factory import build_client
 
     config = MatrixConfig.model_validate(make_matrix(tmp_path))
-    run_matrix(config, console=Console(file=io.StringIO()), client_for=lambda cell: build_client(
-        cell.llm, backends=[ScriptedBackend(responder_for(cell.llm.model))], cache_path=Path(cell.out) / "cache.sqlite"))
+    run_matrix(
+        config,
+        console=Console(file=io.StringIO()),
+        client_for=lambda cell: build_client(
+            cell.llm,
+            backends=[ScriptedBackend(responder_for(cell.llm.model))],
+            cache_path=Path(cell.out) / "cache.sqlite",
+        ),
+    )
     _, files = compare_runs([], tmp_path / "report", matrix=tmp_path / "matrix")
 
     with sync_api.sync_playwright() as playwright:

@@ -12,11 +12,11 @@ import pytest
 from rich.console import Console
 
 from eval.compare import compare_runs
-from tfgrpo.core.metrics import summarize
 from eval.runner import EvalConfig, evaluate
 from eval.seed_eval import evaluate_seed_set
 from eval.seeds import SEED_SET_FILE, two_way_bootstrap_ci, write_seed_set
 from tests.helpers.learn_world import World, write_problems
+from tfgrpo.core.metrics import summarize
 from tfgrpo.learn.config import LearnConfig
 from tfgrpo.learn_seeds import learn_seeds
 from tfgrpo.llm.backends.scripted import ScriptedBackend
@@ -26,13 +26,24 @@ pytestmark = pytest.mark.timeout(180)
 
 
 def scripted(responder):
-    return lambda config: build_client(config.llm, backends=[ScriptedBackend(responder)], cache_path=Path(config.out) / "cache.sqlite")
+    return lambda config: build_client(
+        config.llm, backends=[ScriptedBackend(responder)], cache_path=Path(config.out) / "cache.sqlite"
+    )
 
 
 def test_learn_seeds_then_eval_and_compare_the_set(tmp_path):
     data = write_problems(tmp_path / "train.jsonl", [(17, 25), (30, 41), (12, 13)])
-    config = LearnConfig(data=str(data), out=str(tmp_path / "learn"), dedup=False, llm={"max_retries": 0},
-                         group_size=2, epochs=1, batch_size=1, seed=7, seeds=3)
+    config = LearnConfig(
+        data=str(data),
+        out=str(tmp_path / "learn"),
+        dedup=False,
+        llm={"max_retries": 0},
+        group_size=2,
+        epochs=1,
+        batch_size=1,
+        seed=7,
+        seeds=3,
+    )
     results = learn_seeds(config, 3, client_for=scripted(World().respond), console=Console(file=io.StringIO()))
     assert [r.status for r in results] == ["completed"] * 3
     manifest = json.loads((tmp_path / "learn" / SEED_SET_FILE).read_text())
@@ -41,7 +52,9 @@ def test_learn_seeds_then_eval_and_compare_the_set(tmp_path):
     for seed in (7, 8, 9):
         run = tmp_path / "learn" / f"seed-{seed}"
         assert (run / "library.json").is_file()
-        orders.append([json.loads(line)["query_id"] for line in (run / "rollouts.jsonl").read_text().splitlines()][::2])
+        orders.append(
+            [json.loads(line)["query_id"] for line in (run / "rollouts.jsonl").read_text().splitlines()][::2]
+        )
     assert len({tuple(o) for o in orders}) > 1  # the seed changes the order of the steps
 
     evals = write_problems(tmp_path / "eval.jsonl", [(2, 3), (4, 5), (6, 7), (8, 9)])
@@ -64,8 +77,16 @@ def test_learn_seeds_then_eval_and_compare_the_set(tmp_path):
 
 def write_eval_run(run_dir: Path, accuracies: list[float], k: int = 8) -> None:
     rows = [
-        {"problem_id": f"p{i:02d}", "sample": s, "reward": 1.0 if s < round(a * k) else 0.0, "extracted": "1", "gold": "1", "error": None}
-        for i, a in enumerate(accuracies) for s in range(k)
+        {
+            "problem_id": f"p{i:02d}",
+            "sample": s,
+            "reward": 1.0 if s < round(a * k) else 0.0,
+            "extracted": "1",
+            "gold": "1",
+            "error": None,
+        }
+        for i, a in enumerate(accuracies)
+        for s in range(k)
     ]
     run_dir.mkdir(parents=True)
     (run_dir / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -114,20 +135,71 @@ def test_the_seed_workflow_from_the_command_line(tmp_path):
     evals = write_problems(tmp_path / "eval.jsonl", [(2, 3), (4, 5), (6, 7)])
     runner = CliRunner()
     with WorldServer(World()) as server:
-        backend = ["--backend", "openai", "--model", "world", "--base-url", server.base_url, "--api-key", "k", "--max-tokens", "64"]
-        learned = runner.invoke(app, ["learn", "--data", str(train), "--val-data", str(val), "--out", str(tmp_path / "learn"),
-                                      "--seeds", "2", "--gate", "--select-by", "step", "-G", "2", "--epochs", "1",
-                                      "--batch-size", "1", "--val-samples", "2", *backend])
+        backend = [
+            "--backend",
+            "openai",
+            "--model",
+            "world",
+            "--base-url",
+            server.base_url,
+            "--api-key",
+            "k",
+            "--max-tokens",
+            "64",
+        ]
+        learned = runner.invoke(
+            app,
+            [
+                "learn",
+                "--data",
+                str(train),
+                "--val-data",
+                str(val),
+                "--out",
+                str(tmp_path / "learn"),
+                "--seeds",
+                "2",
+                "--gate",
+                "--select-by",
+                "step",
+                "-G",
+                "2",
+                "--epochs",
+                "1",
+                "--batch-size",
+                "1",
+                "--val-samples",
+                "2",
+                *backend,
+            ],
+        )
         assert learned.exit_code == 0, learned.output
         assert "seed set:" in learned.output and "tfgrpo eval --library" in learned.output
         for seed in (42, 43):
             metrics = json.loads((tmp_path / "learn" / f"seed-{seed}" / "metrics.json").read_text())
             assert metrics["gate"]["kept"] + metrics["gate"]["rejected"] == 2 and metrics["best_step"] is not None
-        base = runner.invoke(app, ["eval", "--data", str(evals), "--out", str(tmp_path / "base"), "--samples", "2", *backend])
+        base = runner.invoke(
+            app, ["eval", "--data", str(evals), "--out", str(tmp_path / "base"), "--samples", "2", *backend]
+        )
         assert base.exit_code == 0, base.output
-        lib = runner.invoke(app, ["eval", "--data", str(evals), "--out", str(tmp_path / "lib"), "--samples", "2",
-                                  "--library", str(tmp_path / "learn"), *backend])
+        lib = runner.invoke(
+            app,
+            [
+                "eval",
+                "--data",
+                str(evals),
+                "--out",
+                str(tmp_path / "lib"),
+                "--samples",
+                "2",
+                "--library",
+                str(tmp_path / "learn"),
+                *backend,
+            ],
+        )
         assert lib.exit_code == 0, lib.output
-    report = runner.invoke(app, ["compare", str(tmp_path / "base"), str(tmp_path / "lib"), "--out", str(tmp_path / "report")])
+    report = runner.invoke(
+        app, ["compare", str(tmp_path / "base"), str(tmp_path / "lib"), "--out", str(tmp_path / "report")]
+    )
     assert report.exit_code == 0, report.output
     assert "Across seeds" in report.output and "lib/seed-43" in report.output

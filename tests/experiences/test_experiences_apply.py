@@ -26,12 +26,18 @@ pytestmark = pytest.mark.timeout(60)
 
 @pytest.fixture
 def library() -> Library:
-    return Library.from_texts(["Check the domain.", "Simplify fractions.", "Verify roots by substitution."], task="math")
+    return Library.from_texts(
+        ["Check the domain.", "Simplify fractions.", "Verify roots by substitution."], task="math"
+    )
 
 
 def test_add_gets_fresh_id_and_provenance(library: Library) -> None:
-    result = apply_operations(library, [AddOp(experience="Draw a diagram.")], step=7,
-                              provenance={"run": "r1", "epoch": 1, "batch": 2, "query_ids": ["q3", "q9"]})
+    result = apply_operations(
+        library,
+        [AddOp(experience="Draw a diagram.")],
+        step=7,
+        provenance={"run": "r1", "epoch": 1, "batch": 2, "query_ids": ["q3", "q9"]},
+    )
     new = result.library.get("G3")
     assert new.text == "Draw a diagram." and new.created_step == 7 and new.updated_step == 7
     assert new.provenance == Provenance(run="r1", epoch=1, step=7, batch=2, query_ids=["q3", "q9"], operation="add")
@@ -55,11 +61,18 @@ def test_modify_keeps_id_and_position(library: Library) -> None:
     result = apply_operations(library, [ModifyOp(id="G1", experience="Simplify fractions early.")], step=3)
     assert result.library.ids == ["G0", "G1", "G2"]
     changed = result.library.get("G1")
-    assert changed.text == "Simplify fractions early." and changed.updated_step == 3 and changed.provenance.operation == "modify"
+    assert (
+        changed.text == "Simplify fractions early."
+        and changed.updated_step == 3
+        and changed.provenance.operation == "modify"
+    )
 
 
 def test_unknown_ids_are_rejected_not_added(library: Library) -> None:
-    result = apply_operations(library, [ModifyOp(id="G9", experience="New text."), DeleteOp(id="G8"), MergeOp(ids=("G0", "G7"), experience="m")])
+    result = apply_operations(
+        library,
+        [ModifyOp(id="G9", experience="New text."), DeleteOp(id="G8"), MergeOp(ids=("G0", "G7"), experience="m")],
+    )
     assert not result.applied and not result.changed
     assert [r.reason for r in result.rejected] == ["unknown id 'G9'", "unknown id 'G8'", "unknown id 'G7'"]
     assert result.library.ids == library.ids and result.library.version == library.version
@@ -68,7 +81,9 @@ def test_unknown_ids_are_rejected_not_added(library: Library) -> None:
 def test_merge_removes_sources_and_records_lineage(library: Library) -> None:
     library.record_usage(["G0", "G2"], correct=True)
     library.record_usage(["G2"], correct=False)
-    result = apply_operations(library, [MergeOp(ids=("G0", "G2"), experience="Check the domain and verify roots.")], step=4)
+    result = apply_operations(
+        library, [MergeOp(ids=("G0", "G2"), experience="Check the domain and verify roots.")], step=4
+    )
     lib = result.library
     assert lib.ids == ["G3", "G1"]  # the merged lesson takes the first source's place
     merged = lib.get("G3")
@@ -110,11 +125,13 @@ def test_budget_max_items_evicts_lowest_value_first(library: Library, caplog: py
 
 
 def test_budget_ties_broken_by_age() -> None:
-    lib = Library(experiences=[
-        {"id": "G0", "text": "old", "updated_step": 1},
-        {"id": "G1", "text": "newer", "updated_step": 5},
-        {"id": "G2", "text": "middle", "updated_step": 3},
-    ])
+    lib = Library(
+        experiences=[
+            {"id": "G0", "text": "old", "updated_step": 1},
+            {"id": "G1", "text": "newer", "updated_step": 5},
+            {"id": "G2", "text": "middle", "updated_step": 3},
+        ]
+    )
     result = apply_operations(lib, [], budget=Budget(max_items=1))
     assert [e.experience.id for e in result.evicted] == ["G0", "G2"]
     assert result.library.version == 1  # eviction is a change
@@ -148,7 +165,14 @@ def test_parse_then_apply_round_trip(library: Library) -> None:
 # -- the library model ----------------------------------------------------------------------------------
 def test_hand_written_file_with_only_id_and_text_loads(tmp_path) -> None:
     path = tmp_path / "lib.json"
-    path.write_text(json.dumps({"version": 3, "experiences": [{"id": "G0", "text": "a"}, {"id": "G7", "text": "b"}, {"id": "tip", "text": "c"}]}))
+    path.write_text(
+        json.dumps(
+            {
+                "version": 3,
+                "experiences": [{"id": "G0", "text": "a"}, {"id": "G7", "text": "b"}, {"id": "tip", "text": "c"}],
+            }
+        )
+    )
     lib = Library.load(path)
     assert lib.version == 3 and lib.ids == ["G0", "G7", "tip"] and lib.get("G7").usage.in_context == 0
     assert lib.allocate_id() == "G8"  # after the largest generated-looking id

@@ -10,7 +10,16 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from experiences import ExperienceError, Injection, Library, apply_operations, export_text, import_library, render, AddOp
+from experiences import (
+    AddOp,
+    ExperienceError,
+    Injection,
+    Library,
+    apply_operations,
+    export_text,
+    import_library,
+    render,
+)
 from experiences.errors import ImportFormatError
 from experiences.export import library_from_lines
 from tfgrpo.cli.app import app, main
@@ -20,13 +29,18 @@ pytestmark = pytest.mark.timeout(60)
 
 @pytest.fixture
 def library() -> Library:
-    lib = Library.from_texts(["Check the domain.", "Simplify fractions.", "Verify roots."], task="math", model="smollm2")
+    lib = Library.from_texts(
+        ["Check the domain.", "Simplify fractions.", "Verify roots."], task="math", model="smollm2"
+    )
     return apply_operations(lib, [AddOp(experience="Draw a diagram.")], step=2).library
 
 
 # -- render & injection ------------------------------------------------------------------------------
 def test_default_render_is_id_text_lines(library: Library) -> None:
-    assert render(library) == "[G0]. Check the domain.\n[G1]. Simplify fractions.\n[G2]. Verify roots.\n[G3]. Draw a diagram."
+    assert (
+        render(library)
+        == "[G0]. Check the domain.\n[G1]. Simplify fractions.\n[G2]. Verify roots.\n[G3]. Draw a diagram."
+    )
     assert render(Library()) == ""
 
 
@@ -46,7 +60,17 @@ def test_bad_templates_are_clear_errors(library: Library, tmp_path: Path) -> Non
         render(library, template=tmp_path / "missing.jinja")
 
 
-@pytest.mark.parametrize(("spec", "mode", "k"), [("all", "all", None), ("ALL", "all", None), (None, "all", None), ("none", "none", None), ("topk:8", "topk", 8), (" topk:1 ", "topk", 1)])
+@pytest.mark.parametrize(
+    ("spec", "mode", "k"),
+    [
+        ("all", "all", None),
+        ("ALL", "all", None),
+        (None, "all", None),
+        ("none", "none", None),
+        ("topk:8", "topk", 8),
+        (" topk:1 ", "topk", 1),
+    ],
+)
 def test_injection_specs(spec, mode, k) -> None:
     injection = Injection.parse(spec)
     assert (injection.mode, injection.k) == (mode, k)
@@ -99,7 +123,12 @@ def test_import_plain_line_lists(tmp_path: Path) -> None:
     path = tmp_path / "tips.txt"
     path.write_text("# My tips\n\n- Check the domain.\n* Simplify fractions.\n3. Verify roots.\nDraw a diagram.\n")
     lib = import_library(path)
-    assert [(e.id, e.text) for e in lib] == [("G0", "Check the domain."), ("G1", "Simplify fractions."), ("G2", "Verify roots."), ("G3", "Draw a diagram.")]
+    assert [(e.id, e.text) for e in lib] == [
+        ("G0", "Check the domain."),
+        ("G1", "Simplify fractions."),
+        ("G2", "Verify roots."),
+        ("G3", "Draw a diagram."),
+    ]
     assert lib.get("G0").provenance.operation == "import"
 
 
@@ -126,15 +155,24 @@ runner = CliRunner()
 
 def _write_library(tmp_path: Path) -> Path:
     path = tmp_path / "library.json"
-    path.write_text(json.dumps({"version": 0, "experiences": [{"id": "G0", "text": "Check bounds."}, {"id": "G1", "text": "Simplify first."}]}))
+    path.write_text(
+        json.dumps(
+            {
+                "version": 0,
+                "experiences": [{"id": "G0", "text": "Check bounds."}, {"id": "G1", "text": "Simplify first."}],
+            }
+        )
+    )
     return path
 
 
 def test_cli_apply_history_diff_rollback(tmp_path: Path) -> None:
     lib_path = _write_library(tmp_path)
     reply = tmp_path / "reply.txt"
-    reply.write_text('<think>hmm</think>\n```json\n[{"operation": "ADD", "content": "Verify by substitution."},'
-                     ' {"option": "modify", "id": "G1", "experience": "Simplify fractions first."}, {"option": "delete", "id": "G7"}]\n```')
+    reply.write_text(
+        '<think>hmm</think>\n```json\n[{"operation": "ADD", "content": "Verify by substitution."},'
+        ' {"option": "modify", "id": "G1", "experience": "Simplify fractions first."}, {"option": "delete", "id": "G7"}]\n```'
+    )
     result = runner.invoke(app, ["library", "apply", str(lib_path), str(reply), "--step", "3"])
     assert result.exit_code == 0, result.output
     assert "applied" in result.output and "-> G2" in result.output
@@ -183,7 +221,9 @@ def test_cli_export_import(tmp_path: Path) -> None:
     result = runner.invoke(app, ["export", str(lib_path), "--format", "system-prompt", "--out", str(out)])
     assert result.exit_code == 0 and "[G1]. Simplify first." in out.read_text()
     result = runner.invoke(app, ["export", str(lib_path), "--out", str(tmp_path / "lib.yaml")])
-    assert result.exit_code == 0 and yaml.safe_load((tmp_path / "lib.yaml").read_text())["experiences"][0]["id"] == "G0"
+    assert (
+        result.exit_code == 0 and yaml.safe_load((tmp_path / "lib.yaml").read_text())["experiences"][0]["id"] == "G0"
+    )
     back = tmp_path / "back.json"
     result = runner.invoke(app, ["import", str(out), "--out", str(back)])
     assert result.exit_code == 0 and Library.load(back).ids == ["G0", "G1"]

@@ -12,7 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from experiences import AddOp, DeleteOp, ExperienceError, History, Library, ModifyOp, UnknownVersionError, apply_operations
+from experiences import (
+    AddOp,
+    DeleteOp,
+    ExperienceError,
+    History,
+    Library,
+    ModifyOp,
+    UnknownVersionError,
+    apply_operations,
+)
 from experiences.history import diff_libraries, read_jsonl
 
 pytestmark = pytest.mark.timeout(120)
@@ -24,7 +33,11 @@ def _run_steps(history: History) -> list[Library]:
     history.ensure_baseline(lib)
     versions = [lib]
     for step, ops in enumerate(
-        [[AddOp(experience="c three")], [ModifyOp(id="G0", experience="a uno"), DeleteOp(id="G1"), DeleteOp(id="G9")], [AddOp(experience="d four")]],
+        [
+            [AddOp(experience="c three")],
+            [ModifyOp(id="G0", experience="a uno"), DeleteOp(id="G1"), DeleteOp(id="G9")],
+            [AddOp(experience="d four")],
+        ],
         start=1,
     ):
         result = apply_operations(versions[-1], ops, step=step)
@@ -41,7 +54,12 @@ def test_snapshots_and_op_log(tmp_path: Path) -> None:
         assert history.load(lib.version) == lib
     records = history.records()
     assert [(r["version"], r["kind"]) for r in records] == [
-        (0, "baseline"), (1, "applied"), (2, "applied"), (2, "applied"), (2, "rejected"), (3, "applied"),
+        (0, "baseline"),
+        (1, "applied"),
+        (2, "applied"),
+        (2, "applied"),
+        (2, "rejected"),
+        (3, "applied"),
     ]
     assert records[4]["reason"] == "unknown id 'G9'" and records[4]["step"] == 2 and "time" in records[4]
     assert history.records(version=2)[0]["op"] == {"option": "modify", "id": "G0", "experience": "a uno"}

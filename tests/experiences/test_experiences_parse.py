@@ -20,9 +20,14 @@ LONG = " ".join(["word"] * 33)
 CORPUS: list[tuple[str, str, list[dict], list[str], bool]] = [
     # -- clean shapes
     ("bare list", '[{"option": "add", "experience": "Check the domain first."}]', [A], [], True),
-    ("all four options",
-     '[{"option": "add", "experience": "Check the domain first."}, {"option": "modify", "id": "G1", "experience": "Simplify before solving."},'
-     ' {"option": "delete", "id": "G2"}, {"option": "merge", "ids": ["G3", "G4"], "experience": "Verify each root."}]', [A, M, D, G], [], True),
+    (
+        "all four options",
+        '[{"option": "add", "experience": "Check the domain first."}, {"option": "modify", "id": "G1", "experience": "Simplify before solving."},'
+        ' {"option": "delete", "id": "G2"}, {"option": "merge", "ids": ["G3", "G4"], "experience": "Verify each root."}]',
+        [A, M, D, G],
+        [],
+        True,
+    ),
     ("empty list", "[]", [], [], True),
     ("empty list in fence", "Nothing to change.\n```json\n[]\n```", [], [], True),
     # -- fences and prose
@@ -31,13 +36,43 @@ CORPUS: list[tuple[str, str, list[dict], list[str], bool]] = [
     ("plain fence", '```\n[{"option": "delete", "id": "G2"}]\n```', [D], [], True),
     ("tilde fence", '~~~json\n[{"option": "delete", "id": "G2"}]\n~~~', [D], [], True),
     ("unclosed fence", '```json\n[{"option": "delete", "id": "G2"}]', [D], [], True),
-    ("prose around bare json", 'Sure! I will remove G2. [{"option": "delete", "id": "G2"}] Hope this helps.', [D], [], True),
-    ("prose with brackets before", 'Looking at [G1] and {the interval [0, 1)}, I suggest: [{"option": "delete", "id": "G2"}]', [D], [], True),
-    ("two fences, last wins", '```json\n[{"option": "delete", "id": "G0"}]\n```\nWait, better:\n```json\n[{"option": "delete", "id": "G2"}]\n```', [D], [], True),
-    ("fence preferred over bare", 'Example: [{"option": "delete", "id": "G0"}]\n```json\n[{"option": "delete", "id": "G2"}]\n```', [D], [], True),
+    (
+        "prose around bare json",
+        'Sure! I will remove G2. [{"option": "delete", "id": "G2"}] Hope this helps.',
+        [D],
+        [],
+        True,
+    ),
+    (
+        "prose with brackets before",
+        'Looking at [G1] and {the interval [0, 1)}, I suggest: [{"option": "delete", "id": "G2"}]',
+        [D],
+        [],
+        True,
+    ),
+    (
+        "two fences, last wins",
+        '```json\n[{"option": "delete", "id": "G0"}]\n```\nWait, better:\n```json\n[{"option": "delete", "id": "G2"}]\n```',
+        [D],
+        [],
+        True,
+    ),
+    (
+        "fence preferred over bare",
+        'Example: [{"option": "delete", "id": "G0"}]\n```json\n[{"option": "delete", "id": "G2"}]\n```',
+        [D],
+        [],
+        True,
+    ),
     ("latex in prose", r'The answer is \boxed{3}. Ops: [{"option": "delete", "id": "G2"}]', [D], [], True),
     # -- reasoning blocks
-    ("think block", '<think>maybe [{"option": "delete", "id": "G0"}]?</think>\n[{"option": "delete", "id": "G2"}]', [D], [], True),
+    (
+        "think block",
+        '<think>maybe [{"option": "delete", "id": "G0"}]?</think>\n[{"option": "delete", "id": "G2"}]',
+        [D],
+        [],
+        True,
+    ),
     ("thinking tag", '<thinking>hmm</thinking>```json\n[{"option": "delete", "id": "G2"}]\n```', [D], [], True),
     ("only a closing think", 'reasoning in the template...</think>[{"option": "delete", "id": "G2"}]', [D], [], True),
     ("cut off inside think", '<think>I should [{"option": "delete", "id": "G0"}] maybe', [], [], False),
@@ -45,43 +80,118 @@ CORPUS: list[tuple[str, str, list[dict], list[str], bool]] = [
     ("line comments", '[\n  // remove the stale one\n  {"option": "delete", "id": "G2"} // done\n]', [D], [], True),
     ("hash comments", '[\n  # remove\n  {"option": "delete", "id": "G2"}  # stale\n]', [D], [], True),
     ("block comment", '[/* stale */ {"option": "delete", "id": "G2"}]', [D], [], True),
-    ("comment markers inside strings kept", '[{"option": "add", "experience": "Use // and # literally."}]',
-     [{"option": "add", "experience": "Use // and # literally."}], [], True),
+    (
+        "comment markers inside strings kept",
+        '[{"option": "add", "experience": "Use // and # literally."}]',
+        [{"option": "add", "experience": "Use // and # literally."}],
+        [],
+        True,
+    ),
     ("trailing commas", '[{"option": "delete", "id": "G2",},]', [D], [], True),
     ("single quotes", "[{'option': 'delete', 'id': 'G2'}]", [D], [], True),
-    ("single quotes with apostrophe", "[{'option': 'add', 'experience': 'Don't skip the domain check.'}]",
-     [{"option": "add", "experience": "Don't skip the domain check."}], [], True),
+    (
+        "single quotes with apostrophe",
+        "[{'option': 'add', 'experience': 'Don't skip the domain check.'}]",
+        [{"option": "add", "experience": "Don't skip the domain check."}],
+        [],
+        True,
+    ),
     ("single object", '{"option": "delete", "id": "G2"}', [D], [], True),
-    ("single object in fence", '```json\n{"option": "merge", "ids": ["G3", "G4"], "experience": "Verify each root."}\n```', [G], [], True),
+    (
+        "single object in fence",
+        '```json\n{"option": "merge", "ids": ["G3", "G4"], "experience": "Verify each root."}\n```',
+        [G],
+        [],
+        True,
+    ),
     ("wrapper object", '{"operations": [{"option": "delete", "id": "G2"}]}', [D], [], True),
     ("raw newline in string", '[{"option": "add", "experience": "Check the\ndomain first."}]', [A], [], True),
     ("python literals and missing comma", '[{"option": "delete" "id": "G2"}]', [D], [], True),
     # -- reference implementation aliases
     ("operation ADD content", '[{"operation": "ADD", "content": "Check the domain first."}]', [A], [], True),
     ("UPDATE with id", '[{"operation": "UPDATE", "id": "G1", "content": "Simplify before solving."}]', [M], [], True),
-    ("modified_from", '[{"option": "modify", "experience": "Simplify before solving.", "modified_from": "G1"}]', [M], [], True),
-    ("merged_from", '[{"option": "merge", "experience": "Verify each root.", "merged_from": ["G3", "G4"]}]', [G], [], True),
-    ("UPDATE with merged_from is a merge", '[{"operation": "UPDATE", "content": "Verify each root.", "merged_from": ["G3", "G4"]}]', [G], [], True),
+    (
+        "modified_from",
+        '[{"option": "modify", "experience": "Simplify before solving.", "modified_from": "G1"}]',
+        [M],
+        [],
+        True,
+    ),
+    (
+        "merged_from",
+        '[{"option": "merge", "experience": "Verify each root.", "merged_from": ["G3", "G4"]}]',
+        [G],
+        [],
+        True,
+    ),
+    (
+        "UPDATE with merged_from is a merge",
+        '[{"operation": "UPDATE", "content": "Verify each root.", "merged_from": ["G3", "G4"]}]',
+        [G],
+        [],
+        True,
+    ),
     ("DELETE", '[{"operation": "DELETE", "id": "G2"}]', [D], [], True),
     ("NONE skipped", '[{"operation": "NONE"}, {"operation": "DELETE", "id": "G2"}]', [D], [], True),
-    ("id spellings", '[{"option": "delete", "id": "[G2]"}, {"option": "modify", "id": "g1", "experience": "Simplify before solving."}]', [D, M], [], True),
+    (
+        "id spellings",
+        '[{"option": "delete", "id": "[G2]"}, {"option": "modify", "id": "g1", "experience": "Simplify before solving."}]',
+        [D, M],
+        [],
+        True,
+    ),
     ("numeric id", '[{"option": "delete", "id": 2}]', [D], [], True),
-    ("merge ids as numbers", '[{"option": "merge", "ids": [3, "G4"], "experience": "Verify each root."}]', [G], [], True),
+    (
+        "merge ids as numbers",
+        '[{"option": "merge", "ids": [3, "G4"], "experience": "Verify each root."}]',
+        [G],
+        [],
+        True,
+    ),
     # -- rejections, each with a reason
-    ("unknown id", '[{"option": "delete", "id": "G9"}, {"option": "delete", "id": "G2"}]', [D], ["unknown id 'G9'"], True),
+    (
+        "unknown id",
+        '[{"option": "delete", "id": "G9"}, {"option": "delete", "id": "G2"}]',
+        [D],
+        ["unknown id 'G9'"],
+        True,
+    ),
     ("modify unknown id", '[{"option": "modify", "id": "G42", "experience": "x"}]', [], ["unknown id 'G42'"], True),
     ("empty text", '[{"option": "add", "experience": "   "}]', [], ["empty experience text"], True),
     ("missing text", '[{"option": "add"}]', [], ["missing 'experience'"], True),
     ("over word limit", f'[{{"option": "add", "experience": "{LONG}"}}]', [], ["33 words; the limit is 32"], True),
-    ("unknown option", '[{"option": "rename", "id": "G1"}, {"option": "delete", "id": "G2"}]', [D], ["unknown option 'rename'"], True),
-    ("missing option", '[{"id": "G1", "experience": "x"}, {"option": "delete", "id": "G2"}]', [D], ["missing 'option'"], True),
+    (
+        "unknown option",
+        '[{"option": "rename", "id": "G1"}, {"option": "delete", "id": "G2"}]',
+        [D],
+        ["unknown option 'rename'"],
+        True,
+    ),
+    (
+        "missing option",
+        '[{"id": "G1", "experience": "x"}, {"option": "delete", "id": "G2"}]',
+        [D],
+        ["missing 'option'"],
+        True,
+    ),
     ("merge with one id", '[{"option": "merge", "ids": ["G3"], "experience": "x"}]', [], ["two or more"], True),
-    ("merge same id twice", '[{"option": "merge", "ids": ["G3", "G3"], "experience": "x"}]', [], ["two or more"], True),
+    (
+        "merge same id twice",
+        '[{"option": "merge", "ids": ["G3", "G3"], "experience": "x"}]',
+        [],
+        ["two or more"],
+        True,
+    ),
     ("delete without id", '[{"option": "delete"}]', [], ["needs the 'id'"], True),
     ("non-object item", '[{"option": "delete", "id": "G2"}, "also add something"]', [D], ["expected an object"], True),
     ("text not a string", '[{"option": "add", "experience": ["a", "b"]}]', [], ["must be a string"], True),
-    ("truncated reply", '[{"option": "delete", "id": "G2"}, {"option": "add", "experience": "Check the dom',
-     [D], ["incomplete"], True),
+    (
+        "truncated reply",
+        '[{"option": "delete", "id": "G2"}, {"option": "add", "experience": "Check the dom',
+        [D],
+        ["incomplete"],
+        True,
+    ),
     # -- garbage
     ("empty reply", "", [], [], False),
     ("plain prose", "I think the library is fine as it is.", [], [], False),
@@ -98,7 +208,7 @@ def test_corpus(name: str, reply: str, expected: list[dict], reasons: list[str],
     result = parse_operations(reply, LIB)
     assert [op.to_wire() for op in result.operations] == expected
     assert len(result.rejected) == len(reasons), [r.reason for r in result.rejected]
-    for rejection, fragment in zip(result.rejected, reasons):
+    for rejection, fragment in zip(result.rejected, reasons, strict=False):
         assert fragment in rejection.reason
     assert result.found is found
 
@@ -129,7 +239,10 @@ def test_noop_items_are_counted_not_rejected() -> None:
 
 
 def test_feedback_lists_each_rejection_and_the_format() -> None:
-    result = parse_operations('[{"option": "delete", "id": "G9"}, {"option": "add", "experience": ""}, {"option": "delete", "id": "G2"}]', LIB)
+    result = parse_operations(
+        '[{"option": "delete", "id": "G9"}, {"option": "add", "experience": ""}, {"option": "delete", "id": "G2"}]',
+        LIB,
+    )
     text = result.feedback()
     assert "2 of the 3 operations" in text
     assert "item 1" in text and "unknown id 'G9'" in text and "G0, G1, G2, G3, G4" in text
@@ -144,8 +257,18 @@ def test_feedback_when_nothing_found_and_when_all_good() -> None:
 
 
 def test_never_crashes_on_odd_inputs() -> None:
-    odd = [None, 42, "[" + '{"option": "add", "experience": "x"},' * 2000, "{" * 3000 + "}" * 3000, "'''''", "[{'a': 'b'}]",
-           '[{"option": null, "id": null}]', '[{"option": 5}]', '[{"option": "add", "experience": null}]', "```json```" * 50]
+    odd = [
+        None,
+        42,
+        "[" + '{"option": "add", "experience": "x"},' * 2000,
+        "{" * 3000 + "}" * 3000,
+        "'''''",
+        "[{'a': 'b'}]",
+        '[{"option": null, "id": null}]',
+        '[{"option": 5}]',
+        '[{"option": "add", "experience": null}]',
+        "```json```" * 50,
+    ]
     for reply in odd:
         result = parse_operations(reply, LIB)  # type: ignore[arg-type]
         assert isinstance(result.feedback(), str)

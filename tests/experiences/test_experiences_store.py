@@ -61,7 +61,10 @@ def test_paraphrase_add_becomes_merge_candidate(library: Library, store: Experie
 
 
 def test_duplicate_adds_within_one_batch(library: Library, store: ExperienceStore) -> None:
-    ops = [AddOp(experience="Draw a diagram before computing any lengths."), AddOp(experience="Draw a diagram before you compute any lengths.")]
+    ops = [
+        AddOp(experience="Draw a diagram before computing any lengths."),
+        AddOp(experience="Draw a diagram before you compute any lengths."),
+    ]
     screened = screen_adds(library, ops, store)
     assert screened.operations == [ops[0]] and screened.candidates[0].similar_to == "new:0"
 
@@ -101,12 +104,14 @@ def test_sync_follows_the_library_and_persists(tmp_path: Path, library: Library,
     store.sync(changed)
     assert len(store) == 5 and store.nearest("draw a picture first").id == "G5"
     reopened = ExperienceStore(path, embedder=embedder)  # on disk: survives reopening
-    assert len(reopened) == 5 and reopened.nearest("complementary counting") .id != "G2"
+    assert len(reopened) == 5 and reopened.nearest("complementary counting").id != "G2"
 
 
 def test_topk_injection_picks_nearest_in_library_order(library: Library, store: ExperienceStore) -> None:
     injection = Injection.parse("topk:2")
-    chosen = injection.select(library, query="What is the probability that two dice sum to 7? Count outcomes carefully.", store=store)
+    chosen = injection.select(
+        library, query="What is the probability that two dice sum to 7? Count outcomes carefully.", store=store
+    )
     assert len(chosen) == 2 and "G4" in [e.id for e in chosen]
     assert [e.id for e in chosen] == sorted((e.id for e in chosen), key=library.ids.index)
     text = injection.render(library, query="substitute back into the equation", store=store)
@@ -146,7 +151,10 @@ class _EmbeddingsHandler(BaseHTTPRequestHandler):
             self.end_headers()
             return
         # a deterministic toy embedding: letter counts of a, b, c (not unit length: the client normalises)
-        data = [{"object": "embedding", "index": i, "embedding": [t.count("a") + 1.0, t.count("b"), t.count("c")]} for i, t in enumerate(body["input"])]
+        data = [
+            {"object": "embedding", "index": i, "embedding": [t.count("a") + 1.0, t.count("b"), t.count("c")]}
+            for i, t in enumerate(body["input"])
+        ]
         payload = json.dumps({"object": "list", "data": list(reversed(data)), "model": body["model"]}).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -175,7 +183,10 @@ def test_openai_embedder_against_local_server(embeddings_server: str, tmp_path: 
     vectors = embedder.embed(["aaa", "bbb", "ccc"])
     assert len(vectors) == 3 and vectors[1][1] > 0.9 and vectors[0][0] == pytest.approx(1.0)  # order restored by index
     assert [r["body"]["input"] for r in _EmbeddingsHandler.requests] == [["aaa", "bbb"], ["ccc"]]
-    assert _EmbeddingsHandler.requests[0]["path"] == "/v1/embeddings" and _EmbeddingsHandler.requests[0]["auth"] == "Bearer sk-test"
+    assert (
+        _EmbeddingsHandler.requests[0]["path"] == "/v1/embeddings"
+        and _EmbeddingsHandler.requests[0]["auth"] == "Bearer sk-test"
+    )
     store = ExperienceStore(tmp_path / "s", embedder=embedder)  # pluggable into the store
     store.sync(Library.from_texts(["aaaa", "bbbb", "cccc"]))
     assert store.nearest("bbbbb").id == "G1"
@@ -207,8 +218,13 @@ def test_cli_dedup_reports_groups_and_merges_near_exact(tmp_path: Path) -> None:
     from tfgrpo.cli.app import app
 
     lib_path = tmp_path / "library.json"
-    Library.from_texts(LESSONS + ["check the answer by substituting it back into the original equation",
-                                  "Always simplify the fractions before you compare them."]).save(lib_path)
+    Library.from_texts(
+        LESSONS
+        + [
+            "check the answer by substituting it back into the original equation",
+            "Always simplify the fractions before you compare them.",
+        ]
+    ).save(lib_path)
     result = CliRunner().invoke(app, ["library", "dedup", str(lib_path)])
     assert result.exit_code == 0, result.output
     assert result.output.count("group (cosine") == 2 and "1 group(s) are near-exact" in result.output
@@ -216,7 +232,13 @@ def test_cli_dedup_reports_groups_and_merges_near_exact(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["library", "dedup", str(lib_path), "--merge"])
     assert result.exit_code == 0 and "merged 1 near-exact group(s)" in result.output
     lib = Library.load(lib_path)
-    assert lib.version == 1 and "G0" not in lib and "G5" not in lib and "G6" in lib and lib.get("G7").parents == ["G0", "G5"]
+    assert (
+        lib.version == 1
+        and "G0" not in lib
+        and "G5" not in lib
+        and "G6" in lib
+        and lib.get("G7").parents == ["G0", "G5"]
+    )
 
 
 class _Counting:
@@ -247,5 +269,5 @@ def test_onnx_embedder_gives_the_sentence_transformers_vectors(embedder: LocalEm
     onnx = OnnxMiniLMEmbedder()
     got, want = onnx.embed(texts), embedder.embed(texts)
     assert onnx.name == embedder.name
-    assert max(abs(a - b) for u, v in zip(got, want) for a, b in zip(u, v)) < 1e-4
+    assert max(abs(a - b) for u, v in zip(got, want, strict=False) for a, b in zip(u, v, strict=False)) < 1e-4
     assert all(abs(sum(x * x for x in v) - 1.0) < 1e-4 for v in got)

@@ -18,8 +18,8 @@ from experiences import Library
 from experiences.leakage import LeakageChecker
 from tests.helpers.learn_world import World, write_problems
 from tfgrpo.cli.app import app
-from tfgrpo.learn.loop import learn
 from tfgrpo.learn.config import LearnConfig
+from tfgrpo.learn.loop import learn
 from tfgrpo.llm.backends.scripted import ScriptedBackend
 from tfgrpo.llm.factory import build_client
 
@@ -27,11 +27,14 @@ pytestmark = pytest.mark.timeout(180)
 
 PROBLEMS = [
     SimpleNamespace(id="sum", problem="What is 17+25?", answer="42"),
-    SimpleNamespace(id="half", problem="A fair coin is tossed once. What is the probability of heads?", answer="\\frac{1}{2}"),
+    SimpleNamespace(
+        id="half", problem="A fair coin is tossed once. What is the probability of heads?", answer="\\frac{1}{2}"
+    ),
     SimpleNamespace(id="trig", problem="Compute the sine of sixty degrees exactly.", answer="\\frac{\\sqrt{3}}{2}"),
     SimpleNamespace(id="tiny", problem="How many wheels does a bicycle have?", answer="2"),
     SimpleNamespace(
-        id="walk", answer="204",
+        id="walk",
+        answer="204",
         problem="Every morning Aya goes for a 9-kilometer-long walk and stops at a coffee shop afterwards.",
     ),
 ]
@@ -56,26 +59,39 @@ class TestChecker:
         assert kinds("Remember that it equals $\\sqrt{3}/2$ here.") == {("answer", "trig")}
 
     def test_a_copied_problem_is_caught(self):
-        found = LeakageChecker({"train": PROBLEMS}).check([("G3", "Aya goes for a 9-kilometer-long walk and stops at a coffee shop: track time.")])
+        found = LeakageChecker({"train": PROBLEMS}).check(
+            [("G3", "Aya goes for a 9-kilometer-long walk and stops at a coffee shop: track time.")]
+        )
         assert [(f.kind, f.problem_id, f.experience_id) for f in found] == [("copy", "walk", "G3")]
         assert found[0].overlap >= 0.5
 
     def test_a_clean_library_passes(self):
-        library = Library.from_texts([
-            "When adding 17 and 25, check the carry.",  # operands are not the answer
-            "Check 2 cases before answering.",  # small integers are not evidence
-            "Simplify fractions like $\\frac{2}{3}$ before boxing.",
-            "Verify the final answer by substituting back.",
-        ])
+        library = Library.from_texts(
+            [
+                "When adding 17 and 25, check the carry.",  # operands are not the answer
+                "Check 2 cases before answering.",  # small integers are not evidence
+                "Simplify fractions like $\\frac{2}{3}$ before boxing.",
+                "Verify the final answer by substituting back.",
+            ]
+        )
         assert LeakageChecker({"train": PROBLEMS}).check_library(library) == []
 
 
 def run_learn(tmp_path: Path, world: World, pairs, **settings):
     tmp_path.mkdir(parents=True, exist_ok=True)
     data = write_problems(tmp_path / "train.jsonl", pairs)
-    config = LearnConfig(data=str(data), out=str(tmp_path / "run"), dedup=False, llm={"max_retries": 0},
-                         group_size=2, epochs=1, **settings)
-    client = build_client(config.llm, backends=[ScriptedBackend(world.respond)], cache_path=Path(config.out) / "cache.sqlite")
+    config = LearnConfig(
+        data=str(data),
+        out=str(tmp_path / "run"),
+        dedup=False,
+        llm={"max_retries": 0},
+        group_size=2,
+        epochs=1,
+        **settings,
+    )
+    client = build_client(
+        config.llm, backends=[ScriptedBackend(world.respond)], cache_path=Path(config.out) / "cache.sqlite"
+    )
     return learn(config, client=client, console=Console(file=io.StringIO()))
 
 
@@ -89,7 +105,10 @@ def test_learn_rejects_operations_that_leak_an_answer(tmp_path):
     totals = result.metrics["totals"]
     assert totals["leaks_rejected"] == 2 and totals["ops_applied"] == 0 and totals["ops_rejected"] >= 2
     leaks = result.metrics["leakage"]
-    assert {(r["action"], r["kind"], r["problem_id"]) for r in leaks} == {("rejected", "answer", "q17_25"), ("rejected", "answer", "q30_41")}
+    assert {(r["action"], r["kind"], r["problem_id"]) for r in leaks} == {
+        ("rejected", "answer", "q17_25"),
+        ("rejected", "answer", "q30_41"),
+    }
     assert all(r["step"] == 1 and r["op"]["option"] == "add" for r in leaks)
     history = tmp_path / "run" / "library.history" / "ops.jsonl"  # the op log names the reason
     assert "leakage: answer of train:q17_25" in history.read_text()
@@ -104,7 +123,9 @@ def test_learn_flag_mode_applies_and_lists(tmp_path):
 def test_learn_keeps_clean_lessons_and_rejects_copies_when_asked(tmp_path):
     clean = run_learn(tmp_path / "clean", World(), PAIRS)  # "When adding A and B, check the carry."
     assert len(clean.library) == 2 and clean.metrics["leakage"] == []
-    copied = run_learn(tmp_path / "copy", World(lesson="Recall: what is {a}+{b}? Think first."), PAIRS, leakage_copy="reject")
+    copied = run_learn(
+        tmp_path / "copy", World(lesson="Recall: what is {a}+{b}? Think first."), PAIRS, leakage_copy="reject"
+    )
     assert len(copied.library) == 0
     assert {r["kind"] for r in copied.metrics["leakage"]} == {"copy"}
 
@@ -157,9 +178,21 @@ def test_a_leaky_initial_library_is_reported(tmp_path):
     initial = tmp_path / "init.json"
     Library.from_texts(["The answer to 17+25 is 42."]).save(initial)
     data = write_problems(tmp_path / "train.jsonl", PAIRS)
-    config = LearnConfig(data=str(data), out=str(tmp_path / "run"), dedup=False, llm={"max_retries": 0}, group_size=2,
-                         epochs=1, init_library=str(initial))
-    client = build_client(config.llm, backends=[ScriptedBackend(World().respond)], cache_path=Path(config.out) / "cache.sqlite")
+    config = LearnConfig(
+        data=str(data),
+        out=str(tmp_path / "run"),
+        dedup=False,
+        llm={"max_retries": 0},
+        group_size=2,
+        epochs=1,
+        init_library=str(initial),
+    )
+    client = build_client(
+        config.llm, backends=[ScriptedBackend(World().respond)], cache_path=Path(config.out) / "cache.sqlite"
+    )
     console = Console(file=io.StringIO(), width=400)
     learn(config, client=client, console=console)
-    assert "warning: --init-library: [G0] contains the answer of train:q17_25 (42 = gold answer 42)" in console.file.getvalue()
+    assert (
+        "warning: --init-library: [G0] contains the answer of train:q17_25 (42 = gold answer 42)"
+        in console.file.getvalue()
+    )

@@ -16,8 +16,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from tests.helpers.learn_world import World, write_problems
-from tests.helpers.learn_world import WorldServer
+from tests.helpers.learn_world import World, WorldServer, write_problems
 from tfgrpo.cli.app import app, main
 from tfgrpo.experiment.estimate import estimate_step
 from tfgrpo.experiment.plan import build_plan
@@ -26,16 +25,34 @@ from tfgrpo.experiment.recipe import BUNDLED_RECIPES, load_recipe
 pytestmark = pytest.mark.timeout(300)
 
 
-def write_recipe(tmp_path: Path, base_url: str, *, seeds=(1, 2), finetunes: dict | None = None, price: float = 1.0) -> Path:
+def write_recipe(
+    tmp_path: Path, base_url: str, *, seeds=(1, 2), finetunes: dict | None = None, price: float = 1.0
+) -> Path:
     train = write_problems(tmp_path / "train.jsonl", [(1, 2), (3, 4)])
     evalset = write_problems(tmp_path / "eval.jsonl", [(5, 6), (7, 8), (9, 1)])
     recipe = {
         "name": "tiny",
-        "model": {"backend": "openai", "model": "world", "base_url": base_url, "api_key": "sk-test-secret",
-                  "concurrency": 4, "price_input_per_1m": price, "price_output_per_1m": price},
-        "learn": {"data": str(train), "seeds": list(seeds),
-                  "settings": {"group_size": 2, "epochs": 1, "batch_size": 1, "dedup": False,
-                               "rollout_sampling": {"max_tokens": 64}, "stage_sampling": {"max_tokens": 64}}},
+        "model": {
+            "backend": "openai",
+            "model": "world",
+            "base_url": base_url,
+            "api_key": "sk-test-secret",
+            "concurrency": 4,
+            "price_input_per_1m": price,
+            "price_output_per_1m": price,
+        },
+        "learn": {
+            "data": str(train),
+            "seeds": list(seeds),
+            "settings": {
+                "group_size": 2,
+                "epochs": 1,
+                "batch_size": 1,
+                "dedup": False,
+                "rollout_sampling": {"max_tokens": 64},
+                "stage_sampling": {"max_tokens": 64},
+            },
+        },
         "evals": {"arith": {"data": str(evalset), "samples": 2}},
         "eval_defaults": {"sampling": {"max_tokens": 64}},
         "finetunes": finetunes or {},
@@ -61,9 +78,13 @@ def test_whole_recipe_makes_the_table_then_reruns_only_what_changed(tmp_path):
     from tests.helpers.tiny_models import tiny_model_dir
 
     tiny = tiny_model_dir(tmp_path / "tiny", "qwen2")
-    sft = {"method": "sft", "model": str(tiny), "data": "learn",
-           "options": {"peft": "lora", "max_steps": 2, "per_device_train_batch_size": 2},
-           "eval_llm": {"batch_size": 8}}
+    sft = {
+        "method": "sft",
+        "model": str(tiny),
+        "data": "learn",
+        "options": {"peft": "lora", "max_steps": 2, "per_device_train_batch_size": 2},
+        "eval_llm": {"batch_size": 8},
+    }
     out = tmp_path / "exp"
     with WorldServer(World()) as server:
         recipe = write_recipe(tmp_path, server.base_url, finetunes={"sft": sft})
@@ -80,7 +101,9 @@ def test_whole_recipe_makes_the_table_then_reruns_only_what_changed(tmp_path):
         # pooled Mean@K is the seeds' average (same K, same problems)
         comparison = json.loads((out / "report" / "arith" / "comparison.json").read_text())
         means = {s["name"]: s["mean_at_k"] for s in comparison["systems"]}
-        assert means["library pooled (2 seeds)"] == pytest.approx((means["library seed 1"] + means["library seed 2"]) / 2)
+        assert means["library pooled (2 seeds)"] == pytest.approx(
+            (means["library seed 1"] + means["library seed 2"]) / 2
+        )
         assert (out / "finetune" / "sft" / "adapter_config.json").is_file()
         leaks = [p for p in out.rglob("*") if p.is_file() and b"sk-test-secret" in p.read_bytes()]
         assert not leaks  # the API key reaches no file: recipe.yaml, configs, metrics, caches, state
@@ -96,7 +119,9 @@ def test_whole_recipe_makes_the_table_then_reruns_only_what_changed(tmp_path):
         changed = run(recipe, "--out", out, "--set", "evals.arith.samples=3")
         assert changed.exit_code == 0, changed.output
         actions = last_actions(out)
-        assert {k for k, v in actions.items() if v == "ran"} == {k for k in actions if k.startswith("eval/")} | {"report"}
+        assert {k for k, v in actions.items() if v == "ran"} == {k for k in actions if k.startswith("eval/")} | {
+            "report"
+        }
         assert all(v == "skipped" for k, v in actions.items() if k.startswith(("learn/", "finetune/")))
         new_bodies = server.bodies[before:]
         assert new_bodies and all(b["temperature"] != 0.7 for b in new_bodies)  # no learn rollout was asked again
@@ -113,7 +138,12 @@ def test_a_changed_learn_setting_reruns_the_learn_run_and_what_depends_on_it(tmp
         more = run(recipe, "--out", out, "--set", "learn.settings.epochs=2")
         assert more.exit_code == 0, more.output
         actions = last_actions(out)
-        assert actions == {"learn/seed-1": "ran", "eval/arith/base": "skipped", "eval/arith/library-seed-1": "ran", "report": "ran"}
+        assert actions == {
+            "learn/seed-1": "ran",
+            "eval/arith/base": "skipped",
+            "eval/arith/library-seed-1": "ran",
+            "report": "ran",
+        }
         rollouts = [b for b in server.bodies[before:] if b["temperature"] == 0.7]
         assert len(rollouts) == 2 * 2  # more epochs: the learn run resumed and drew only epoch 2's rollouts
         assert json.loads((out / "learn" / "seed-1" / "metrics.json").read_text())["totals"]["steps"] == 4
@@ -139,7 +169,9 @@ def test_kill_9_mid_experiment_then_the_same_command_finishes_without_repeating_
         process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and process.poll() is None:
-            if (out / "experiment.json").is_file() and state(out)["steps"].get("learn/seed-1", {}).get("status") == "done":
+            if (out / "experiment.json").is_file() and state(out)["steps"].get("learn/seed-1", {}).get(
+                "status"
+            ) == "done":
                 break
             time.sleep(0.05)
         assert process.poll() is None, process.communicate()
@@ -190,8 +222,10 @@ def test_the_estimate_counts_the_calls_a_run_makes(tmp_path):
     assert sum(e.calls for e in estimates.values()) == made
     assert estimates["report"].cost_usd == 0 and estimates["eval/arith/base"].cost_usd > 0
 
-    with_tools = load_recipe(str(recipe_path), ["eval_defaults.agent.tools=[python]", "eval_defaults.agent.max_turns=4",
-                                                "estimate.tool_turns=2"])
+    with_tools = load_recipe(
+        str(recipe_path),
+        ["eval_defaults.agent.tools=[python]", "eval_defaults.agent.max_turns=4", "estimate.tool_turns=2"],
+    )
     step = next(s for s in build_plan(with_tools, tmp_path / "exp") if s.id == "eval/arith/base")
     tools = estimate_step(step, with_tools.estimate)
     assert tools.calls == 2 * 6 and tools.ceiling_usd > 4 * estimates["eval/arith/base"].ceiling_usd * 0.99
@@ -227,17 +261,36 @@ def test_a_bad_recipe_or_override_is_a_clear_error(tmp_path, capsys, override, m
 def test_fingerprints_follow_settings_files_and_inputs_but_not_endpoints(tmp_path):
     recipe_path = write_recipe(tmp_path, "http://127.0.0.1:1/v1")
     first = {s.id: s.fingerprint for s in build_plan(load_recipe(str(recipe_path)), tmp_path / "exp")}
-    moved = {s.id: s.fingerprint for s in build_plan(load_recipe(str(recipe_path), [
-        "model.base_url=http://127.0.0.1:2/v1", "model.api_key=other", "model.concurrency=1"]), tmp_path / "exp")}
+    moved = {
+        s.id: s.fingerprint
+        for s in build_plan(
+            load_recipe(
+                str(recipe_path),
+                ["model.base_url=http://127.0.0.1:2/v1", "model.api_key=other", "model.concurrency=1"],
+            ),
+            tmp_path / "exp",
+        )
+    }
     assert moved == first  # where requests go and how many at once change no result
     write_problems(tmp_path / "eval.jsonl", [(5, 6), (7, 8), (9, 2)])  # an edited eval file
     edited = {s.id: s.fingerprint for s in build_plan(load_recipe(str(recipe_path)), tmp_path / "exp")}
-    assert {k for k in first if first[k] != edited[k]} == {"eval/arith/base", "eval/arith/library-seed-1",
-                                                           "eval/arith/library-seed-2", "report"}
-    seed = {s.id: s.fingerprint for s in build_plan(load_recipe(str(recipe_path), ["learn.settings.max_ops_per_group=1"]),
-                                                     tmp_path / "exp")}
-    assert {k for k in edited if edited[k] != seed[k]} == {"learn/seed-1", "learn/seed-2", "eval/arith/library-seed-1",
-                                                          "eval/arith/library-seed-2", "report"}
+    assert {k for k in first if first[k] != edited[k]} == {
+        "eval/arith/base",
+        "eval/arith/library-seed-1",
+        "eval/arith/library-seed-2",
+        "report",
+    }
+    seed = {
+        s.id: s.fingerprint
+        for s in build_plan(load_recipe(str(recipe_path), ["learn.settings.max_ops_per_group=1"]), tmp_path / "exp")
+    }
+    assert {k for k in edited if edited[k] != seed[k]} == {
+        "learn/seed-1",
+        "learn/seed-2",
+        "eval/arith/library-seed-1",
+        "eval/arith/library-seed-2",
+        "report",
+    }
 
 
 @pytest.mark.parametrize("name", BUNDLED_RECIPES)
@@ -251,4 +304,6 @@ def test_bundled_recipes_plan(name, tmp_path):
 
         assert {s.id for s in plan} >= {"finetune/sft", "finetune/grpo", "eval/amc23/sft", "eval/amc23/grpo"}
         for spec in recipe.finetunes.values():  # the options are valid TRL configs, as `tfgrpo finetune` builds them
-            build_method_config(spec.method, {**device_training_defaults(), "output_dir": str(tmp_path), **spec.options})
+            build_method_config(
+                spec.method, {**device_training_defaults(), "output_dir": str(tmp_path), **spec.options}
+            )

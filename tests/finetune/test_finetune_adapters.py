@@ -5,8 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from finetune.adapters import (LONGLORA_TRAINABLE_MODULES, AdapterArguments, bnb_quantization_config,
-                               build_peft_config, choose_quantization)
+from finetune.adapters import (
+    LONGLORA_TRAINABLE_MODULES,
+    AdapterArguments,
+    bnb_quantization_config,
+    build_peft_config,
+    choose_quantization,
+)
 from finetune.longlora import disable_s2_attention, enable_s2_attention, s2_attention_forward
 from tests.helpers.tiny_models import build_tiny_model, build_tiny_tokenizer, tiny_model_dir
 
@@ -41,8 +46,9 @@ def test_lora_variants_build_the_right_adapter_config(tokenizer, peft, expected)
 def test_rslora_scales_by_alpha_over_sqrt_r(tokenizer):
     from peft import get_peft_model
 
-    model = get_peft_model(build_tiny_model(tokenizer), build_peft_config(AdapterArguments(peft="rslora", lora_r=16,
-                                                                                           lora_alpha=32)))
+    model = get_peft_model(
+        build_tiny_model(tokenizer), build_peft_config(AdapterArguments(peft="rslora", lora_r=16, lora_alpha=32))
+    )
     layer = model.base_model.model.model.layers[0].self_attn.q_proj
     assert layer.scaling["default"] == pytest.approx(32 / 16**0.5)
 
@@ -62,8 +68,16 @@ def test_full_finetuning_has_no_adapter():
     assert build_peft_config(AdapterArguments(peft="none")) is None
 
 
-@pytest.mark.parametrize("bad", [dict(peft="lorax"), dict(lora_r=0), dict(peft="pissa", lora_dropout=0.1),
-                                 dict(peft="lora", quantization="4bit"), dict(s2_group_size_ratio=0)])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        dict(peft="lorax"),
+        dict(lora_r=0),
+        dict(peft="pissa", lora_dropout=0.1),
+        dict(peft="lora", quantization="4bit"),
+        dict(s2_group_size_ratio=0),
+    ],
+)
 def test_adapter_arguments_reject_bad_values(bad):
     with pytest.raises(ValueError):
         AdapterArguments(**bad).check_adapter_arguments()
@@ -83,13 +97,16 @@ def test_qlora_model_has_4bit_layers_and_trains(tmp_path, tokenizer):
     from transformers import AutoModelForCausalLM
 
     path = tiny_model_dir(tmp_path, "llama")
-    model = AutoModelForCausalLM.from_pretrained(path, quantization_config=bnb_quantization_config("4bit"),
-                                                 dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(
+        path, quantization_config=bnb_quantization_config("4bit"), dtype=torch.float32
+    )
     four_bit = [m for m in model.modules() if isinstance(m, bnb.nn.Linear4bit)]
     assert len(four_bit) == 2 * 7  # q, k, v, o, gate, up, down per layer
     assert four_bit[0].weight.quant_type == "nf4" and four_bit[0].weight.quant_state.nested  # double quant
-    model = get_peft_model(prepare_model_for_kbit_training(model, use_gradient_checkpointing=False),
-                           build_peft_config(AdapterArguments(peft="qlora")))
+    model = get_peft_model(
+        prepare_model_for_kbit_training(model, use_gradient_checkpointing=False),
+        build_peft_config(AdapterArguments(peft="qlora")),
+    )
     ids = torch.randint(5, 600, (2, 12))
     loss = model(input_ids=ids, labels=ids).loss
     loss.backward()
@@ -101,8 +118,9 @@ def test_8bit_choice_loads_int8_layers(tmp_path):
     import bitsandbytes as bnb
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir(tmp_path, "qwen2"),
-                                                 quantization_config=bnb_quantization_config("8bit"))
+    model = AutoModelForCausalLM.from_pretrained(
+        tiny_model_dir(tmp_path, "qwen2"), quantization_config=bnb_quantization_config("8bit")
+    )
     assert any(isinstance(m, bnb.nn.Linear8bitLt) for m in model.modules())
 
 

@@ -43,10 +43,28 @@ def test_finetune_cli_saves_a_standard_adapter_and_summary(tiny_dir, run_dir, tm
 
     out = tmp_path / "out"
     # The math reward of a random tiny model is 0 for every sample: nothing to learn, accepted explicitly here.
-    extra = (["--set", "max_completion_length=8", "--group-size", "2", "--set", "allow_no_learning=true"]
-             if method == "grpo" else [])
-    code = run_cli("finetune", method, "--model", str(tiny_dir), "--data", str(run_dir), "--out", str(out),
-                   "--max-steps", "2", "--peft", peft, "--batch-size", "4", *extra)
+    extra = (
+        ["--set", "max_completion_length=8", "--group-size", "2", "--set", "allow_no_learning=true"]
+        if method == "grpo"
+        else []
+    )
+    code = run_cli(
+        "finetune",
+        method,
+        "--model",
+        str(tiny_dir),
+        "--data",
+        str(run_dir),
+        "--out",
+        str(out),
+        "--max-steps",
+        "2",
+        "--peft",
+        peft,
+        "--batch-size",
+        "4",
+        *extra,
+    )
     assert code == 0
     summary = json.loads((out / "finetune_summary.json").read_text())
     assert summary["method"] == method and summary["steps"] == 2 and summary["samples"] > 0
@@ -62,11 +80,37 @@ def test_finetune_cli_saves_a_standard_adapter_and_summary(tiny_dir, run_dir, tm
 def test_finetune_cli_errors_are_one_line(tiny_dir, run_dir, tmp_path, capsys):
     assert run_cli("finetune", "sft", "--data", str(tmp_path / "missing.jsonl"), "--out", str(tmp_path / "o")) == 2
     assert "data file not found" in capsys.readouterr().err
-    assert run_cli("finetune", "sft", "--model", str(tiny_dir), "--data", str(run_dir), "--out",
-                   str(tmp_path / "o"), "--set", "bogus=1") == 2
+    assert (
+        run_cli(
+            "finetune",
+            "sft",
+            "--model",
+            str(tiny_dir),
+            "--data",
+            str(run_dir),
+            "--out",
+            str(tmp_path / "o"),
+            "--set",
+            "bogus=1",
+        )
+        == 2
+    )
     assert "unknown option(s) bogus" in capsys.readouterr().err
-    assert run_cli("finetune", "cdpo", "--model", str(tiny_dir), "--data", str(run_dir), "--out",
-                   str(tmp_path / "o"), "--set", "label_smoothing=0.7") == 2
+    assert (
+        run_cli(
+            "finetune",
+            "cdpo",
+            "--model",
+            str(tiny_dir),
+            "--data",
+            str(run_dir),
+            "--out",
+            str(tmp_path / "o"),
+            "--set",
+            "label_smoothing=0.7",
+        )
+        == 2
+    )
     assert "label_smoothing < 0.5" in capsys.readouterr().err
     assert run_cli("finetune", "sftx", "--data", str(run_dir), "--out", str(tmp_path / "o")) == 2
     assert "unknown method" in capsys.readouterr().err
@@ -74,8 +118,10 @@ def test_finetune_cli_errors_are_one_line(tiny_dir, run_dir, tmp_path, capsys):
 
 def test_config_file_supplies_options(tiny_dir, run_dir, tmp_path):
     config = tmp_path / "ft.yaml"
-    config.write_text(f"model: {tiny_dir}\ndata: {run_dir}\nout: {tmp_path / 'o'}\nmax_steps: 1\npeft: pissa\n"
-                      "lora_r: 4\nper_device_train_batch_size: 2\nsuccess_threshold: 1.0\n")
+    config.write_text(
+        f"model: {tiny_dir}\ndata: {run_dir}\nout: {tmp_path / 'o'}\nmax_steps: 1\npeft: pissa\n"
+        "lora_r: 4\nper_device_train_batch_size: 2\nsuccess_threshold: 1.0\n"
+    )
     assert run_cli("finetune", "sft", "--config", str(config)) == 0
     adapter_config = json.loads((tmp_path / "o" / "adapter_config.json").read_text())
     assert adapter_config["r"] == 8  # PiSSA r=4, saved as the equivalent plain LoRA delta of rank 2r
@@ -87,14 +133,31 @@ def test_config_file_supplies_options(tiny_dir, run_dir, tmp_path):
 def test_lora_sft_on_embedded_smollm2(run_dir, tmp_path):
     """The real pretrained model: LoRA SFT on correct rollouts, a few steps; loss is finite and the adapter loads."""
     out = tmp_path / "smol"
-    code = run_cli("finetune", "sft", "--data", str(run_dir), "--out", str(out), "--max-steps", "3",
-                   "--peft", "lora", "--batch-size", "2", "--lr", "1e-4")
+    code = run_cli(
+        "finetune",
+        "sft",
+        "--data",
+        str(run_dir),
+        "--out",
+        str(out),
+        "--max-steps",
+        "3",
+        "--peft",
+        "lora",
+        "--batch-size",
+        "2",
+        "--lr",
+        "1e-4",
+    )
     assert code == 0
     summary = json.loads((out / "finetune_summary.json").read_text())
     assert summary["steps"] == 3 and summary["adapter"]
     assert "smollm2" in summary["base_model"].lower()
-    losses = [json.loads(line)["loss"] for line in (out / "metrics.jsonl").read_text().splitlines()
-              if "loss" in json.loads(line)]
+    losses = [
+        json.loads(line)["loss"]
+        for line in (out / "metrics.jsonl").read_text().splitlines()
+        if "loss" in json.loads(line)
+    ]
     assert len(losses) == 3 and all(0 < loss < 20 for loss in losses)  # a pretrained model starts low
 
 
@@ -116,13 +179,37 @@ def test_header_is_printed_only_for_a_valid_method(run_dir, tmp_path, capsys):
 
 
 def test_bundled_dataset_name_feeds_rl_methods_only(tiny_dir, tmp_path, capsys):
-    assert run_cli("finetune", "sft", "--model", str(tiny_dir), "--data", "math_l5_train200",
-                   "--out", str(tmp_path / "o")) == 2
+    assert (
+        run_cli(
+            "finetune", "sft", "--model", str(tiny_dir), "--data", "math_l5_train200", "--out", str(tmp_path / "o")
+        )
+        == 2
+    )
     assert "holds problems without completions" in capsys.readouterr().err
     out = tmp_path / "grpo"
-    assert run_cli("finetune", "grpo", "--model", str(tiny_dir), "--data", "math_l5_train200", "--out", str(out),
-                   "--max-steps", "1", "--batch-size", "2", "--group-size", "2",
-                   "--set", "max_completion_length=4", "--set", "allow_no_learning=true") == 0
+    assert (
+        run_cli(
+            "finetune",
+            "grpo",
+            "--model",
+            str(tiny_dir),
+            "--data",
+            "math_l5_train200",
+            "--out",
+            str(out),
+            "--max-steps",
+            "1",
+            "--batch-size",
+            "2",
+            "--group-size",
+            "2",
+            "--set",
+            "max_completion_length=4",
+            "--set",
+            "allow_no_learning=true",
+        )
+        == 0
+    )
     assert json.loads((out / "finetune_summary.json").read_text())["samples"] == 200
 
 
@@ -149,9 +236,27 @@ def test_ppo_with_an_external_reward_model(tiny_dir, tmp_path):
     for name, sign in (("rm_plus", 1.0), ("rm_minus", -1.0)):
         reward_dir = _reward_model(tmp_path / name, sign)
         out = tmp_path / f"ppo-{name}"
-        assert run_cli("finetune", "ppo", "--model", str(tiny_dir), "--data", "easy", "--out", str(out),
-                       "--reward", str(reward_dir), "--max-steps", "2", "--batch-size", "4",
-                       "--set", "max_completion_length=6") == 0
+        assert (
+            run_cli(
+                "finetune",
+                "ppo",
+                "--model",
+                str(tiny_dir),
+                "--data",
+                "easy",
+                "--out",
+                str(out),
+                "--reward",
+                str(reward_dir),
+                "--max-steps",
+                "2",
+                "--batch-size",
+                "4",
+                "--set",
+                "max_completion_length=6",
+            )
+            == 0
+        )
         logs = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
         steps = [entry for entry in logs if f"rewards/{name}/mean" in entry]
         assert len(steps) == 2

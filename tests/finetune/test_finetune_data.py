@@ -14,10 +14,18 @@ from tests.helpers.finetune_rows import rollout
 
 @pytest.fixture()
 def rollouts():
-    rows = [rollout("a", 0, 1.0), rollout("a", 1, 0.0), rollout("a", 2, 1.0), rollout("a", 3, 0.0),
-            rollout("b", 0, 0.0), rollout("b", 1, 0.0),  # all wrong: no pair, no SFT row
-            rollout("c", 0, 1.0), rollout("c", 1, None), rollout("c", 2, 0.0, error="timeout"),
-            rollout("a", 0, 0.0, step=1)]  # same query, other step: a different group
+    rows = [
+        rollout("a", 0, 1.0),
+        rollout("a", 1, 0.0),
+        rollout("a", 2, 1.0),
+        rollout("a", 3, 0.0),
+        rollout("b", 0, 0.0),
+        rollout("b", 1, 0.0),  # all wrong: no pair, no SFT row
+        rollout("c", 0, 1.0),
+        rollout("c", 1, None),
+        rollout("c", 2, 0.0, error="timeout"),
+        rollout("a", 0, 0.0, step=1),
+    ]  # same query, other step: a different group
     return rows
 
 

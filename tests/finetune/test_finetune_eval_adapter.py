@@ -53,23 +53,60 @@ def sft_adapter(tiny_dir, tmp_path_factory):
     rows = [rollout(q, s, float((s + i) % 2 == 0)) for i, q in enumerate("abcd") for s in range(4)]
     (run / "rollouts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = root / "adapter"
-    assert run_cli("finetune", "sft", "--model", tiny_dir, "--data", run, "--out", out, "--max-steps", 6,
-                   "--lr", "1e-2", "--batch-size", 4, "--peft", "lora") == 0
+    assert (
+        run_cli(
+            "finetune",
+            "sft",
+            "--model",
+            tiny_dir,
+            "--data",
+            run,
+            "--out",
+            out,
+            "--max-steps",
+            6,
+            "--lr",
+            "1e-2",
+            "--batch-size",
+            4,
+            "--peft",
+            "lora",
+        )
+        == 0
+    )
     return out
 
 
 def evaluate(tiny_dir, problems_file, adapter, out):
-    code = run_cli("eval", "--data", problems_file, "--backend", "transformers", "--model", tiny_dir,
-                   "--adapter", adapter, "--samples", 2, "--max-tokens", 8, "--out", out)
+    code = run_cli(
+        "eval",
+        "--data",
+        problems_file,
+        "--backend",
+        "transformers",
+        "--model",
+        tiny_dir,
+        "--adapter",
+        adapter,
+        "--samples",
+        2,
+        "--max-tokens",
+        8,
+        "--out",
+        out,
+    )
     assert code == 0
     return json.loads((out / "metrics.json").read_text())
 
 
 async def greedy_answers(backend, prompts):
     try:
-        results = await asyncio.gather(*(
-            backend.forward(ChatRequest(messages=[Message(role="user", content=p)], sampling=GREEDY)) for p in prompts
-        ))
+        results = await asyncio.gather(
+            *(
+                backend.forward(ChatRequest(messages=[Message(role="user", content=p)], sampling=GREEDY))
+                for p in prompts
+            )
+        )
     finally:
         await backend.aclose()
     return [r[0].text for r in results]
@@ -87,7 +124,7 @@ def completion_nll(model, tokenizer, prompt, completion):
     assert ids[0, : len(head_ids)].tolist() == head_ids
     with torch.no_grad():
         logits = model(input_ids=ids).logits[0, len(head_ids) - 1 : -1]
-    return torch.nn.functional.cross_entropy(logits, ids[0, len(head_ids):]).item()
+    return torch.nn.functional.cross_entropy(logits, ids[0, len(head_ids) :]).item()
 
 
 def test_sft_adapter_is_evaluated_with_its_provenance(tiny_dir, problems_file, sft_adapter, tmp_path):
@@ -115,8 +152,12 @@ def test_sft_adapter_changes_generation_towards_its_training_data(tiny_dir, sft_
     # and in the right direction: the adapted model (as the backend loads it) finds the trained answers likelier
     base.load()
     adapted.load()
-    trained = [(render_prompt(f"Problem {q}"), f"{q}-0-{s} \\boxed{{4}}") for i, q in enumerate("abcd")
-               for s in range(4) if (s + i) % 2 == 0]
+    trained = [
+        (render_prompt(f"Problem {q}"), f"{q}-0-{s} \\boxed{{4}}")
+        for i, q in enumerate("abcd")
+        for s in range(4)
+        if (s + i) % 2 == 0
+    ]
     for prompt, completion in trained[:3]:
         before = completion_nll(base._loaded.model, base._loaded.tokenizer, prompt, completion)
         after = completion_nll(adapted._loaded.model, adapted._loaded.tokenizer, prompt, completion)
@@ -128,8 +169,29 @@ def test_ppo_adapter_with_value_head_loads_and_is_evaluated(tiny_dir, problems_f
     from safetensors.torch import load_file
 
     out = tmp_path / "ppo"
-    assert run_cli("finetune", "ppo", "--model", tiny_dir, "--data", "easy", "--out", out, "--reward", "math",
-                   "--max-steps", 2, "--lr", "5e-2", "--batch-size", 4, "--set", "max_completion_length=8") == 0
+    assert (
+        run_cli(
+            "finetune",
+            "ppo",
+            "--model",
+            tiny_dir,
+            "--data",
+            "easy",
+            "--out",
+            out,
+            "--reward",
+            "math",
+            "--max-steps",
+            2,
+            "--lr",
+            "5e-2",
+            "--batch-size",
+            4,
+            "--set",
+            "max_completion_length=8",
+        )
+        == 0
+    )
     assert "v_head" in json.loads((out / "adapter_config.json").read_text())["modules_to_save"]
     assert any("v_head" in key for key in load_file(str(out / "adapter_model.safetensors")))
     assert json.loads((out / "finetune_summary.json").read_text())["samples"] == 16  # bundled `easy`

@@ -31,12 +31,19 @@ def assistant(text):
 
 
 # Prompts of different lengths, so batches are padded and no length is a multiple of the S2 group.
-SFT_ROWS = [{"prompt": user(f"What is {i} + {i * 7}?" + " so" * i), "completion": assistant(f"\\boxed{{{8 * i}}}")}
-            for i in range(4)]
-PAIRS = [{"prompt": r["prompt"], "chosen": r["completion"], "rejected": assistant(f"the answer is {i + 5}")}
-         for i, r in enumerate(SFT_ROWS)]
-KTO_ROWS = [{"prompt": p["prompt"], "completion": p[key], "label": key == "chosen"} for p in PAIRS
-            for key in ("chosen", "rejected")]
+SFT_ROWS = [
+    {"prompt": user(f"What is {i} + {i * 7}?" + " so" * i), "completion": assistant(f"\\boxed{{{8 * i}}}")}
+    for i in range(4)
+]
+PAIRS = [
+    {"prompt": r["prompt"], "chosen": r["completion"], "rejected": assistant(f"the answer is {i + 5}")}
+    for i, r in enumerate(SFT_ROWS)
+]
+KTO_ROWS = [
+    {"prompt": p["prompt"], "completion": p[key], "label": key == "chosen"}
+    for p in PAIRS
+    for key in ("chosen", "rejected")
+]
 PROMPTS = [{"prompt": r["prompt"], "answer": str(8 * i)} for i, r in enumerate(SFT_ROWS)]
 
 
@@ -72,8 +79,13 @@ def test_fresh_base_changing_adapter_reloaded_on_the_base_is_the_base(tiny_dir, 
 
     data = write_jsonl(tmp_path / "sft.jsonl", SFT_ROWS)
     out = tmp_path / "out"
-    run_finetune("sft", model=str(tiny_dir), data=data, out=out,
-                 options=dict(peft=peft_name, lora_r=4, max_steps=1, learning_rate=0.0, per_device_train_batch_size=2))
+    run_finetune(
+        "sft",
+        model=str(tiny_dir),
+        data=data,
+        out=out,
+        options=dict(peft=peft_name, lora_r=4, max_steps=1, learning_rate=0.0, per_device_train_batch_size=2),
+    )
     ids = torch.tensor([[5, 17, 230, 41, 99, 3, 250]])
     base = AutoModelForCausalLM.from_pretrained(tiny_dir).eval()
     with torch.no_grad():
@@ -150,8 +162,14 @@ def test_longlora_sft_loss_differs_from_lora_on_odd_lengths(tokenizer, tmp_path)
 
     first = {}
     for peft_name in ("lora", "longlora"):
-        config = SFTFinetuneConfig(output_dir=str(tmp_path), max_steps=1, per_device_train_batch_size=4,
-                                   peft=peft_name, max_length=64, **COMMON)
+        config = SFTFinetuneConfig(
+            output_dir=str(tmp_path),
+            max_steps=1,
+            per_device_train_batch_size=4,
+            peft=peft_name,
+            max_length=64,
+            **COMMON,
+        )
         model = build_tiny_model(tokenizer)
         trainer = build_sft_trainer(config, model, tokenizer, Dataset.from_list(SFT_ROWS))
         first[peft_name] = _first_loss(trainer)
@@ -172,8 +190,11 @@ def _build(method, tokenizer, tmp_path):
     if kind == "kto":
         options["per_device_train_batch_size"] = 8
     model = build_tiny_model(tokenizer)
-    extra = {"reward_funcs": lambda completions, **_: [float(len(str(c))) for c in completions]} \
-        if kind == "prompts" else {}
+    extra = (
+        {"reward_funcs": lambda completions, **_: [float(len(str(c))) for c in completions]}
+        if kind == "prompts"
+        else {}
+    )
     return model, builder(config_class(**options), model, tokenizer, Dataset.from_list(rows), **extra)
 
 
@@ -191,8 +212,13 @@ def test_longlora_runs_shifted_attention_for_every_method(tokenizer, tmp_path, m
 
 def test_longlora_run_logs_its_attention_calls(tiny_dir, tmp_path):
     data = write_jsonl(tmp_path / "pairs.jsonl", PAIRS)
-    summary = run_finetune("dpo", model=str(tiny_dir), data=data, out=tmp_path / "out",
-                           options=dict(peft="longlora", max_steps=1, per_device_train_batch_size=2))
+    summary = run_finetune(
+        "dpo",
+        model=str(tiny_dir),
+        data=data,
+        out=tmp_path / "out",
+        options=dict(peft="longlora", max_steps=1, per_device_train_batch_size=2),
+    )
     assert summary["s2_attention_calls"]["shifted"] > 0
 
 
@@ -220,16 +246,18 @@ def test_ignored_options_are_refused_in_one_line(tmp_path, method, options, says
 def test_label_smoothing_stays_allowed_where_trl_reads_it(tmp_path):
     from finetune.run import build_method_config
 
-    config = build_method_config("dpo", {"output_dir": str(tmp_path), **COMMON, "label_smoothing": 0.2,
-                                         "loss_type": ["robust"]})
+    config = build_method_config(
+        "dpo", {"output_dir": str(tmp_path), **COMMON, "label_smoothing": 0.2, "loss_type": ["robust"]}
+    )
     assert config.label_smoothing == 0.2
     assert build_method_config("cdpo", {"output_dir": str(tmp_path), **COMMON}).label_smoothing == 0.1
 
 
 def test_cli_refuses_label_smoothing_on_dpo(tiny_dir, tmp_path, capsys):
     data = write_jsonl(tmp_path / "pairs.jsonl", PAIRS)
-    code = run_cli("finetune", "dpo", "--model", tiny_dir, "--data", data, "--out", tmp_path / "o",
-                   "--set", "label_smoothing=0.2")
+    code = run_cli(
+        "finetune", "dpo", "--model", tiny_dir, "--data", data, "--out", tmp_path / "o", "--set", "label_smoothing=0.2"
+    )
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
     assert code == 2 and len(err) == 1 and "use method cdpo" in err[0]
 
@@ -239,8 +267,14 @@ def test_grpo_run_that_learns_nothing_fails_unless_allowed(tiny_dir, tmp_path, c
     """The math reward is 0 for every sample of a random tiny model: every group is filtered, every step."""
     problems = [{"problem": f"{i} * 1111", "answer": str(1111 * i + 7)} for i in range(4)]
     data = write_jsonl(tmp_path / "problems.jsonl", problems)
-    options = dict(peft="lora", max_steps=2, per_device_train_batch_size=4, num_generations=2,
-                   max_completion_length=4, reward="math")
+    options = dict(
+        peft="lora",
+        max_steps=2,
+        per_device_train_batch_size=4,
+        num_generations=2,
+        max_completion_length=4,
+        reward="math",
+    )
     with pytest.raises(FinetuneError, match="every step trained nothing") as error:
         run_finetune("grpo", model=str(tiny_dir), data=data, out=tmp_path / "a", options=options)
     assert "allow_no_learning" in str(error.value) and "\n" not in str(error.value)
@@ -251,18 +285,31 @@ def test_grpo_run_that_learns_nothing_fails_unless_allowed(tiny_dir, tmp_path, c
     steps = [entry for entry in logs if "tokens_in_loss" in entry]
     assert len(steps) == 2
     assert all(e["tokens_in_loss"] == 0 and e["groups_filtered"] == 2 and e["nothing_to_learn"] == 1 for e in steps)
-    summary = run_finetune("grpo", model=str(tiny_dir), data=data, out=tmp_path / "b",
-                           options={**options, "allow_no_learning": True})
+    summary = run_finetune(
+        "grpo", model=str(tiny_dir), data=data, out=tmp_path / "b", options={**options, "allow_no_learning": True}
+    )
     assert summary["rl_batches_nothing_to_learn"] == 2
 
 
 def test_grpo_step_with_signal_reports_its_tokens(tokenizer, tmp_path):
     from finetune.grpo import GRPOFinetuneConfig, build_grpo_trainer
 
-    config = GRPOFinetuneConfig(output_dir=str(tmp_path), max_steps=1, per_device_train_batch_size=4,
-                                num_generations=2, max_completion_length=6, peft="none", **COMMON)
-    trainer = build_grpo_trainer(config, build_tiny_model(tokenizer), tokenizer, Dataset.from_list(PROMPTS),
-                                 reward_funcs=lambda completions, **_: [float(i % 2) for i in range(len(completions))])
+    config = GRPOFinetuneConfig(
+        output_dir=str(tmp_path),
+        max_steps=1,
+        per_device_train_batch_size=4,
+        num_generations=2,
+        max_completion_length=6,
+        peft="none",
+        **COMMON,
+    )
+    trainer = build_grpo_trainer(
+        config,
+        build_tiny_model(tokenizer),
+        tokenizer,
+        Dataset.from_list(PROMPTS),
+        reward_funcs=lambda completions, **_: [float(i % 2) for i in range(len(completions))],
+    )
     trainer.train()
     assert trainer.batches_generated == 1 and trainer.batches_with_nothing_to_learn == 0
     entry = next(h for h in trainer.state.log_history if "tokens_in_loss" in h)
@@ -272,8 +319,20 @@ def test_grpo_step_with_signal_reports_its_tokens(tokenizer, tmp_path):
 # --- 5. config errors are one line; eval of a full fine-tune; eval label --------------------------------------
 def test_router_aux_loss_on_a_dense_model_is_one_line(tiny_dir, tmp_path, capsys):
     data = write_jsonl(tmp_path / "sft.jsonl", SFT_ROWS)
-    code = run_cli("finetune", "sft", "--model", tiny_dir, "--data", data, "--out", tmp_path / "o",
-                   "--max-steps", 1, "--set", "router_aux_loss_coef=0.01")
+    code = run_cli(
+        "finetune",
+        "sft",
+        "--model",
+        tiny_dir,
+        "--data",
+        data,
+        "--out",
+        tmp_path / "o",
+        "--max-steps",
+        1,
+        "--set",
+        "router_aux_loss_coef=0.01",
+    )
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert code == 2 and "Traceback" not in "\n".join(err)
     assert any("router_aux_loss_coef=0.01 needs a Mixture-of-Experts model" in line for line in err)
@@ -282,11 +341,31 @@ def test_router_aux_loss_on_a_dense_model_is_one_line(tiny_dir, tmp_path, capsys
 def test_eval_adapter_on_a_full_finetune_names_the_model_to_use(tiny_dir, tmp_path, capsys):
     data = write_jsonl(tmp_path / "sft.jsonl", SFT_ROWS)
     out = tmp_path / "full"
-    run_finetune("sft", model=str(tiny_dir), data=data, out=out,
-                 options=dict(peft="none", max_steps=1, per_device_train_batch_size=2))
+    run_finetune(
+        "sft",
+        model=str(tiny_dir),
+        data=data,
+        out=out,
+        options=dict(peft="none", max_steps=1, per_device_train_batch_size=2),
+    )
     problems = write_jsonl(tmp_path / "problems.jsonl", [{"id": "p", "problem": "1 + 1", "answer": "2"}])
-    code = run_cli("eval", "--data", problems, "--backend", "transformers", "--model", tiny_dir, "--adapter", out,
-                   "--samples", 1, "--max-tokens", 4, "--out", tmp_path / "eval")
+    code = run_cli(
+        "eval",
+        "--data",
+        problems,
+        "--backend",
+        "transformers",
+        "--model",
+        tiny_dir,
+        "--adapter",
+        out,
+        "--samples",
+        1,
+        "--max-tokens",
+        4,
+        "--out",
+        tmp_path / "eval",
+    )
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
     assert code != 0 and len(err) == 1
     assert f"--model {out}" in err[0] and "full fine-tune" in err[0]
@@ -295,9 +374,32 @@ def test_eval_adapter_on_a_full_finetune_names_the_model_to_use(tiny_dir, tmp_pa
 def test_eval_label_carries_method_adapter_and_run_name(tiny_dir, tmp_path):
     data = write_jsonl(tmp_path / "sft.jsonl", SFT_ROWS)
     out = tmp_path / "my-run"
-    run_finetune("sft", model=str(tiny_dir), data=data, out=out,
-                 options=dict(peft="lora", max_steps=1, per_device_train_batch_size=2))
+    run_finetune(
+        "sft",
+        model=str(tiny_dir),
+        data=data,
+        out=out,
+        options=dict(peft="lora", max_steps=1, per_device_train_batch_size=2),
+    )
     problems = write_jsonl(tmp_path / "problems.jsonl", [{"id": "p", "problem": "1 + 1", "answer": "2"}])
-    assert run_cli("eval", "--data", problems, "--backend", "transformers", "--model", tiny_dir, "--adapter", out,
-                   "--samples", 1, "--max-tokens", 4, "--out", tmp_path / "eval") == 0
+    assert (
+        run_cli(
+            "eval",
+            "--data",
+            problems,
+            "--backend",
+            "transformers",
+            "--model",
+            tiny_dir,
+            "--adapter",
+            out,
+            "--samples",
+            1,
+            "--max-tokens",
+            4,
+            "--out",
+            tmp_path / "eval",
+        )
+        == 0
+    )
     assert json.loads((tmp_path / "eval" / "metrics.json").read_text())["label"] == "sft+lora:my-run"

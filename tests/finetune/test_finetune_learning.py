@@ -15,9 +15,11 @@ pytestmark = pytest.mark.timeout(120)
 
 # Every method with LoRA; every adapter with SFT; the adapters that change how the reference model is
 # obtained (PiSSA: a frozen copy; none: a frozen copy; LongLoRA: S2-attention) with a preference and an RL method.
-CELLS = ([(method, "lora") for method in METHODS] + [("sft", peft) for peft in ADAPTERS if peft != "lora"]
-         + [("dpo", "pissa"), ("dpo", "none"), ("kto", "longlora"), ("grpo", "none"), ("grpo", "pissa"),
-            ("ppo", "none")])
+CELLS = (
+    [(method, "lora") for method in METHODS]
+    + [("sft", peft) for peft in ADAPTERS if peft != "lora"]
+    + [("dpo", "pissa"), ("dpo", "none"), ("kto", "longlora"), ("grpo", "none"), ("grpo", "pissa"), ("ppo", "none")]
+)
 
 
 @pytest.fixture(scope="module")
@@ -35,5 +37,7 @@ def test_method_and_adapter_improve_their_own_objective(model_dir, tokenizer, tm
     caplog.set_level(logging.ERROR)
     result = run_cell(method, peft, model_dir, tokenizer, tmp_path)
     objective = result.objective
-    assert result.improved, (f"{method}/{peft}: {objective.description} {result.before:.3f} -> {result.after:.3f}, "
-                             f"gain {result.gain:.3f} < margin {objective.margin}")
+    assert result.improved, (
+        f"{method}/{peft}: {objective.description} {result.before:.3f} -> {result.after:.3f}, "
+        f"gain {result.gain:.3f} < margin {objective.margin}"
+    )

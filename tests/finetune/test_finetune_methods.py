@@ -45,10 +45,19 @@ def assistant(text):
 
 
 SFT_ROWS = [{"prompt": user(f"What is {i} + {i}?"), "completion": assistant(f"\\boxed{{{2 * i}}}")} for i in range(4)]
-PAIRS = [{"prompt": user(f"What is {i} + {i}?"), "chosen": assistant(f"\\boxed{{{2 * i}}}"),
-          "rejected": assistant(f"the answer is {i + 5} maybe")} for i in range(4)]
-KTO_ROWS = [{"prompt": p["prompt"], "completion": p[key], "label": key == "chosen"} for p in PAIRS
-            for key in ("chosen", "rejected")]
+PAIRS = [
+    {
+        "prompt": user(f"What is {i} + {i}?"),
+        "chosen": assistant(f"\\boxed{{{2 * i}}}"),
+        "rejected": assistant(f"the answer is {i + 5} maybe"),
+    }
+    for i in range(4)
+]
+KTO_ROWS = [
+    {"prompt": p["prompt"], "completion": p[key], "label": key == "chosen"}
+    for p in PAIRS
+    for key in ("chosen", "rejected")
+]
 PROMPTS = [{"prompt": user(f"What is {i} + {i}?"), "answer": str(2 * i)} for i in range(4)]
 
 
@@ -56,8 +65,15 @@ PROMPTS = [{"prompt": user(f"What is {i} + {i}?"), "answer": str(2 * i)} for i i
 def test_sft_loss_decreases(model_dirs, tokenizer, tmp_path, peft):
     from finetune.sft import SFTFinetuneConfig, build_sft_trainer
 
-    config = SFTFinetuneConfig(output_dir=str(tmp_path), max_steps=6, per_device_train_batch_size=4,
-                               learning_rate=1e-2, peft=peft, max_length=64, **COMMON)
+    config = SFTFinetuneConfig(
+        output_dir=str(tmp_path),
+        max_steps=6,
+        per_device_train_batch_size=4,
+        learning_rate=1e-2,
+        peft=peft,
+        max_length=64,
+        **COMMON,
+    )
     trainer = build_sft_trainer(config, load(model_dirs), tokenizer, Dataset.from_list(SFT_ROWS))
     trainer.train()
     history = losses(trainer)
@@ -69,8 +85,9 @@ def test_preference_losses_decrease_and_margin_grows(model_dirs, tokenizer, tmp_
     from finetune.dpo import CDPOFinetuneConfig, DPOFinetuneConfig, IPOFinetuneConfig, build_dpo_trainer
 
     config_class = {"dpo": DPOFinetuneConfig, "ipo": IPOFinetuneConfig, "cdpo": CDPOFinetuneConfig}[method]
-    config = config_class(output_dir=str(tmp_path), max_steps=5, per_device_train_batch_size=4, learning_rate=1e-2,
-                          peft="lora", **COMMON)
+    config = config_class(
+        output_dir=str(tmp_path), max_steps=5, per_device_train_batch_size=4, learning_rate=1e-2, peft="lora", **COMMON
+    )
     trainer = build_dpo_trainer(config, load(model_dirs), tokenizer, Dataset.from_list(PAIRS))
     trainer.train()
     assert losses(trainer)[-1] < losses(trainer)[0]
@@ -93,8 +110,15 @@ def test_cdpo_applies_label_smoothing_that_trl_ignores(model_dirs, tokenizer, tm
     eps = 0.2
     results = {}
     for name, config_class in (("trl", DPOFinetuneConfig), ("cdpo", CDPOFinetuneConfig)):
-        config = config_class(output_dir=str(tmp_path), max_steps=1, per_device_train_batch_size=1, peft="none",
-                              label_smoothing=eps if name == "cdpo" else 0.0, beta=0.5, **COMMON)
+        config = config_class(
+            output_dir=str(tmp_path),
+            max_steps=1,
+            per_device_train_batch_size=1,
+            peft="none",
+            label_smoothing=eps if name == "cdpo" else 0.0,
+            beta=0.5,
+            **COMMON,
+        )
         config.label_smoothing = eps  # method dpo refuses it (test_finetune_guarantees); set past the check
         trainer = build_dpo_trainer(config, load(model_dirs), tokenizer, Dataset.from_list(PAIRS[:1]))
         torch.manual_seed(1)
@@ -114,8 +138,9 @@ def test_cdpo_applies_label_smoothing_that_trl_ignores(model_dirs, tokenizer, tm
 def test_kto_loss_decreases(model_dirs, tokenizer, tmp_path):
     from finetune.kto import KTOFinetuneConfig, build_kto_trainer
 
-    config = KTOFinetuneConfig(output_dir=str(tmp_path), max_steps=5, per_device_train_batch_size=8,
-                               learning_rate=1e-2, peft="lora", **COMMON)
+    config = KTOFinetuneConfig(
+        output_dir=str(tmp_path), max_steps=5, per_device_train_batch_size=8, learning_rate=1e-2, peft="lora", **COMMON
+    )
     trainer = build_kto_trainer(config, load(model_dirs), tokenizer, Dataset.from_list(KTO_ROWS))
     trainer.train()
     assert losses(trainer)[-1] < losses(trainer)[0]
@@ -126,8 +151,9 @@ def test_kto_loss_decreases(model_dirs, tokenizer, tmp_path):
 def test_orpo_loss_decreases(model_dirs, tokenizer, tmp_path):
     from finetune.orpo import ORPOFinetuneConfig, build_orpo_trainer
 
-    config = ORPOFinetuneConfig(output_dir=str(tmp_path), max_steps=5, per_device_train_batch_size=4,
-                                learning_rate=1e-2, peft="lora", **COMMON)
+    config = ORPOFinetuneConfig(
+        output_dir=str(tmp_path), max_steps=5, per_device_train_batch_size=4, learning_rate=1e-2, peft="lora", **COMMON
+    )
     trainer = build_orpo_trainer(config, load(model_dirs), tokenizer, Dataset.from_list(PAIRS))
     trainer.train()
     assert losses(trainer)[-1] < losses(trainer)[0] - 0.5
@@ -140,8 +166,14 @@ def digit_reward(completions, **_):
 
 
 def rl_config(config_class, tmp_path, **overrides):
-    options = dict(output_dir=str(tmp_path), max_steps=8, per_device_train_batch_size=8, learning_rate=3e-2,
-                   max_completion_length=8, **COMMON)
+    options = dict(
+        output_dir=str(tmp_path),
+        max_steps=8,
+        per_device_train_batch_size=8,
+        learning_rate=3e-2,
+        max_completion_length=8,
+        **COMMON,
+    )
     options.update(overrides)
     return config_class(**options)
 
@@ -155,8 +187,9 @@ def test_grpo_reward_rises(model_dirs, tokenizer, tmp_path, group_size):
     from finetune.grpo import GRPOFinetuneConfig, build_grpo_trainer
 
     config = rl_config(GRPOFinetuneConfig, tmp_path, num_generations=group_size, peft="none")
-    trainer = build_grpo_trainer(config, load(model_dirs), tokenizer, Dataset.from_list(PROMPTS * 4),
-                                 reward_funcs=digit_reward)
+    trainer = build_grpo_trainer(
+        config, load(model_dirs), tokenizer, Dataset.from_list(PROMPTS * 4), reward_funcs=digit_reward
+    )
     trainer.train()
     rewards = losses(trainer, "reward")
     assert mean(rewards[-3:]) > mean(rewards[:3])
@@ -170,10 +203,18 @@ def test_grpo_filters_homogeneous_groups(model_dirs, tokenizer, tmp_path):
 
     rows = [{"prompt": user("a"), "answer": "0"}, {"prompt": user("b"), "answer": "1"}] * 2
     for filtering in (True, False):
-        config = rl_config(GRPOFinetuneConfig, tmp_path, num_generations=2, per_device_train_batch_size=8,
-                           filter_homogeneous_groups=filtering, peft="none", max_steps=1)
-        trainer = build_grpo_trainer(config, load(model_dirs), tokenizer, Dataset.from_list(rows),
-                                     reward_funcs=half_constant)
+        config = rl_config(
+            GRPOFinetuneConfig,
+            tmp_path,
+            num_generations=2,
+            per_device_train_batch_size=8,
+            filter_homogeneous_groups=filtering,
+            peft="none",
+            max_steps=1,
+        )
+        trainer = build_grpo_trainer(
+            config, load(model_dirs), tokenizer, Dataset.from_list(rows), reward_funcs=half_constant
+        )
         batch = next(iter(trainer.get_train_dataloader()))
         trainer.model.train()
         output = trainer._generate_and_score_completions(batch)
@@ -190,8 +231,12 @@ def test_grpo_filters_homogeneous_groups(model_dirs, tokenizer, tmp_path):
 def test_grpo_advantage_normalisation_toggle(tmp_path):
     from finetune.grpo import GRPOFinetuneConfig
 
-    assert rl_config(GRPOFinetuneConfig, tmp_path, normalize_advantages=False, num_generations=2).scale_rewards == "none"
-    assert rl_config(GRPOFinetuneConfig, tmp_path, normalize_advantages=True, num_generations=2).scale_rewards == "group"
+    assert (
+        rl_config(GRPOFinetuneConfig, tmp_path, normalize_advantages=False, num_generations=2).scale_rewards == "none"
+    )
+    assert (
+        rl_config(GRPOFinetuneConfig, tmp_path, normalize_advantages=True, num_generations=2).scale_rewards == "group"
+    )
     with pytest.raises(ValueError, match="1..16"):
         rl_config(GRPOFinetuneConfig, tmp_path, num_generations=17)
 
@@ -238,8 +283,9 @@ def test_ppo_value_head_learns_and_reward_rises(model_dirs, tokenizer, tmp_path,
 
     config = rl_config(PPOFinetuneConfig, tmp_path, peft=peft, max_steps=10, vf_coef=1.0)
     assert config.num_generations == 1 and config.beta == 0.0
-    trainer = build_ppo_trainer(config, load(model_dirs, "llama"), tokenizer, Dataset.from_list(PROMPTS * 4),
-                                reward_funcs=digit_reward)
+    trainer = build_ppo_trainer(
+        config, load(model_dirs, "llama"), tokenizer, Dataset.from_list(PROMPTS * 4), reward_funcs=digit_reward
+    )
     head = trainer._value_head()
     before = {n: p.detach().clone() for n, p in head.named_parameters() if p.requires_grad}
     assert before, "the value head must be trainable"

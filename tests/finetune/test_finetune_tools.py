@@ -31,7 +31,7 @@ SECOND_CODE = "print(x)"
 
 
 def tool_call_text(code: str) -> str:
-    return f'<tool_call>\n{json.dumps({"name": "python", "arguments": {"code": code}})}\n</tool_call><|im_end|>'
+    return f"<tool_call>\n{json.dumps({'name': 'python', 'arguments': {'code': code}})}\n</tool_call><|im_end|>"
 
 
 def script_tool_calls(model, tokenizer, codes: list[str]) -> list[int]:
@@ -119,10 +119,20 @@ def test_grpo_rollouts_call_the_sandbox_and_train_on_the_trajectory(tool_tokeniz
         return [float(len(m[-1]["content"]) % 5) for m in completions]  # varies within a group
 
     rows = [{"prompt": [{"role": "user", "content": f"What is {i} times 7?"}], "answer": str(7 * i)} for i in (6, 7)]
-    config = GRPOFinetuneConfig(output_dir=str(tmp_path), max_steps=2, num_generations=2, per_device_train_batch_size=4,
-                                learning_rate=1e-2, max_completion_length=320, peft="none", tools=["python"],
-                                max_turns=3, tool_options={"python": {"timeout_s": 5}},
-                                filter_homogeneous_groups=False, **COMMON)
+    config = GRPOFinetuneConfig(
+        output_dir=str(tmp_path),
+        max_steps=2,
+        num_generations=2,
+        per_device_train_batch_size=4,
+        learning_rate=1e-2,
+        max_completion_length=320,
+        peft="none",
+        tools=["python"],
+        max_turns=3,
+        tool_options={"python": {"timeout_s": 5}},
+        filter_homogeneous_groups=False,
+        **COMMON,
+    )
     trainer = build_grpo_trainer(config, model, tool_tokenizer, Dataset.from_list(rows), reward_funcs=record_and_score)
     trainer.train()
 
@@ -131,7 +141,9 @@ def test_grpo_rollouts_call_the_sandbox_and_train_on_the_trajectory(tool_tokeniz
     for rollout in scored:
         # the sandbox ran both calls, in one interpreter per trajectory, fresh for every trajectory
         assert [(c["arguments"]["code"], c["output"], c["error"]) for c in rollout["calls"]] == [
-            (FIRST_CODE, "fresh\n", None), (SECOND_CODE, "42\n", None)]
+            (FIRST_CODE, "fresh\n", None),
+            (SECOND_CODE, "42\n", None),
+        ]
         roles = [m["role"] for m in rollout["messages"]]
         assert roles[:4] == ["assistant", "tool", "assistant", "tool"]
         first_call = rollout["messages"][0]["tool_calls"][0]["function"]
@@ -158,8 +170,9 @@ def test_cli_grpo_with_tools_end_to_end(tmp_path, monkeypatch, capsys):
 
     model_dir = tiny_model_dir(tmp_path, tools=True)
     problems = tmp_path / "problems.jsonl"
-    problems.write_text("".join(json.dumps({"id": str(i), "problem": f"{i} * 7 = ?", "answer": str(7 * i)}) + "\n"
-                                for i in range(2)))
+    problems.write_text(
+        "".join(json.dumps({"id": str(i), "problem": f"{i} * 7 = ?", "answer": str(7 * i)}) + "\n" for i in range(2))
+    )
     real_load_model = finetune.models.load_model
     scripted: list[list[int]] = []
 
@@ -170,10 +183,32 @@ def test_cli_grpo_with_tools_end_to_end(tmp_path, monkeypatch, capsys):
 
     monkeypatch.setattr(finetune.models, "load_model", load_scripted_model)
     out = tmp_path / "out"
-    code = run_cli("finetune", "grpo", "--model", str(model_dir), "--data", str(problems), "--out", str(out),
-                   "--tools", "python", "--max-turns", "2", "--max-steps", "1", "--batch-size", "4",
-                   "--group-size", "2", "--set", "max_completion_length=160", "--set",
-                   "tool_options={python: {timeout_s: 5}}", "--set", "allow_no_learning=true")
+    code = run_cli(
+        "finetune",
+        "grpo",
+        "--model",
+        str(model_dir),
+        "--data",
+        str(problems),
+        "--out",
+        str(out),
+        "--tools",
+        "python",
+        "--max-turns",
+        "2",
+        "--max-steps",
+        "1",
+        "--batch-size",
+        "4",
+        "--group-size",
+        "2",
+        "--set",
+        "max_completion_length=160",
+        "--set",
+        "tool_options={python: {timeout_s: 5}}",
+        "--set",
+        "allow_no_learning=true",
+    )
     assert code == 0, capsys.readouterr().err
     assert scripted == [[0]]
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -182,9 +217,37 @@ def test_cli_grpo_with_tools_end_to_end(tmp_path, monkeypatch, capsys):
     assert (out / "adapter_model.safetensors").is_file()
 
     plain_dir = tiny_model_dir(tmp_path)  # ChatML without tool calls
-    assert run_cli("finetune", "grpo", "--model", str(plain_dir), "--data", str(problems), "--out",
-                   str(tmp_path / "o2"), "--tools", "python", "--group-size", "2") == 2
+    assert (
+        run_cli(
+            "finetune",
+            "grpo",
+            "--model",
+            str(plain_dir),
+            "--data",
+            str(problems),
+            "--out",
+            str(tmp_path / "o2"),
+            "--tools",
+            "python",
+            "--group-size",
+            "2",
+        )
+        == 2
+    )
     assert "cannot render tool calls" in capsys.readouterr().err
-    assert run_cli("finetune", "kto", "--model", str(model_dir), "--data", str(problems), "--out",
-                   str(tmp_path / "o3"), "--tools", "python") == 2
+    assert (
+        run_cli(
+            "finetune",
+            "kto",
+            "--model",
+            str(model_dir),
+            "--data",
+            str(problems),
+            "--out",
+            str(tmp_path / "o3"),
+            "--tools",
+            "python",
+        )
+        == 2
+    )
     assert "grpo and gspo only" in capsys.readouterr().err

@@ -39,8 +39,9 @@ from tests.helpers.tiny_models import tiny_config
 
 METHODS = ("sft", "dpo", "ipo", "cdpo", "kto", "orpo", "grpo", "gspo", "ppo")
 ADAPTERS = ("lora", "rslora", "dora", "pissa", "olora", "longlora", "qlora", "none")
-COMMON = dict(use_cpu=True, bf16=False, report_to="none", logging_steps=1, save_strategy="no", seed=0,
-              disable_tqdm=True)
+COMMON = dict(
+    use_cpu=True, bf16=False, report_to="none", logging_steps=1, save_strategy="no", seed=0, disable_tqdm=True
+)
 LAST = 3  # "after" = mean over the last LAST logged steps (RL rewards are sampled: a single step is noisy)
 
 
@@ -73,12 +74,22 @@ def assistant(text: str) -> list[dict[str, str]]:
     return [{"role": "assistant", "content": text}]
 
 
-SFT_ROWS = [{"prompt": user(f"What is {i} + {i}?"), "completion": assistant(f"so \\boxed{{{2 * i}}}")}
-            for i in range(4)]
-PAIRS = [{"prompt": user(f"What is {i} + {i}?"), "chosen": assistant(f"\\boxed{{{2 * i}}}"),
-          "rejected": assistant(f"maybe {i + 3} then")} for i in range(4)]
-KTO_ROWS = [{"prompt": p["prompt"], "completion": p[key], "label": key == "chosen"} for p in PAIRS
-            for key in ("chosen", "rejected")]
+SFT_ROWS = [
+    {"prompt": user(f"What is {i} + {i}?"), "completion": assistant(f"so \\boxed{{{2 * i}}}")} for i in range(4)
+]
+PAIRS = [
+    {
+        "prompt": user(f"What is {i} + {i}?"),
+        "chosen": assistant(f"\\boxed{{{2 * i}}}"),
+        "rejected": assistant(f"maybe {i + 3} then"),
+    }
+    for i in range(4)
+]
+KTO_ROWS = [
+    {"prompt": p["prompt"], "completion": p[key], "label": key == "chosen"}
+    for p in PAIRS
+    for key in ("chosen", "rejected")
+]
 PROMPTS = [{"prompt": user(f"What is {i} + {i}?"), "answer": str(2 * i)} for i in range(4)]
 
 
@@ -91,15 +102,21 @@ def digit_reward(completions: list[Any], **_: Any) -> list[float]:
 def cell_options(method: str, peft: str) -> dict[str, Any]:
     """Hyper-parameters that overfit the tiny model within a few dozen steps (adapters get a larger step)."""
     lr = 1e-2 if peft == "none" else 3e-2  # full fine-tuning moves every weight: a smaller step
-    options: dict[str, Any] = dict(peft=peft, learning_rate=lr, lr_scheduler_type="constant", max_steps=20,
-                                   per_device_train_batch_size=4)
+    options: dict[str, Any] = dict(
+        peft=peft, learning_rate=lr, lr_scheduler_type="constant", max_steps=20, per_device_train_batch_size=4
+    )
     if peft != "none":
         options.update(lora_r=8, lora_alpha=16)
     if method == "kto":
         options["per_device_train_batch_size"] = 8
     if method in ("grpo", "gspo", "ppo"):
-        options.update(max_steps=30, per_device_train_batch_size=8, max_completion_length=8, temperature=1.0,
-                       num_generations=1 if method == "ppo" else 4)
+        options.update(
+            max_steps=30,
+            per_device_train_batch_size=8,
+            max_completion_length=8,
+            temperature=1.0,
+            num_generations=1 if method == "ppo" else 4,
+        )
     if method == "ppo":
         # Without the KL penalty (0.05 by default; tests/finetune/test_finetune_methods.py checks it): in 30 steps it
         # outweighs a reward in [0, 1] as soon as the policy moves. Value head and GAE are PPO's own.
@@ -118,9 +135,9 @@ def learnable_model_dir(root: Any, tokenizer: Any) -> Path:
     config.initializer_range = 0.3
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    model.generation_config = GenerationConfig(pad_token_id=tokenizer.pad_token_id,
-                                               eos_token_id=tokenizer.eos_token_id,
-                                               bos_token_id=tokenizer.bos_token_id)
+    model.generation_config = GenerationConfig(
+        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id
+    )
     model.save_pretrained(str(path))
     tokenizer.save_pretrained(str(path))
     return path

@@ -13,12 +13,12 @@ same world answers through the ScriptedBackend (`respond(request, index)`) and t
 
 from __future__ import annotations
 
+import http.server
 import json
-from collections import Counter
+import re
 import threading
 import time
-import http.server
-import re
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -85,7 +85,9 @@ class World:
         return valid
 
 
-def write_problems(path: Path, pairs: list[tuple[int, int]], *, answers: dict[tuple[int, int], str] | None = None) -> Path:
+def write_problems(
+    path: Path, pairs: list[tuple[int, int]], *, answers: dict[tuple[int, int], str] | None = None
+) -> Path:
     rows = [
         {"id": f"q{a}_{b}", "problem": f"What is {a}+{b}?", "answer": (answers or {}).get((a, b), str(a + b))}
         for a, b in pairs
@@ -137,9 +139,16 @@ class WorldServer:
             return 503, {"error": {"message": str(reply), "type": "server_error"}}
         words = sum(len(str(m.get("content") or "").split()) for m in body["messages"])
         return 200, {
-            "id": "chatcmpl-world", "object": "chat.completion", "created": 0, "model": body.get("model", "world"),
+            "id": "chatcmpl-world",
+            "object": "chat.completion",
+            "created": 0,
+            "model": body.get("model", "world"),
             "choices": [{"index": 0, "message": {"role": "assistant", "content": reply}, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": words, "completion_tokens": len(reply.split()), "total_tokens": words + len(reply.split())},
+            "usage": {
+                "prompt_tokens": words,
+                "completion_tokens": len(reply.split()),
+                "total_tokens": words + len(reply.split()),
+            },
         }
 
     def _handler(self):

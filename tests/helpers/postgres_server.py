@@ -36,11 +36,34 @@ def postgres_server() -> Iterator[str]:
     port = free_port()
     data, log = root / "data", root / "server.log"
     try:
-        subprocess.run([*prefix, str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", "tfgrpo", "--no-sync"], check=True, capture_output=True)
+        subprocess.run(
+            [*prefix, str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", "tfgrpo", "--no-sync"],
+            check=True,
+            capture_output=True,
+        )
         options = f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off"
-        subprocess.run([*prefix, str(bindir / "pg_ctl"), "-D", str(data), "-o", options, "-l", str(log), "-w", "-t", "60", "start"], check=True, capture_output=True)
+        subprocess.run(
+            [
+                *prefix,
+                str(bindir / "pg_ctl"),
+                "-D",
+                str(data),
+                "-o",
+                options,
+                "-l",
+                str(log),
+                "-w",
+                "-t",
+                "60",
+                "start",
+            ],
+            check=True,
+            capture_output=True,
+        )
         yield f"postgresql+psycopg://tfgrpo@127.0.0.1:{port}/postgres"
     finally:
         if (data / "postmaster.pid").exists():
-            subprocess.run([*prefix, str(bindir / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"], capture_output=True)
+            subprocess.run(
+                [*prefix, str(bindir / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"], capture_output=True
+            )
         shutil.rmtree(root, ignore_errors=True)

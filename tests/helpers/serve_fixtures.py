@@ -9,9 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.helpers.serve_upstream import ScriptedUpstream, running
-
 from experiences import Experience, Library
+from tests.helpers.serve_upstream import ScriptedUpstream, running
 from tfgrpo.serve.app import create_app
 from tfgrpo.serve.config import ServeConfig
 

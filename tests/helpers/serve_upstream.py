@@ -33,7 +33,13 @@ class Fault:
 
 
 class ScriptedUpstream:
-    def __init__(self, *, latency_s: float = 0.0, responder: Callable[[list[dict[str, Any]], int], str] | None = None, record: bool = True):
+    def __init__(
+        self,
+        *,
+        latency_s: float = 0.0,
+        responder: Callable[[list[dict[str, Any]], int], str] | None = None,
+        record: bool = True,
+    ):
         self.latency_s = latency_s
         self.responder = responder or (lambda messages, k: "scripted reply")
         self.script: deque[Fault] = deque()
@@ -56,7 +62,9 @@ class ScriptedUpstream:
                 if kind == "shutdown":
                     return
         if scope["path"].endswith("/models"):
-            await _send_json(send, 200, {"object": "list", "data": [{"id": "scripted", "object": "model", "owned_by": "tests"}]})
+            await _send_json(
+                send, 200, {"object": "list", "data": [{"id": "scripted", "object": "model", "owned_by": "tests"}]}
+            )
             return
         raw = b""
         while True:
@@ -74,12 +82,25 @@ class ScriptedUpstream:
             k = self._seen[key]
             self._seen[key] += 1
         if fault is not None and fault.break_stream:
-            await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]})
-            await send({"type": "http.response.body", "body": b'data: {"choices": [{"index": 0, "delta": {"content": "par"}}]}\n\n', "more_body": True})
+            await send(
+                {"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]}
+            )
+            await send(
+                {
+                    "type": "http.response.body",
+                    "body": b'data: {"choices": [{"index": 0, "delta": {"content": "par"}}]}\n\n',
+                    "more_body": True,
+                }
+            )
             raise ConnectionAbortedError("scripted: upstream dies mid-stream")  # uvicorn closes the connection
         if fault is not None:
             await asyncio.sleep(fault.delay_s)
-            await _send_json(send, fault.status, {"error": {"message": f"scripted {fault.status}", "type": "scripted"}}, fault.headers)
+            await _send_json(
+                send,
+                fault.status,
+                {"error": {"message": f"scripted {fault.status}", "type": "scripted"}},
+                fault.headers,
+            )
             return
         if self.latency_s:
             await asyncio.sleep(self.latency_s)
@@ -87,30 +108,65 @@ class ScriptedUpstream:
         if body.get("stream"):
             await _send_stream(send, body, text)
         else:
-            usage = {"prompt_tokens": 11, "completion_tokens": len(text.split()), "total_tokens": 11 + len(text.split())}
+            usage = {
+                "prompt_tokens": 11,
+                "completion_tokens": len(text.split()),
+                "total_tokens": 11 + len(text.split()),
+            }
             choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
-            await _send_json(send, 200, {"id": "chatcmpl-up", "object": "chat.completion", "created": 0, "model": body.get("model", "scripted"), "choices": [choice], "usage": usage})
+            await _send_json(
+                send,
+                200,
+                {
+                    "id": "chatcmpl-up",
+                    "object": "chat.completion",
+                    "created": 0,
+                    "model": body.get("model", "scripted"),
+                    "choices": [choice],
+                    "usage": usage,
+                },
+            )
 
 
 async def _send_json(send: Any, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
     data = json.dumps(payload).encode()
     extra = [(k.encode(), v.encode()) for k, v in (headers or {}).items()]
-    await send({"type": "http.response.start", "status": status, "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode()), *extra]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode()), *extra],
+        }
+    )
     await send({"type": "http.response.body", "body": data})
 
 
 async def _send_stream(send: Any, body: dict[str, Any], text: str) -> None:
     await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]})
-    base = {"id": "chatcmpl-up", "object": "chat.completion.chunk", "created": 0, "model": body.get("model", "scripted")}
+    base = {
+        "id": "chatcmpl-up",
+        "object": "chat.completion.chunk",
+        "created": 0,
+        "model": body.get("model", "scripted"),
+    }
     half = len(text) // 2
     deltas = [{"role": "assistant", "content": ""}, {"content": text[:half]}, {"content": text[half:]}]
     for delta in deltas:
         chunk = base | {"choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
-        await send({"type": "http.response.body", "body": f"data: {json.dumps(chunk)}\n\n".encode(), "more_body": True})
+        await send(
+            {"type": "http.response.body", "body": f"data: {json.dumps(chunk)}\n\n".encode(), "more_body": True}
+        )
     final = base | {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
     tail = f"data: {json.dumps(final)}\n\n"
     if (body.get("stream_options") or {}).get("include_usage"):
-        usage = base | {"choices": [], "usage": {"prompt_tokens": 11, "completion_tokens": len(text.split()), "total_tokens": 11 + len(text.split())}}
+        usage = base | {
+            "choices": [],
+            "usage": {
+                "prompt_tokens": 11,
+                "completion_tokens": len(text.split()),
+                "total_tokens": 11 + len(text.split()),
+            },
+        }
         tail += f"data: {json.dumps(usage)}\n\n"
     await send({"type": "http.response.body", "body": (tail + "data: [DONE]\n\n").encode(), "more_body": False})
 

@@ -1,11 +1,11 @@
 """Servers for backend tests: llama.cpp's OpenAI-compatible server on SmolLM2, and a scripted fault server.
 
-    with llama_server() as base_url:            # python -m llama_cpp.server on the embedded GGUF
-        backend = OpenAIBackend("smollm2", base_url=base_url)
+with llama_server() as base_url:            # python -m llama_cpp.server on the embedded GGUF
+    backend = OpenAIBackend("smollm2", base_url=base_url)
 
-    with FaultServer() as server:               # http.server in a thread, speaking /v1/chat/completions
-        server.push(Reply(status=429, headers={"Retry-After": "7"}), Reply())
-        backend = OpenAIBackend("fake", base_url=server.base_url)
+with FaultServer() as server:               # http.server in a thread, speaking /v1/chat/completions
+    server.push(Reply(status=429, headers={"Retry-After": "7"}), Reply())
+    backend = OpenAIBackend("fake", base_url=server.base_url)
 """
 
 from __future__ import annotations
@@ -34,7 +34,9 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def llama_server(model_path: str | Path | None = None, *, n_ctx: int = 2048, ready_timeout_s: float = 120.0) -> Iterator[str]:
+def llama_server(
+    model_path: str | Path | None = None, *, n_ctx: int = 2048, ready_timeout_s: float = 120.0
+) -> Iterator[str]:
     """Start `python -m llama_cpp.server` on 127.0.0.1 (default model: the embedded SmolLM2 GGUF);
     yield its base URL (`http://127.0.0.1:PORT/v1`) once `/v1/models` answers; stop it afterwards."""
     if model_path is None:
@@ -43,8 +45,21 @@ def llama_server(model_path: str | Path | None = None, *, n_ctx: int = 2048, rea
         model_path = embedded_gguf_path()
     port = free_port()
     command = [
-        sys.executable, "-m", "llama_cpp.server", "--model", str(model_path), "--host", "127.0.0.1",
-        "--port", str(port), "--n_ctx", str(n_ctx), "--n_threads", "1", "--verbose", "False",
+        sys.executable,
+        "-m",
+        "llama_cpp.server",
+        "--model",
+        str(model_path),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--n_ctx",
+        str(n_ctx),
+        "--n_threads",
+        "1",
+        "--verbose",
+        "False",
     ]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     base_url = f"http://127.0.0.1:{port}/v1"
@@ -188,7 +203,9 @@ def _payload(reply: Reply, request: dict[str, Any]) -> bytes:
     return json.dumps(completion_body(request, text=reply.text, ignore_n=reply.ignore_n)).encode()
 
 
-def completion_body(request: dict[str, Any], *, text: str = "scripted reply", ignore_n: bool = False) -> dict[str, Any]:
+def completion_body(
+    request: dict[str, Any], *, text: str = "scripted reply", ignore_n: bool = False
+) -> dict[str, Any]:
     """A valid chat.completion body answering `request` (n choices unless `ignore_n`)."""
     n = 1 if ignore_n else int(request.get("n") or 1)
     seed = request.get("seed")

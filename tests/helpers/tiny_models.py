@@ -43,8 +43,32 @@ _WORDS = (
     "question assistant user system think reason check verify because since thus hence"
 ).split()
 _LATEX = [
-    r"\boxed{", r"\frac{", r"\sqrt{", r"\cdot", r"\times", r"\pi", r"\le", r"\ge", r"\neq", "^{2}",
-    "_{n}", r"\left(", r"\right)", "$", "$$", "{", "}", "=", "+", "-", "*", "/", "(", ")", "<", ">",
+    r"\boxed{",
+    r"\frac{",
+    r"\sqrt{",
+    r"\cdot",
+    r"\times",
+    r"\pi",
+    r"\le",
+    r"\ge",
+    r"\neq",
+    "^{2}",
+    "_{n}",
+    r"\left(",
+    r"\right)",
+    "$",
+    "$$",
+    "{",
+    "}",
+    "=",
+    "+",
+    "-",
+    "*",
+    "/",
+    "(",
+    ")",
+    "<",
+    ">",
 ]
 
 
@@ -128,16 +152,26 @@ def tiny_config(tokenizer: Any, arch: Arch = "qwen2") -> Any:
     if arch == "llama":
         return LlamaConfig(**common)
     if arch == "mixtral":
-        return MixtralConfig(**common, num_local_experts=4, num_experts_per_tok=2, output_router_logits=True,
-                             router_aux_loss_coef=0.02)
+        return MixtralConfig(
+            **common, num_local_experts=4, num_experts_per_tok=2, output_router_logits=True, router_aux_loss_coef=0.02
+        )
     if arch == "qwen2_moe":
-        return Qwen2MoeConfig(**common, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=64,
-                              shared_expert_intermediate_size=64, decoder_sparse_step=1,
-                              output_router_logits=True, router_aux_loss_coef=0.02)
+        return Qwen2MoeConfig(
+            **common,
+            num_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=64,
+            shared_expert_intermediate_size=64,
+            decoder_sparse_step=1,
+            output_router_logits=True,
+            router_aux_loss_coef=0.02,
+        )
     raise ValueError(f"unknown tiny arch {arch!r}; choose qwen2, llama, mixtral or qwen2_moe")
 
 
-def build_tiny_model(tokenizer: Any, arch: Arch = "qwen2", save_dir: str | Path | None = None, *, seed: int = 0) -> Any:
+def build_tiny_model(
+    tokenizer: Any, arch: Arch = "qwen2", save_dir: str | Path | None = None, *, seed: int = 0
+) -> Any:
     """A random-init causal LM (float32) matching `tokenizer`; saved to `save_dir` when given."""
     import torch
     from transformers import AutoModelForCausalLM, GenerationConfig

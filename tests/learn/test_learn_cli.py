@@ -28,9 +28,29 @@ def test_cli_learn_through_the_openai_backend(tmp_path):
     out = tmp_path / "run"
     with WorldServer(World()) as server:
         args = [
-            "learn", "--data", str(data), "--out", str(out), "--backend", "openai", "--model", "world-model",
-            "--base-url", server.base_url, "--api-key", "sk-test-secret", "-G", "2", "--epochs", "1",
-            "--batch-size", "1", "--concurrency", "8", "--max-tokens", "64",
+            "learn",
+            "--data",
+            str(data),
+            "--out",
+            str(out),
+            "--backend",
+            "openai",
+            "--model",
+            "world-model",
+            "--base-url",
+            server.base_url,
+            "--api-key",
+            "sk-test-secret",
+            "-G",
+            "2",
+            "--epochs",
+            "1",
+            "--batch-size",
+            "1",
+            "--concurrency",
+            "8",
+            "--max-tokens",
+            "64",
         ]
         result = CliRunner().invoke(app, args)
         assert result.exit_code == 0, result.output
@@ -40,7 +60,8 @@ def test_cli_learn_through_the_openai_backend(tmp_path):
 
         library = json.loads((out / "library.json").read_text())
         assert sorted(e["text"] for e in library["experiences"]) == [
-            "When adding 1 and 2, check the carry.", "When adding 3 and 4, check the carry."
+            "When adding 1 and 2, check the carry.",
+            "When adding 3 and 4, check the carry.",
         ]
         metrics = json.loads((out / "metrics.json").read_text())
         assert metrics["status"] == "completed" and metrics["totals"]["rollouts"] == 4
@@ -49,7 +70,9 @@ def test_cli_learn_through_the_openai_backend(tmp_path):
         assert "tfgrpo learn" in result.output and "library" in result.output  # the summary table
 
         # --resume of a finished run with one more epoch: only the new epoch's calls reach the server
-        more = CliRunner().invoke(app, ["learn", "--out", str(out), "--resume", "--epochs", "2", "--api-key", "sk-test-secret"])
+        more = CliRunner().invoke(
+            app, ["learn", "--out", str(out), "--resume", "--epochs", "2", "--api-key", "sk-test-secret"]
+        )
         assert more.exit_code == 0, more.output
         assert json.loads((out / "metrics.json").read_text())["totals"]["steps"] == 4
         rollout_bodies = [b for b in server.bodies[requests_made:] if b["temperature"] == 0.7]
@@ -64,9 +87,31 @@ def test_ctrl_c_stops_cleanly_and_says_how_to_resume(tmp_path):
     out = tmp_path / "run"
     with WorldServer(World(), delay_s=0.3) as server:
         command = [
-            sys.executable, "-m", "tfgrpo", "learn", "--data", str(data), "--out", str(out), "--backend", "openai",
-            "--model", "m", "--base-url", server.base_url, "--api-key", "k", "-G", "2", "--epochs", "2", "--batch-size", "1",
-            "--concurrency", "4", "--no-dedup",
+            sys.executable,
+            "-m",
+            "tfgrpo",
+            "learn",
+            "--data",
+            str(data),
+            "--out",
+            str(out),
+            "--backend",
+            "openai",
+            "--model",
+            "m",
+            "--base-url",
+            server.base_url,
+            "--api-key",
+            "k",
+            "-G",
+            "2",
+            "--epochs",
+            "2",
+            "--batch-size",
+            "1",
+            "--concurrency",
+            "4",
+            "--no-dedup",
         ]
         env = {**os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": "200"}
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
@@ -95,8 +140,23 @@ def test_bad_row_fails_before_any_llm_call(tmp_path, capsys):
     bad.write_text('{"problem": "What is 1+1?", "answer": "2"}\n{"problem": "What is 2+2?"}\n')
     with WorldServer(World()) as server:
         with pytest.raises(SystemExit) as exit_info:
-            main(["learn", "--data", str(bad), "--out", str(tmp_path / "run"), "--backend", "openai", "--model", "m",
-                  "--base-url", server.base_url, "--api-key", "k"])
+            main(
+                [
+                    "learn",
+                    "--data",
+                    str(bad),
+                    "--out",
+                    str(tmp_path / "run"),
+                    "--backend",
+                    "openai",
+                    "--model",
+                    "m",
+                    "--base-url",
+                    server.base_url,
+                    "--api-key",
+                    "k",
+                ]
+            )
         assert exit_info.value.code == 2
         assert server.bodies == []
     err = capsys.readouterr().err
@@ -144,21 +204,34 @@ def test_library_history_commands_work_on_a_learn_run(tmp_path):
 
     from tests.helpers.learn_world import World, write_problems
     from tfgrpo.cli.app import app
-    from tfgrpo.learn.loop import learn
     from tfgrpo.learn.config import LearnConfig
+    from tfgrpo.learn.loop import learn
     from tfgrpo.llm.backends.scripted import ScriptedBackend
     from tfgrpo.llm.factory import build_client
 
     data = write_problems(tmp_path / "train.jsonl", [(1, 2), (3, 4)])
     config = LearnConfig(data=str(data), out=str(tmp_path / "run"), group_size=3, epochs=1, dedup=False)
-    client = build_client(config.llm, backends=[ScriptedBackend(World().respond)], cache_path=tmp_path / "run" / "cache.sqlite")
+    client = build_client(
+        config.llm, backends=[ScriptedBackend(World().respond)], cache_path=tmp_path / "run" / "cache.sqlite"
+    )
     result = learn(config, client=client, console=Console(file=io.StringIO()))
     assert len(result.library) > 0
     runner = CliRunner()
     history = runner.invoke(app, ["library", "history", str(tmp_path / "run" / "library.json")])
     assert history.exit_code == 0, history.output
     assert "applied" in history.output or "add" in history.output
-    diff = runner.invoke(app, ["library", "diff", str(tmp_path / "run" / "library.json"), "--from", "0", "--to", str(result.library.version)])
+    diff = runner.invoke(
+        app,
+        [
+            "library",
+            "diff",
+            str(tmp_path / "run" / "library.json"),
+            "--from",
+            "0",
+            "--to",
+            str(result.library.version),
+        ],
+    )
     assert diff.exit_code == 0, diff.output
     assert result.library.experiences[0].text[:30] in diff.output.replace("\n", " ")
     # the learn run feeds the compare report's learning curve and cost table

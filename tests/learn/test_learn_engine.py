@@ -11,12 +11,12 @@ import pytest
 from rich.console import Console
 
 from tests.helpers.learn_world import World, read_jsonl, write_problems
-from tfgrpo.llm.errors import ServerError
-from tfgrpo.rollout.agent import AgentConfig
-from tfgrpo.learn.loop import learn, plan_steps
 from tfgrpo.learn.config import LearnConfig
+from tfgrpo.learn.loop import learn, plan_steps
 from tfgrpo.llm.backends.scripted import ScriptedBackend
+from tfgrpo.llm.errors import ServerError
 from tfgrpo.llm.factory import build_client
+from tfgrpo.rollout.agent import AgentConfig
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -41,7 +41,12 @@ def test_group_size_epochs_and_batches_are_respected(tmp_path):
     assert result.status == "completed"
     steps = result.metrics["steps"]
     assert [(s["epoch"], s["batch"], s["queries"]) for s in steps] == [
-        (1, 1, 2), (1, 2, 2), (1, 3, 1), (2, 1, 2), (2, 2, 2), (2, 3, 1),  # the last batch is smaller
+        (1, 1, 2),
+        (1, 2, 2),
+        (1, 3, 1),
+        (2, 1, 2),
+        (2, 2, 2),
+        (2, 3, 1),  # the last batch is smaller
     ]
     samples = Counter()
     for request in rollout_requests(backend):
@@ -69,9 +74,13 @@ def test_epochs_are_reshuffled_with_the_seed(tmp_path):
     order = {e: [p.id for s in plans if s.epoch == e for p in s.problems] for e in (1, 2, 3)}
     assert order[1] != order[2] != order[3]
     assert all(sorted(o) == sorted(p.id for p in problems) for o in order.values())
-    assert [p.id for s in plan_steps(problems, config) for p in s.problems] == [p.id for s in plans for p in s.problems]
+    assert [p.id for s in plan_steps(problems, config) for p in s.problems] == [
+        p.id for s in plans for p in s.problems
+    ]
     other_seed = config.model_copy(update={"seed": 7})
-    assert [p.id for s in plan_steps(problems, other_seed) for p in s.problems] != [p.id for s in plans for p in s.problems]
+    assert [p.id for s in plan_steps(problems, other_seed) for p in s.problems] != [
+        p.id for s in plans for p in s.problems
+    ]
 
 
 def test_homogeneous_groups_are_skipped(tmp_path):
@@ -92,7 +101,10 @@ def test_homogeneous_groups_are_skipped(tmp_path):
 
 def test_library_is_injected_into_later_rollouts(tmp_path):
     result, backend, config = run_learn(tmp_path, World(), [(1, 2), (3, 4)], group_size=2, epochs=1, batch_size=1)
-    assert {e.text for e in result.library} == {"When adding 3 and 4, check the carry.", "When adding 1 and 2, check the carry."}
+    assert {e.text for e in result.library} == {
+        "When adding 3 and 4, check the carry.",
+        "When adding 1 and 2, check the carry.",
+    }
     first_step, second_step = [], []
     for request in rollout_requests(backend):
         system = request.messages[0].content if request.messages[0].role == "system" else ""
@@ -202,28 +214,64 @@ def test_validation_keeps_the_best_epoch(tmp_path):
 
     world.reply_for, world.group_reply = val_aware, second_lesson
     val = write_problems(tmp_path / "val.jsonl", [(20, 22)])
-    result, backend, config = run_learn(tmp_path, world, [(1, 2)], group_size=2, epochs=2, val_data=str(val), val_samples=2)
+    result, backend, config = run_learn(
+        tmp_path, world, [(1, 2)], group_size=2, epochs=2, val_data=str(val), val_samples=2
+    )
     assert {v["epoch"]: v["mean_at_k"] for v in result.metrics["validation"]} == {1: 1.0, 2: 0.0}
     assert result.best_epoch == 1
     assert [e["val_mean_at_k"] for e in result.metrics["epochs"]] == [1.0, 0.0]
     from experiences.model import Library
 
     final = Library.load(Path(config.out) / "library.json")
-    assert len(final) == 1 and final.model_dump() == Library.load(Path(config.out) / "steps" / "0001" / "library.json").model_dump()
-    assert len(Library.load(Path(config.out) / "steps" / "0002" / "library.json")) == 2  # every epoch is still recorded
+    assert (
+        len(final) == 1
+        and final.model_dump() == Library.load(Path(config.out) / "steps" / "0001" / "library.json").model_dump()
+    )
+    assert (
+        len(Library.load(Path(config.out) / "steps" / "0002" / "library.json")) == 2
+    )  # every epoch is still recorded
     assert len([r for r in backend.calls if r.tag == "validation"]) == 2 * 2
 
 
 def test_run_directory_layout_and_metrics(tmp_path):
-    result, backend, config = run_learn(tmp_path, World(), [(1, 2), (3, 4)], group_size=2, epochs=1, llm={"api_key": "sk-secret"})
+    result, backend, config = run_learn(
+        tmp_path, World(), [(1, 2), (3, 4)], group_size=2, epochs=1, llm={"api_key": "sk-secret"}
+    )
     out = Path(config.out)
-    for name in ("config.yaml", "library.json", "rollouts.jsonl", "metrics.json", "cache.sqlite", "events.log", "state.json"):
+    for name in (
+        "config.yaml",
+        "library.json",
+        "rollouts.jsonl",
+        "metrics.json",
+        "cache.sqlite",
+        "events.log",
+        "state.json",
+    ):
         assert (out / name).is_file(), name
     assert (out / "steps" / "0000" / "library.json").is_file() and (out / "steps" / "0001" / "library.json").is_file()
     assert "sk-secret" not in (out / "config.yaml").read_text()
     row = read_jsonl(out / "rollouts.jsonl")[0]
-    for key in ("run", "epoch", "step", "batch", "query_id", "problem", "answer", "sample", "messages", "completion", "reward",
-                "extracted", "reason", "error", "prompt_tokens", "completion_tokens", "library_version", "group_mean", "group_std"):
+    for key in (
+        "run",
+        "epoch",
+        "step",
+        "batch",
+        "query_id",
+        "problem",
+        "answer",
+        "sample",
+        "messages",
+        "completion",
+        "reward",
+        "extracted",
+        "reason",
+        "error",
+        "prompt_tokens",
+        "completion_tokens",
+        "library_version",
+        "group_mean",
+        "group_std",
+    ):
         assert key in row, key
     metrics = json.loads((out / "metrics.json").read_text())
     totals = metrics["totals"]
@@ -245,11 +293,22 @@ def test_tool_rollouts_are_learned_from(tmp_path):
         if messages[-1].role == "tool":
             right = index % 2 == 0
             return f"The interpreter printed {messages[-1].content.strip()[:20]}. \\boxed{{{3 if right else 4}}}"
-        call = {"id": f"call{index}", "type": "function", "function": {"name": "python", "arguments": json.dumps({"code": "print(1+2)"})}}
+        call = {
+            "id": f"call{index}",
+            "type": "function",
+            "function": {"name": "python", "arguments": json.dumps({"code": "print(1+2)"})},
+        }
         return Completion(text="Let me compute.", tool_calls=[call], finish_reason="tool_calls")
 
     data = write_problems(tmp_path / "train.jsonl", [(1, 2)])
-    config = LearnConfig(data=str(data), out=str(tmp_path / "run"), dedup=False, group_size=2, epochs=1, agent=AgentConfig(tools=["python"], max_turns=3))
+    config = LearnConfig(
+        data=str(data),
+        out=str(tmp_path / "run"),
+        dedup=False,
+        group_size=2,
+        epochs=1,
+        agent=AgentConfig(tools=["python"], max_turns=3),
+    )
     backend = ScriptedBackend(respond)
     client = build_client(config.llm, backends=[backend], cache_path=Path(config.out) / "cache.sqlite")
     result = learn(config, client=client, console=Console(file=io.StringIO()))
@@ -268,7 +327,9 @@ def test_no_ground_truth_learns_from_unlabelled_data(tmp_path):
 
     data = tmp_path / "unlabelled.jsonl"
     data.write_text("".join(json.dumps({"id": f"u{i}", "problem": f"What is {i}+{i + 1}?"}) + "\n" for i in (1, 3)))
-    config = LearnConfig(data=str(data), out=str(tmp_path / "run"), dedup=False, group_size=4, epochs=1, ground_truth=False)
+    config = LearnConfig(
+        data=str(data), out=str(tmp_path / "run"), dedup=False, group_size=4, epochs=1, ground_truth=False
+    )
     backend = ScriptedBackend(World(kinds={"1+2": "mixed", "3+4": "mixed"}).respond)
     client = build_client(config.llm, backends=[backend], cache_path=Path(config.out) / "cache.sqlite")
     result = learn(config, client=client, console=Console(file=io.StringIO()))
@@ -276,7 +337,11 @@ def test_no_ground_truth_learns_from_unlabelled_data(tmp_path):
     rows = read_jsonl(Path(config.out) / "rollouts.jsonl")
     assert len(rows) == 8 and all(r["answer"] is None for r in rows)
     with pytest.raises(DatasetError, match="missing key 'answer'"):
-        learn(config.model_copy(update={"ground_truth": True, "out": str(tmp_path / "gt")}), client=client, console=Console(file=io.StringIO()))
+        learn(
+            config.model_copy(update={"ground_truth": True, "out": str(tmp_path / "gt")}),
+            client=client,
+            console=Console(file=io.StringIO()),
+        )
 
 
 def test_a_permanent_error_stops_the_run_instead_of_failing_every_sample(tmp_path):
@@ -316,7 +381,9 @@ def test_unscorable_rollouts_are_left_out_of_group_statistics(tmp_path, monkeypa
 
         def score(self, completions, **columns):
             scores = math.score(completions, **columns)
-            return [s if "\\boxed" in c else Score(None, None, "no box") for c, s in zip(completions, scores)]
+            return [
+                s if "\\boxed" in c else Score(None, None, "no box") for c, s in zip(completions, scores, strict=False)
+            ]
 
     monkeypatch.setattr(tfgrpo.rollout.scoring, "build_reward", lambda name, client=None, **kw: CannotTell())
     world = World(kinds={"1+2": "right"})
@@ -340,8 +407,9 @@ def test_library_token_budget_evicts_and_counts(tmp_path):
     """`max_library_tokens`: the rendered library stays within budget; evictions are counted and logged."""
     from experiences import render
 
-    result, backend, config = run_learn(tmp_path, World(), [(1, 2), (3, 4), (5, 6)], group_size=2, epochs=1,
-                                        batch_size=1, max_library_tokens=12)
+    result, backend, config = run_learn(
+        tmp_path, World(), [(1, 2), (3, 4), (5, 6)], group_size=2, epochs=1, batch_size=1, max_library_tokens=12
+    )
     assert len(render(result.library)) / 4 <= 12
     assert result.metrics["totals"]["ops_evicted"] >= 1
     ops = read_jsonl(Path(config.out) / "library.history" / "ops.jsonl")

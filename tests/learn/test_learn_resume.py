@@ -11,8 +11,8 @@ from rich.console import Console
 
 from tests.helpers.learn_world import SimulatedCrash, World, read_jsonl, write_problems
 from tfgrpo.core.config import ConfigError
-from tfgrpo.learn.loop import learn
 from tfgrpo.learn.config import LearnConfig
+from tfgrpo.learn.loop import learn
 from tfgrpo.llm.backends.scripted import ScriptedBackend
 from tfgrpo.llm.factory import build_client
 
@@ -30,12 +30,17 @@ def make_config(root: Path, **overrides) -> LearnConfig:
 
 
 def run(config: LearnConfig, world: World):
-    client = build_client(config.llm, backends=[ScriptedBackend(world.respond)], cache_path=Path(config.out) / "cache.sqlite")
+    client = build_client(
+        config.llm, backends=[ScriptedBackend(world.respond)], cache_path=Path(config.out) / "cache.sqlite"
+    )
     return learn(config, client=client, console=Console(file=io.StringIO()))
 
 
 def comparable_rows(out: Path) -> list[tuple]:
-    return [(r["step"], r["query_id"], r["sample"], r["completion"], r["reward"], r["library_version"]) for r in read_jsonl(out / "rollouts.jsonl")]
+    return [
+        (r["step"], r["query_id"], r["sample"], r["completion"], r["reward"], r["library_version"])
+        for r in read_jsonl(out / "rollouts.jsonl")
+    ]
 
 
 def stage_rows(out: Path, name: str) -> list[dict]:
@@ -67,7 +72,9 @@ def history_rows(out: Path) -> list[dict]:
 
 
 def assert_nothing_paid_twice(first: World, second: World) -> None:
-    asked_again = {r.sample_key("scripted", i) for r in second.requests for i in range(r.sample_offset, r.sample_offset + r.n)}
+    asked_again = {
+        r.sample_key("scripted", i) for r in second.requests for i in range(r.sample_offset, r.sample_offset + r.n)
+    }
     assert not asked_again & set(first.answered)
 
 

@@ -11,8 +11,8 @@ import pytest
 from rich.console import Console
 
 from tests.helpers.learn_world import World, write_problems
-from tfgrpo.learn.loop import learn
 from tfgrpo.learn.config import LearnConfig
+from tfgrpo.learn.loop import learn
 from tfgrpo.llm.backends.scripted import ScriptedBackend
 from tfgrpo.llm.factory import build_client
 

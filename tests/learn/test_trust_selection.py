@@ -3,16 +3,16 @@ and the Pareto view of candidate libraries."""
 
 from __future__ import annotations
 
-
 import pytest
 
 from experiences import Library
+from tests.helpers.trust_worlds import HARMFUL, run_learn
 from tfgrpo.core.config import ConfigError, build_config
 from tfgrpo.learn.config import LearnConfig
 from tfgrpo.learn.selection import gate_decision, pareto_view
-from tests.helpers.trust_worlds import HARMFUL, run_learn
 
 pytestmark = pytest.mark.timeout(180)
+
 
 def test_gate_rejects_the_harmful_step_and_keeps_the_neutral_one(tmp_path):
     result = run_learn(tmp_path, gate=True)
@@ -44,7 +44,10 @@ def test_select_by_step_validates_every_step_and_picks_the_best(tmp_path):
     assert set(validated) == {1, 2}
     best = result.metrics["best_step"]
     assert validated[best] == max(validated.values())
-    assert result.library.model_dump()["experiences"] == Library.load(tmp_path / "run" / "steps" / f"{best:04d}" / "library.json").model_dump()["experiences"]
+    assert (
+        result.library.model_dump()["experiences"]
+        == Library.load(tmp_path / "run" / "steps" / f"{best:04d}" / "library.json").model_dump()["experiences"]
+    )
     assert all(s["val_mean_at_k"] is not None for s in result.metrics["steps"])
 
 
@@ -59,7 +62,10 @@ def test_gate_decision_and_pareto_units():
     assert gate_decision(before, noisy, seed=0)["decision"] == "kept"
     worse = {k: v - 0.25 for k, v in before.items()}
     assert gate_decision(before, worse, seed=0)["decision"] == "rejected"
-    rows = {r["candidate"]: r for r in pareto_view({"a": {"x": 1.0, "y": 0.0}, "b": {"x": 0.0, "y": 1.0}, "c": {"x": 0.0, "y": 0.5}})}
+    rows = {
+        r["candidate"]: r
+        for r in pareto_view({"a": {"x": 1.0, "y": 0.0}, "b": {"x": 0.0, "y": 1.0}, "c": {"x": 0.0, "y": 0.5}})
+    }
     assert rows["a"]["on_front"] and rows["b"]["on_front"] and not rows["c"]["on_front"]
     assert rows["c"]["dominated_by"] == ["b"] and rows["a"]["best_on"] == 1
 
@@ -71,8 +77,18 @@ def test_compare_report_shows_the_pareto_view_and_gate(tmp_path):
     from tfgrpo.core.metrics import summarize
 
     run_learn(tmp_path, gate=True)
-    rows = [{"problem_id": f"p{i}", "sample": s, "reward": float((i + s) % 2), "extracted": "1", "gold": "1", "error": None}
-            for i in range(4) for s in range(2)]
+    rows = [
+        {
+            "problem_id": f"p{i}",
+            "sample": s,
+            "reward": float((i + s) % 2),
+            "extracted": "1",
+            "gold": "1",
+            "error": None,
+        }
+        for i in range(4)
+        for s in range(2)
+    ]
     eval_dir = tmp_path / "eval"
     eval_dir.mkdir()
     (eval_dir / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))

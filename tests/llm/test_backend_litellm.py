@@ -53,7 +53,13 @@ async def test_sampling_reaches_the_server(fault_server):
     [completion] = await backend.forward(ask(sampling=sampling))
     sent = fault_server.requests[0].body
     assert sent["model"] == "fake"
-    assert (sent["temperature"], sent["top_p"], sent["max_tokens"], sent["stop"], sent["seed"]) == (0.2, 0.5, 33, ["END"], 9)
+    assert (sent["temperature"], sent["top_p"], sent["max_tokens"], sent["stop"], sent["seed"]) == (
+        0.2,
+        0.5,
+        33,
+        ["END"],
+        9,
+    )
     assert completion.text == "ok 0 seed=9"
     assert completion.usage.prompt_tokens == 10 and completion.usage.completion_tokens == 3
 

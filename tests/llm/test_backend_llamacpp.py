@@ -51,7 +51,10 @@ async def test_greedy_n_is_decoded_once_and_usage_shared(backend):
 
 async def test_stop_string(backend):
     [completion] = await backend.forward(
-        ask("List three colours, separated by commas.", sampling=SamplingParams(temperature=0.0, max_tokens=30, stop=[","]))
+        ask(
+            "List three colours, separated by commas.",
+            sampling=SamplingParams(temperature=0.0, max_tokens=30, stop=[","]),
+        )
     )
     assert "," not in completion.text
     assert completion.finish_reason == "stop"

@@ -66,7 +66,10 @@ async def test_llama_server_stop_strings(llama_url):
     backend = OpenAIBackend("smollm2", base_url=llama_url)
     try:
         [completion] = await backend.forward(
-            ask("List three colours, separated by commas.", sampling=SamplingParams(temperature=0.0, max_tokens=40, stop=[","]))
+            ask(
+                "List three colours, separated by commas.",
+                sampling=SamplingParams(temperature=0.0, max_tokens=40, stop=[","]),
+            )
         )
     finally:
         await backend.aclose()
@@ -136,7 +139,9 @@ async def test_malformed_body_is_malformed_response(fault_server, body):
 
 
 async def test_400_context_length_is_context_window_error(fault_server):
-    body = {"error": {"message": "This model's maximum context length is 8192 tokens.", "code": "context_length_exceeded"}}
+    body = {
+        "error": {"message": "This model's maximum context length is 8192 tokens.", "code": "context_length_exceeded"}
+    }
     with pytest.raises(ContextWindowExceededError):
         await forward_one(fault_server, Reply(status=400, body=body))
 
@@ -205,14 +210,18 @@ async def test_sampling_stop_seed_and_tools_reach_the_server(fault_server):
                 "message": {
                     "role": "assistant",
                     "content": None,
-                    "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "add", "arguments": "{\"a\": 1}"}}],
+                    "tool_calls": [
+                        {"id": "call_1", "type": "function", "function": {"name": "add", "arguments": '{"a": 1}'}}
+                    ],
                 },
                 "finish_reason": "tool_calls",
             }
         ],
     }
     sampling = SamplingParams(temperature=0.3, top_p=0.9, max_tokens=77, stop=["\n\n"], seed=5)
-    [completion] = await forward_one(fault_server, Reply(body=reply_body), sampling=sampling, tools=tools, sample_offset=2)
+    [completion] = await forward_one(
+        fault_server, Reply(body=reply_body), sampling=sampling, tools=tools, sample_offset=2
+    )
     sent = fault_server.requests[0].body
     assert sent["model"] == "fake-model"
     assert sent["temperature"] == 0.3 and sent["top_p"] == 0.9 and sent["max_tokens"] == 77

@@ -6,18 +6,17 @@ import asyncio
 
 import pytest
 
+from tests.helpers.servers import ask
 from tests.helpers.tiny_models import tiny_model_dir
 from tfgrpo.llm.backends.transformers_backend import TransformersBackend
 from tfgrpo.llm.embedded import EMBEDDED_MODEL_NAME
 from tfgrpo.llm.errors import BackendUnavailableError, ContextWindowExceededError
-from tests.helpers.servers import ask
 from tfgrpo.llm.types import SamplingParams
 
 pytestmark = pytest.mark.timeout(180)
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=8)
 QUESTIONS = [f"question {i}: what is {i} + {i * 3}?" for i in range(8)]
-
 
 
 @pytest.fixture(scope="module")
@@ -88,9 +87,11 @@ async def test_n_samples_usage_and_indices(tiny_backend):
     assert [c.index for c in completions] == [4, 5, 6]
     assert len({c.text for c in completions}) >= 2, "sampled rows of a random model differ"
     assert all(0 < c.usage.completion_tokens <= 6 for c in completions)
-    prompt_tokens = len(tiny_backend._loaded.tokenizer.apply_chat_template(  # noqa: SLF001 - compare with the tokenizer
-        [{"role": "user", "content": QUESTIONS[0]}], tokenize=True, add_generation_prompt=True, return_dict=True
-    )["input_ids"])
+    prompt_tokens = len(
+        tiny_backend._loaded.tokenizer.apply_chat_template(  # noqa: SLF001 - compare with the tokenizer
+            [{"role": "user", "content": QUESTIONS[0]}], tokenize=True, add_generation_prompt=True, return_dict=True
+        )["input_ids"]
+    )
     assert sum(c.usage.prompt_tokens for c in completions) == prompt_tokens
     assert all(c.finish_reason in {"stop", "length"} for c in completions)
 
@@ -116,14 +117,18 @@ async def test_stop_strings_cut_the_text(tiny_backend):
 
 
 async def test_max_tokens_bounds_completion(tiny_backend):
-    [completion] = await tiny_backend.forward(ask(QUESTIONS[3], sampling=SamplingParams(temperature=0.0, max_tokens=3)))
+    [completion] = await tiny_backend.forward(
+        ask(QUESTIONS[3], sampling=SamplingParams(temperature=0.0, max_tokens=3))
+    )
     assert completion.usage.completion_tokens <= 3
 
 
 async def test_too_long_prompt_fails_alone(tiny_backend):
     too_long = ask("the answer is a number " * 600, sampling=GREEDY)
     results = await asyncio.gather(
-        tiny_backend.forward(too_long), tiny_backend.forward(ask(QUESTIONS[4], sampling=GREEDY)), return_exceptions=True
+        tiny_backend.forward(too_long),
+        tiny_backend.forward(ask(QUESTIONS[4], sampling=GREEDY)),
+        return_exceptions=True,
     )
     assert isinstance(results[0], ContextWindowExceededError)
     assert isinstance(results[1], list) and len(results[1]) == 1
@@ -158,8 +163,12 @@ def test_embedded_smollm2_answers_with_text():
     async def run():
         try:
             return await asyncio.gather(
-                backend.forward(ask("What is the capital of France?", sampling=SamplingParams(temperature=0.0, max_tokens=16))),
-                backend.forward(ask("Name a primary colour.", sampling=SamplingParams(temperature=0.0, max_tokens=16))),
+                backend.forward(
+                    ask("What is the capital of France?", sampling=SamplingParams(temperature=0.0, max_tokens=16))
+                ),
+                backend.forward(
+                    ask("Name a primary colour.", sampling=SamplingParams(temperature=0.0, max_tokens=16))
+                ),
             )
         finally:
             await backend.aclose()

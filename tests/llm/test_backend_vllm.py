@@ -16,11 +16,10 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from tests.helpers.servers import ask
 from tfgrpo.llm.backends.vllm_backend import VLLMBackend
 from tfgrpo.llm.errors import BackendUnavailableError, ContextWindowExceededError
-from tests.helpers.servers import ask
 from tfgrpo.llm.types import SamplingParams
-
 
 
 @dataclass
@@ -157,7 +156,9 @@ async def test_prompt_too_long_maps_to_context_window(fake_vllm):
 async def test_a_too_long_prompt_does_not_fail_its_batch_mates(fake_vllm):
     backend = VLLMBackend("org/model")
     try:
-        results = await asyncio.gather(backend.forward(ask("too long")), backend.forward(ask("fine")), return_exceptions=True)
+        results = await asyncio.gather(
+            backend.forward(ask("too long")), backend.forward(ask("fine")), return_exceptions=True
+        )
     finally:
         await backend.aclose()
     assert isinstance(results[0], ContextWindowExceededError)

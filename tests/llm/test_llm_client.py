@@ -201,7 +201,7 @@ async def test_backoff_without_retry_after_grows_exponentially():
     client = LLMClient(ScriptedBackend(failing_twice), max_retries=2, backoff_initial_s=0.02, backoff_max_s=0.05)
     out = await client.chat(MESSAGES)
     assert out[0].text == "ok"
-    gaps = [b - a for a, b in zip(stamps, stamps[1:])]
+    gaps = [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
     assert gaps[0] >= 0.02 and gaps[1] >= 0.04  # initial, then doubled (plus jitter, capped at the max)
 
 
@@ -222,7 +222,11 @@ async def test_the_backends_completion_objects_are_not_modified(tmp_path):
     from tfgrpo.llm.types import Completion, Usage
 
     shared = Completion(text="same", usage=Usage(prompt_tokens=4, completion_tokens=6))
-    client = client_for(ScriptedBackend(lambda r, i: shared), pricing=Pricing(1_000_000, 1_000_000), cache=ResponseCache(tmp_path / "c.sqlite"))
+    client = client_for(
+        ScriptedBackend(lambda r, i: shared),
+        pricing=Pricing(1_000_000, 1_000_000),
+        cache=ResponseCache(tmp_path / "c.sqlite"),
+    )
     out = await client.chat(MESSAGES, n=3, sample_offset=2)
     assert [c.index for c in out] == [2, 3, 4]
     assert all(c.cost_usd == pytest.approx(10.0) and not c.cached for c in out)

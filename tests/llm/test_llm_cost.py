@@ -10,13 +10,12 @@ import pytest
 from openai.types import CompletionUsage
 
 from eval.compare import build_comparison, load_eval_run
-from tfgrpo.core.metrics import summarize
 from eval.report import build_tables
-from tests.helpers.learn_world import World, write_problems
-from tests.helpers.learn_world import WorldServer
+from tests.helpers.learn_world import World, WorldServer, write_problems
 from tests.helpers.servers import FaultServer, Reply, ask, completion_body
-from tfgrpo.learn.loop import learn
+from tfgrpo.core.metrics import summarize
 from tfgrpo.learn.config import LearnConfig
+from tfgrpo.learn.loop import learn
 from tfgrpo.llm.accounting import Pricing, resolve_pricing
 from tfgrpo.llm.backends.litellm_backend import LiteLLMBackend
 from tfgrpo.llm.backends.openai_backend import OpenAIBackend
@@ -30,14 +29,27 @@ INPUT, CACHED, OUTPUT = 1.0, 0.1, 2.0
 
 def test_cached_tokens_are_read_from_every_reply_shape():
     openai_sdk = CompletionUsage.model_validate(
-        {"prompt_tokens": 1000, "completion_tokens": 5, "total_tokens": 1005, "prompt_tokens_details": {"cached_tokens": 768}}
+        {
+            "prompt_tokens": 1000,
+            "completion_tokens": 5,
+            "total_tokens": 1005,
+            "prompt_tokens_details": {"cached_tokens": 768},
+        }
     )
     deepseek_sdk = CompletionUsage.model_validate(  # the SDK keeps DeepSeek's own fields as extras
-        {"prompt_tokens": 1000, "completion_tokens": 5, "total_tokens": 1005, "prompt_cache_hit_tokens": 640, "prompt_cache_miss_tokens": 360}
+        {
+            "prompt_tokens": 1000,
+            "completion_tokens": 5,
+            "total_tokens": 1005,
+            "prompt_cache_hit_tokens": 640,
+            "prompt_cache_miss_tokens": 360,
+        }
     )
     assert cached_prompt_tokens(openai_sdk) == 768
     assert cached_prompt_tokens(deepseek_sdk) == 640
-    assert cached_prompt_tokens({"prompt_tokens": 9, "prompt_tokens_details": {"cached_tokens": 4}}) == 4  # llama.cpp, dicts
+    assert (
+        cached_prompt_tokens({"prompt_tokens": 9, "prompt_tokens_details": {"cached_tokens": 4}}) == 4
+    )  # llama.cpp, dicts
     assert cached_prompt_tokens({"prompt_tokens": 9, "cache_read_input_tokens": 3}) == 3  # Anthropic through litellm
     assert cached_prompt_tokens({"prompt_tokens": 9, "prompt_tokens_details": None}) == 0
     assert cached_prompt_tokens(None) == 0
@@ -48,7 +60,9 @@ def test_cached_tokens_are_read_from_every_reply_shape():
 def test_cached_tokens_are_priced_at_the_cached_rate():
     pricing = Pricing(INPUT, OUTPUT, cached_input_per_1m=CACHED)
     assert pricing.cost(1000, 10, 900) == pytest.approx((100 * INPUT + 900 * CACHED + 10 * OUTPUT) / 1e6)
-    assert Pricing(INPUT, OUTPUT).cost(1000, 10, 900) == pytest.approx((1000 * INPUT + 10 * OUTPUT) / 1e6)  # no cached rate: full price
+    assert Pricing(INPUT, OUTPUT).cost(1000, 10, 900) == pytest.approx(
+        (1000 * INPUT + 10 * OUTPUT) / 1e6
+    )  # no cached rate: full price
     # litellm's bundled table gives the provider's cached rate (DeepSeek bills cache hits at a fraction of the input price)
     deepseek = resolve_pricing("deepseek/deepseek-chat", None, None, local=False)
     assert deepseek.known and deepseek.cached_input_per_1m is not None
@@ -59,7 +73,9 @@ def test_cached_tokens_are_priced_at_the_cached_rate():
 def cached_reply(prompt_tokens: int, cached: int) -> Reply:
     body = completion_body({"model": "m"})
     body["usage"] = {
-        "prompt_tokens": prompt_tokens, "completion_tokens": 0, "total_tokens": prompt_tokens,
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": 0,
+        "total_tokens": prompt_tokens,
         "prompt_tokens_details": {"cached_tokens": cached},
     }
     return Reply(body=body)
@@ -111,9 +127,21 @@ def test_learn_metrics_show_cached_tokens_and_their_price(tmp_path):
     data = write_problems(tmp_path / "train.jsonl", [(1, 2), (3, 4)])
     with CachingWorldServer(World()) as server:
         config = LearnConfig(
-            data=str(data), out=str(tmp_path / "run"), group_size=2, epochs=1, dedup=False,
-            llm={"backend": "openai", "model": "m", "base_url": server.base_url, "api_key": "k", "concurrency": 8,
-                 "price_input_per_1m": INPUT, "price_output_per_1m": OUTPUT, "price_cached_input_per_1m": CACHED},
+            data=str(data),
+            out=str(tmp_path / "run"),
+            group_size=2,
+            epochs=1,
+            dedup=False,
+            llm={
+                "backend": "openai",
+                "model": "m",
+                "base_url": server.base_url,
+                "api_key": "k",
+                "concurrency": 8,
+                "price_input_per_1m": INPUT,
+                "price_output_per_1m": OUTPUT,
+                "price_cached_input_per_1m": CACHED,
+            },
         )
         result = learn(config)
         prompts = [sum(len(str(m.get("content") or "").split()) for m in b["messages"]) for b in server.bodies]
@@ -133,9 +161,19 @@ def test_learn_metrics_show_cached_tokens_and_their_price(tmp_path):
 
 def test_eval_metrics_and_the_compare_cost_table_show_cached_tokens(tmp_path):
     rows = [
-        {"problem_id": f"p{i}", "sample": s, "reward": float(s == 0), "extracted": "1", "answer": "1",
-         "prompt_tokens": 100, "cached_prompt_tokens": 80, "completion_tokens": 5, "cost_usd": 1e-5}
-        for i in range(3) for s in range(2)
+        {
+            "problem_id": f"p{i}",
+            "sample": s,
+            "reward": float(s == 0),
+            "extracted": "1",
+            "answer": "1",
+            "prompt_tokens": 100,
+            "cached_prompt_tokens": 80,
+            "completion_tokens": 5,
+            "cost_usd": 1e-5,
+        }
+        for i in range(3)
+        for s in range(2)
     ]
     metrics = summarize(rows, n_bootstrap=100)
     assert metrics["tokens"]["prompt"] == 600 and metrics["tokens"]["cached_prompt"] == 480

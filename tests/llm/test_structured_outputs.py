@@ -16,17 +16,19 @@ from experiences.model import Library
 from experiences.ops import AddOp, ModifyOp
 from experiences.schemas import allowed_options, operations_schema, reply_format
 from tests.helpers.servers import FaultServer, Reply, ask
+from tfgrpo.learn.stages import operations_response_schema, render_stage_prompt, request_operations
 from tfgrpo.llm.backends.openai_backend import OpenAIBackend
 from tfgrpo.llm.backends.scripted import ScriptedBackend
 from tfgrpo.llm.client import LLMClient
 from tfgrpo.llm.errors import BackendUnavailableError
 from tfgrpo.llm.types import ResponseSchema, SamplingParams
-from tfgrpo.learn.stages import operations_response_schema, render_stage_prompt, request_operations
 
 pytestmark = pytest.mark.timeout(120)
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=64)
-VALID = json.dumps({"reasoning": "Carries were missed.", "operations": [{"option": "add", "experience": "Check carries."}]})
+VALID = json.dumps(
+    {"reasoning": "Carries were missed.", "operations": [{"option": "add", "experience": "Check carries."}]}
+)
 PROSE = 'I think so.\n```json\n[{"option": "add", "experience": "Check carries."}]\n```'
 
 
@@ -48,7 +50,9 @@ def test_schema_of_an_empty_library_allows_only_add_and_caps_k():
 
 def test_schema_names_only_existing_ids_and_is_strict_everywhere():
     schema = operations_schema(max_ops=3, ids=["G0", "G1"])
-    variants = {item["properties"]["option"]["enum"][0]: item for item in schema["properties"]["operations"]["items"]["anyOf"]}
+    variants = {
+        item["properties"]["option"]["enum"][0]: item for item in schema["properties"]["operations"]["items"]["anyOf"]
+    }
     assert set(variants) == {"add", "modify", "delete", "merge"}
     assert variants["modify"]["properties"]["id"]["enum"] == ["G0", "G1"]
     assert variants["merge"]["properties"]["ids"]["items"]["enum"] == ["G0", "G1"]
@@ -58,10 +62,15 @@ def test_schema_names_only_existing_ids_and_is_strict_everywhere():
 
 def test_schema_follows_the_pydantic_models():
     schema = operations_schema(ids=["G0"])
-    variants = {item["properties"]["option"]["enum"][0]: item for item in schema["properties"]["operations"]["items"]["anyOf"]}
+    variants = {
+        item["properties"]["option"]["enum"][0]: item for item in schema["properties"]["operations"]["items"]["anyOf"]
+    }
     assert set(variants["add"]["properties"]) == set(AddOp.model_fields)
     assert set(variants["modify"]["properties"]) == set(ModifyOp.model_fields)
-    assert variants["modify"]["properties"]["experience"]["description"] == ModifyOp.model_fields["experience"].description
+    assert (
+        variants["modify"]["properties"]["experience"]["description"]
+        == ModifyOp.model_fields["experience"].description
+    )
 
 
 def test_prompt_templates_show_the_reply_format_of_the_schema():
@@ -69,8 +78,15 @@ def test_prompt_templates_show_the_reply_format_of_the_schema():
     assert '"option": "add"' in text and '"modify"' not in text  # empty library: add only, as the schema says
     assert set(allowed_options(["G1"])) == {"add", "modify", "delete", "merge"}
     prompt = render_stage_prompt(
-        "group_advantage", problem="p", gold="1", gold_is_pseudo=False, experiences="", attempts=[], max_ops=3,
-        max_words=20, reply_format=text,
+        "group_advantage",
+        problem="p",
+        gold="1",
+        gold_is_pseudo=False,
+        experiences="",
+        attempts=[],
+        max_ops=3,
+        max_words=20,
+        reply_format=text,
     )
     assert text in prompt
 
@@ -90,7 +106,9 @@ def checking_server(server: FaultServer, expected_schema: dict) -> None:
     def respond(body: dict) -> Reply:
         sent = (body.get("response_format") or {}).get("json_schema", {})
         if sent.get("schema") != expected_schema or sent.get("strict") is not True:
-            return Reply(status=400, body={"error": {"message": "response_format missing or wrong", "type": "invalid"}})
+            return Reply(
+                status=400, body={"error": {"message": "response_format missing or wrong", "type": "invalid"}}
+            )
         return Reply(text=VALID, body=_completion(VALID))
 
     server.responder = respond
@@ -98,7 +116,10 @@ def checking_server(server: FaultServer, expected_schema: dict) -> None:
 
 def _completion(text: str) -> dict:
     return {
-        "id": "c", "object": "chat.completion", "created": 0, "model": "m",
+        "id": "c",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "m",
         "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
         "usage": {"prompt_tokens": 5, "completion_tokens": 5, "total_tokens": 10},
     }
@@ -111,7 +132,13 @@ async def test_openai_backend_sends_the_schema_and_the_reply_is_used_as_is(fault
     client = LLMClient(OpenAIBackend("m", base_url=fault_server.base_url), max_retries=0)
     try:
         reply = await request_operations(
-            client, [{"role": "user", "content": "go"}], library=library, sampling=GREEDY, tag="group", max_words=32, max_ops=3
+            client,
+            [{"role": "user", "content": "go"}],
+            library=library,
+            sampling=GREEDY,
+            tag="group",
+            max_words=32,
+            max_ops=3,
         )
     finally:
         await client.aclose()
@@ -128,7 +155,13 @@ async def test_litellm_backend_sends_the_schema(fault_server):
     client = LLMClient(LiteLLMBackend("openai/m", api_base=fault_server.base_url, api_key="sk-x"), max_retries=0)
     try:
         reply = await request_operations(
-            client, [{"role": "user", "content": "go"}], library=library, sampling=GREEDY, tag="group", max_words=32, max_ops=2
+            client,
+            [{"role": "user", "content": "go"}],
+            library=library,
+            sampling=GREEDY,
+            tag="group",
+            max_words=32,
+            max_ops=2,
         )
     finally:
         await client.aclose()
@@ -144,7 +177,15 @@ def refusing(kinds: set[str]):
     def respond(body: dict) -> Reply:
         kind = (body.get("response_format") or {}).get("type")
         if kind in kinds:
-            return Reply(status=400, body={"error": {"message": f"Unsupported parameter: response_format {kind}", "type": "invalid_request_error"}})
+            return Reply(
+                status=400,
+                body={
+                    "error": {
+                        "message": f"Unsupported parameter: response_format {kind}",
+                        "type": "invalid_request_error",
+                    }
+                },
+            )
         return Reply(body=_completion(VALID if kind == "json_object" else PROSE))
 
     return respond
@@ -155,16 +196,23 @@ async def test_a_server_refusing_response_format_is_used_without_it_from_then_on
     client = LLMClient(OpenAIBackend("m", base_url=fault_server.base_url), max_retries=0)
     library = Library()
     try:
-        first = await request_operations(client, [{"role": "user", "content": "a"}], library=library, sampling=GREEDY, tag="group", max_words=32)
+        first = await request_operations(
+            client, [{"role": "user", "content": "a"}], library=library, sampling=GREEDY, tag="group", max_words=32
+        )
         calls_after_first = len(fault_server.requests)
-        second = await request_operations(client, [{"role": "user", "content": "b"}], library=library, sampling=GREEDY, tag="group", max_words=32)
+        second = await request_operations(
+            client, [{"role": "user", "content": "b"}], library=library, sampling=GREEDY, tag="group", max_words=32
+        )
     finally:
         await client.aclose()
     assert len(first.operations) == 1 and not first.lost and not first.enforced  # the parser took over
     assert len(second.operations) == 1 and not second.enforced
     assert calls_after_first == 4  # json_schema, json_object + schema, json_object refused; then without
     assert [("response_format" in r.body) for r in fault_server.requests[calls_after_first:]] == [False]
-    assert list(client.schema_fallbacks) == [fault_server.base_url] and "Unsupported parameter" in client.schema_fallbacks[fault_server.base_url]
+    assert (
+        list(client.schema_fallbacks) == [fault_server.base_url]
+        and "Unsupported parameter" in client.schema_fallbacks[fault_server.base_url]
+    )
     assert client.accounting.total.failed_calls == 0
 
 
@@ -174,13 +222,23 @@ async def test_a_server_with_json_mode_only_gets_json_object(fault_server):
     client = LLMClient(backend, max_retries=0)
     try:
         for question in ("a", "b"):
-            reply = await request_operations(client, [{"role": "user", "content": question}], library=Library(), sampling=GREEDY, tag="group", max_words=32)
+            reply = await request_operations(
+                client,
+                [{"role": "user", "content": question}],
+                library=Library(),
+                sampling=GREEDY,
+                tag="group",
+                max_words=32,
+            )
             assert reply.enforced and reply.strict and len(reply.operations) == 1
     finally:
         await client.aclose()
     forms = [r.body["response_format"] for r in fault_server.requests]
     assert [f["type"] for f in forms] == ["json_schema", "json_object", "json_object"] and backend.format_level == 1
-    assert forms[1]["schema"] == operations_response_schema(Library(), max_ops=None, max_words=32, max_tokens=GREEDY.max_tokens).json_schema
+    assert (
+        forms[1]["schema"]
+        == operations_response_schema(Library(), max_ops=None, max_words=32, max_tokens=GREEDY.max_tokens).json_schema
+    )
     assert not client.schema_fallbacks
 
 
@@ -189,13 +247,18 @@ async def test_a_500_naming_response_format_counts_as_a_refusal(fault_server):
 
     def respond(body: dict) -> Reply:
         if body["response_format"]["type"] == "json_schema":
-            return Reply(status=500, body={"error": {"message": "body.response_format.type: Input should be 'text' or 'json_object'"}})
+            return Reply(
+                status=500,
+                body={"error": {"message": "body.response_format.type: Input should be 'text' or 'json_object'"}},
+            )
         return Reply(body=_completion(VALID))
 
     fault_server.responder = respond
     client = LLMClient(OpenAIBackend("m", base_url=fault_server.base_url), max_retries=3, backoff_initial_s=0.01)
     try:
-        reply = await request_operations(client, [{"role": "user", "content": "a"}], library=Library(), sampling=GREEDY, tag="group", max_words=32)
+        reply = await request_operations(
+            client, [{"role": "user", "content": "a"}], library=Library(), sampling=GREEDY, tag="group", max_words=32
+        )
     finally:
         await client.aclose()
     assert reply.enforced and reply.strict and len(fault_server.requests) == 2  # no blind retries of the 500
@@ -205,7 +268,9 @@ async def test_structured_output_off_sends_no_schema_and_on_refuses_a_backend_wi
     fault_server.responder = refusing(set())
     client = LLMClient(OpenAIBackend("m", base_url=fault_server.base_url), max_retries=0, structured_output="off")
     try:
-        reply = await request_operations(client, [{"role": "user", "content": "a"}], library=Library(), sampling=GREEDY, tag="group", max_words=32)
+        reply = await request_operations(
+            client, [{"role": "user", "content": "a"}], library=Library(), sampling=GREEDY, tag="group", max_words=32
+        )
     finally:
         await client.aclose()
     assert "response_format" not in fault_server.requests[0].body and len(reply.operations) == 1 and not reply.strict
@@ -215,8 +280,8 @@ async def test_structured_output_off_sends_no_schema_and_on_refuses_a_backend_wi
 
 def test_structured_output_is_a_config_field_and_a_cli_option():
     from tfgrpo.core.config import build_config
-    from tfgrpo.llm.config import LLMConfig
     from tfgrpo.learn.config import LearnConfig
+    from tfgrpo.llm.config import LLMConfig
 
     assert LLMConfig().structured_output == "auto"
     config = build_config(LearnConfig, None, {"data": "easy", "llm": {"structured_output": "off"}})
@@ -237,7 +302,10 @@ async def test_vllm_gets_structured_outputs_params(monkeypatch):
     stand_in.FakeLLM.instances.clear()
     vllm = types.ModuleType("vllm")
     vllm.__spec__ = importlib.machinery.ModuleSpec("vllm", loader=None)
-    vllm.LLM, vllm.SamplingParams = stand_in.FakeLLM, _sampling_params_with_structured_outputs(stand_in.FakeSamplingParams)
+    vllm.LLM, vllm.SamplingParams = (
+        stand_in.FakeLLM,
+        _sampling_params_with_structured_outputs(stand_in.FakeSamplingParams),
+    )
     sampling_params = types.ModuleType("vllm.sampling_params")
     sampling_params.StructuredOutputsParams = FakeStructuredOutputsParams
     monkeypatch.setitem(sys.modules, "vllm", vllm)
@@ -268,36 +336,62 @@ def _sampling_params_with_structured_outputs(base: type) -> type:
 
 
 def test_learn_counts_stage_replies_per_stage(tmp_path):
-    from tests.helpers.learn_world import World
     from test_learn_engine import run_learn
+
+    from tests.helpers.learn_world import World
 
     result, _, _ = run_learn(tmp_path, World(group_mode="malformed_once"), [(1, 2), (3, 4)], group_size=2, epochs=1)
     totals = result.metrics["totals"]
-    assert totals["stage_replies"]["group"] == {"replies": 2, "enforced": 0, "parsed": 0, "repaired": 0, "retried": 2, "lost": 0}
-    assert totals["stage_replies"]["consolidate"] == {"replies": 1, "enforced": 0, "parsed": 0, "repaired": 1, "retried": 0, "lost": 0}
+    assert totals["stage_replies"]["group"] == {
+        "replies": 2,
+        "enforced": 0,
+        "parsed": 0,
+        "repaired": 0,
+        "retried": 2,
+        "lost": 0,
+    }
+    assert totals["stage_replies"]["consolidate"] == {
+        "replies": 1,
+        "enforced": 0,
+        "parsed": 0,
+        "repaired": 1,
+        "retried": 0,
+        "lost": 0,
+    }
     assert totals["stage_replies_lost"] == 0
     assert result.metrics["steps"][0]["stage_replies"]["group"]["retried"] == 2
 
 
 def test_learn_against_a_server_refusing_response_format_falls_back_without_a_failed_step(tmp_path):
-    from tests.helpers.learn_world import World, write_problems
-    from tests.helpers.learn_world import WorldServer
-    from tfgrpo.learn.loop import learn_async
+    from tests.helpers.learn_world import World, WorldServer, write_problems
     from tfgrpo.learn.config import LearnConfig
+    from tfgrpo.learn.loop import learn_async
 
     class RefusingServer(WorldServer):
         def answer(self, body: dict) -> tuple[int, dict]:
             if "response_format" in body:
                 with self._lock:
                     self.bodies.append(body)
-                return 400, {"error": {"message": "Unsupported parameter: 'response_format'", "type": "invalid_request_error"}}
+                return 400, {
+                    "error": {"message": "Unsupported parameter: 'response_format'", "type": "invalid_request_error"}
+                }
             return super().answer(body)
 
     data = write_problems(tmp_path / "train.jsonl", [(1, 2), (3, 4)])
     with RefusingServer(World()) as server:
         config = LearnConfig(
-            data=str(data), out=str(tmp_path / "run"), group_size=2, epochs=1, dedup=False,
-            llm={"backend": "openai", "model": "world", "base_url": [server.base_url], "api_key": "k", "max_retries": 0},
+            data=str(data),
+            out=str(tmp_path / "run"),
+            group_size=2,
+            epochs=1,
+            dedup=False,
+            llm={
+                "backend": "openai",
+                "model": "world",
+                "base_url": [server.base_url],
+                "api_key": "k",
+                "max_retries": 0,
+            },
         )
         import asyncio
 
@@ -311,7 +405,9 @@ def test_learn_against_a_server_refusing_response_format_falls_back_without_a_fa
     assert 3 <= len(refused) <= 3 * 2
     assert not [b for b in refused if "<proposed_changes>" in b["messages"][0]["content"]]
     session = json.loads((tmp_path / "run" / "state.json").read_text())["sessions"][-1]
-    assert session["structured_output"]["fallbacks"] == {server.base_url: session["structured_output"]["fallbacks"][server.base_url]}
+    assert session["structured_output"]["fallbacks"] == {
+        server.base_url: session["structured_output"]["fallbacks"][server.base_url]
+    }
     assert "Unsupported parameter" in session["structured_output"]["fallbacks"][server.base_url]
 
 
@@ -323,13 +419,24 @@ async def test_concurrent_refusals_do_not_skip_a_response_format_form(fault_serv
     backend = OpenAIBackend("m", base_url=fault_server.base_url)
     client = LLMClient(backend, max_retries=0)
     try:
-        await asyncio.gather(*[
-            request_operations(client, [{"role": "user", "content": q}], library=Library(), sampling=GREEDY, tag="group", max_words=32)
-            for q in "abcd"
-        ])
+        await asyncio.gather(
+            *[
+                request_operations(
+                    client,
+                    [{"role": "user", "content": q}],
+                    library=Library(),
+                    sampling=GREEDY,
+                    tag="group",
+                    max_words=32,
+                )
+                for q in "abcd"
+            ]
+        )
     finally:
         await client.aclose()
-    accepted = [r.body["response_format"] for r in fault_server.requests if r.body["response_format"]["type"] == "json_object"]
+    accepted = [
+        r.body["response_format"] for r in fault_server.requests if r.body["response_format"]["type"] == "json_object"
+    ]
     assert len(accepted) == 4 and all("schema" in f for f in accepted) and backend.format_level == 1
 
 

@@ -11,12 +11,12 @@ import pytest
 
 from experiences.model import Library
 from experiences.parse import parse_operations
-from tfgrpo.learn.loop import learn_async
 from tfgrpo.learn.config import LearnConfig
+from tfgrpo.learn.loop import learn_async
+from tfgrpo.learn.stages import request_operations
 from tfgrpo.llm.backends.openai_backend import OpenAIBackend
 from tfgrpo.llm.client import LLMClient
 from tfgrpo.llm.types import SamplingParams
-from tfgrpo.learn.stages import request_operations
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -30,6 +30,7 @@ def llama_url():
     with llama_server(n_ctx=4096) as url:
         yield url
 
+
 LIBRARY = Library.from_texts(["When a problem says 'more', add the numbers."])
 QUESTION = (
     "Two attempts at 'Tom has 7 apples and buys 5 more' answered 12 (right) and 11 (wrong). "
@@ -39,8 +40,13 @@ QUESTION = (
 
 async def ask_for_operations(client: LLMClient):
     return await request_operations(
-        client, [{"role": "user", "content": QUESTION}], library=LIBRARY,
-        sampling=SamplingParams(temperature=0.0, max_tokens=160), tag="group", max_words=24, max_ops=2,
+        client,
+        [{"role": "user", "content": QUESTION}],
+        library=LIBRARY,
+        sampling=SamplingParams(temperature=0.0, max_tokens=160),
+        tag="group",
+        max_words=24,
+        max_ops=2,
     )
 
 
@@ -99,10 +105,18 @@ def test_transformers_enforces_the_schema_with_xgrammar():
 def small_learn(tmp_path, **llm) -> dict:
     # 5 easy problems x G=3 at temperature 1: SmolLM2 is right about a fifth of the time, so some groups are mixed.
     config = LearnConfig(
-        data="easy", limit=5, out=str(tmp_path / "run"), group_size=3, epochs=1, batch_size=5, dedup=False,
-        llm=llm, rollout_sampling={"temperature": 1.0, "max_tokens": 48, "seed": 3},
+        data="easy",
+        limit=5,
+        out=str(tmp_path / "run"),
+        group_size=3,
+        epochs=1,
+        batch_size=5,
+        dedup=False,
+        llm=llm,
+        rollout_sampling={"temperature": 1.0, "max_tokens": 48, "seed": 3},
         # one lesson: even a reply that fills every string to its bound fits the stage token budget
-        stage_sampling={"temperature": 0.0, "max_tokens": 192}, max_ops_per_group=1,
+        stage_sampling={"temperature": 0.0, "max_tokens": 192},
+        max_ops_per_group=1,
     )
     result = asyncio.run(learn_async(config))
     assert result.status == "completed"
@@ -116,9 +130,10 @@ def assert_nothing_lost(totals: dict) -> None:
 
 
 def test_learn_through_the_llama_server_loses_no_stage_reply(tmp_path, llama_url):
-    assert_nothing_lost(small_learn(tmp_path, backend="openai", model="smollm2", base_url=[llama_url], api_key="local"))
+    assert_nothing_lost(
+        small_learn(tmp_path, backend="openai", model="smollm2", base_url=[llama_url], api_key="local")
+    )
 
 
 def test_learn_through_transformers_loses_no_stage_reply(tmp_path):
     assert_nothing_lost(small_learn(tmp_path, backend="transformers"))
-

@@ -41,7 +41,11 @@ def run(argv, capsys):
 def test_score_to_stdout_reports_malformed_lines(input_file, capsys):
     code, out, err = run(["score", "--reward", "math", str(input_file)], capsys)
     rows = [json.loads(line) for line in out.splitlines()]
-    assert [(r["id"], r["reward"], r["extracted"]) for r in rows] == [(1, 1.0, "073"), (2, 0.0, "5"), (5, 1.0, "\\frac12")]
+    assert [(r["id"], r["reward"], r["extracted"]) for r in rows] == [
+        (1, 1.0, "073"),
+        (2, 0.0, "5"),
+        (5, 1.0, "\\frac12"),
+    ]
     assert all("reason" in r for r in rows)
     assert code == 1
     flat = " ".join(err.split())
@@ -55,12 +59,17 @@ def test_score_to_stdout_reports_malformed_lines(input_file, capsys):
 def test_score_to_file_with_custom_keys(tmp_path, capsys):
     source = tmp_path / "custom.jsonl"
     source.write_text(
-        json.dumps({"text": "\\boxed{12}", "gold": "12"}) + "\n" + json.dumps({"text": "\\boxed{11}", "gold": "12"}) + "\n",
+        json.dumps({"text": "\\boxed{12}", "gold": "12"})
+        + "\n"
+        + json.dumps({"text": "\\boxed{11}", "gold": "12"})
+        + "\n",
         encoding="utf-8",
     )
     out = tmp_path / "out.jsonl"
-    code, stdout, err = run(["score", "-r", "math", str(source), "--out", str(out), "--completion-key", "text",
-                             "--answer-key", "gold"], capsys)
+    code, stdout, err = run(
+        ["score", "-r", "math", str(source), "--out", str(out), "--completion-key", "text", "--answer-key", "gold"],
+        capsys,
+    )
     assert code == 0 and stdout == ""
     rows = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
     assert [r["reward"] for r in rows] == [1.0, 0.0] and rows[0]["gold"] == "12"
@@ -92,8 +101,12 @@ def test_user_errors_are_one_line(tmp_path, capsys):
 @pytest.mark.timeout(60)
 def test_console_entry_point_end_to_end(input_file, tmp_path):
     out = tmp_path / "scored.jsonl"
-    done = subprocess.run([sys.executable, "-m", "tfgrpo", "score", "--reward", "math", str(input_file), "--out", str(out)],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "tfgrpo", "score", "--reward", "math", str(input_file), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 1, done.stderr
     assert len(out.read_text(encoding="utf-8").splitlines()) == 3
     assert "Traceback" not in done.stderr

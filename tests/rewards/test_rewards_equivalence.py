@@ -53,8 +53,26 @@ def table_verdicts(verifier):
 def test_table_is_large_and_covers_every_family():
     families = {family for *_, family in cases.EQUIVALENCE_CASES}
     assert len(cases.EQUIVALENCE_CASES) >= 150
-    assert {"integer", "big-integer", "fraction", "decimal", "radical", "pi", "power", "units", "degrees", "currency",
-            "text", "percent", "equation", "tuple", "set", "interval", "matrix", "polynomial"} <= families
+    assert {
+        "integer",
+        "big-integer",
+        "fraction",
+        "decimal",
+        "radical",
+        "pi",
+        "power",
+        "units",
+        "degrees",
+        "currency",
+        "text",
+        "percent",
+        "equation",
+        "tuple",
+        "set",
+        "interval",
+        "matrix",
+        "polynomial",
+    } <= families
     for family in families - {"empty"}:  # every family has positives and negatives
         outcomes = {equal for _, _, equal, fam in cases.EQUIVALENCE_CASES if fam == family}
         assert outcomes == {True, False}, family
@@ -90,8 +108,11 @@ def test_extraction_table(completion, expected):
 
 
 @pytest.mark.timeout(HOSTILE_BOUND_S, func_only=True)
-@pytest.mark.parametrize(("index", "answer"), list(enumerate(a for _, a in cases.HOSTILE_ANSWERS)),
-                         ids=[f"{f}-{i}" for i, (f, _) in enumerate(cases.HOSTILE_ANSWERS)])
+@pytest.mark.parametrize(
+    ("index", "answer"),
+    list(enumerate(a for _, a in cases.HOSTILE_ANSWERS)),
+    ids=[f"{f}-{i}" for i, (f, _) in enumerate(cases.HOSTILE_ANSWERS)],
+)
 def test_hostile_answer_is_scored_zero_within_the_deadline_without_blocking_others(quick_verifier, index, answer):
     # One hostile answer per test (so the bound is per input), batched with an ordinary one: the batch
     # is still scored, and the pool survives the kill. Ordinary pairs differ per test (no cache hits)
@@ -120,5 +141,6 @@ def test_long_completion_with_the_right_last_box_is_correct(strict_verifier):
 def test_huge_integer_answers_stay_exact_without_a_worker():
     # decided in-process (Python's int-string limit never applies: digits are compared as strings)
     big = "7" * 50_000
-    assert MathReward(verifier=Verifier(timeout_s=0.001))(completions=[f"\\boxed{{{big}}}", f"\\boxed{{{big}8}}"],
-                                                          answer=[big, big]) == [1.0, 0.0]
+    assert MathReward(verifier=Verifier(timeout_s=0.001))(
+        completions=[f"\\boxed{{{big}}}", f"\\boxed{{{big}8}}"], answer=[big, big]
+    ) == [1.0, 0.0]

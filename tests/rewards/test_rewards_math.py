@@ -31,8 +31,15 @@ def test_trl_signature_and_conversational_completions(reward):
         [{"role": "assistant", "content": [{"type": "text", "text": "Answer: 12"}]}],
         "plain text \\boxed{5}",
     ]
-    values = reward(prompts=["p1", "p2", "p3"], completions=completions, answer=["73", "13", "5"],
-                    completion_ids=[[1], [2], [3]], trainer_state=object(), log_extra=print, log_metric=print)
+    values = reward(
+        prompts=["p1", "p2", "p3"],
+        completions=completions,
+        answer=["73", "13", "5"],
+        completion_ids=[[1], [2], [3]],
+        trainer_state=object(),
+        log_extra=print,
+        log_metric=print,
+    )
     assert values == [1.0, 0.0, 1.0]
     assert reward.__name__ == "math" and reward.name == "math"
 

@@ -28,7 +28,12 @@ from rewards.majority import vote_key
 def test_exact_match_normalises_case_articles_and_punctuation():
     reward = ExactMatchReward()
     completions = ["Answer: The Eiffel Tower.", "answer: eiffel tower", "\\boxed{\\text{Paris}}", "Berlin"]
-    assert reward(completions=completions, answer=["Eiffel Tower", "Eiffel tower", "paris", "Paris"]) == [1.0, 1.0, 1.0, 0.0]
+    assert reward(completions=completions, answer=["Eiffel Tower", "Eiffel tower", "paris", "Paris"]) == [
+        1.0,
+        1.0,
+        1.0,
+        0.0,
+    ]
 
 
 def test_exact_match_accepts_a_list_of_references_and_reports_missing_gold():
@@ -56,7 +61,9 @@ def test_choice_letters(completion, gold, expected):
 def test_choice_by_option_text_and_index():
     reward = ChoiceReward()
     choices = [["red", "green", "blue"]] * 3
-    values = reward(completions=["Answer: green", "\\boxed{C}", "Answer: A"], answer=["green", 2, "red"], choices=choices)
+    values = reward(
+        completions=["Answer: green", "\\boxed{C}", "Answer: A"], answer=["green", 2, "red"], choices=choices
+    )
     assert values == [1.0, 1.0, 1.0]
     assert reward(completions=["Answer: green"], answer=["purple"], choices=[["red", "green"]]) == [None]
 
@@ -64,8 +71,10 @@ def test_choice_by_option_text_and_index():
 # ---- numeric -----------------------------------------------------------------------------------------
 def test_numeric_is_exact_by_default_and_tolerance_is_explicit():
     exact = NumericReward()
-    assert exact(completions=["\\boxed{0.5}", "\\boxed{99}", "Answer: 1,000", "\\boxed{25\\%}"],
-                 answer=["1/2", "100", "1000", "25"]) == [1.0, 0.0, 1.0, 1.0]
+    assert exact(
+        completions=["\\boxed{0.5}", "\\boxed{99}", "Answer: 1,000", "\\boxed{25\\%}"],
+        answer=["1/2", "100", "1000", "25"],
+    ) == [1.0, 0.0, 1.0, 1.0]
     loose = NumericReward(rel_tol=0.01)
     assert loose(completions=["\\boxed{99}", "\\boxed{98}"], answer=["100", "100"]) == [1.0, 0.0]
     absolute = NumericReward(abs_tol=0.05)
@@ -94,7 +103,11 @@ def test_format_think_and_boxed():
 
 def test_format_regex():
     reward = FormatReward(r"^<answer>\d+</answer>$", fullmatch=True)
-    assert reward(completions=["<answer>12</answer>", "<answer>x</answer>", " <answer>7</answer>\n"]) == [1.0, 0.0, 1.0]
+    assert reward(completions=["<answer>12</answer>", "<answer>x</answer>", " <answer>7</answer>\n"]) == [
+        1.0,
+        0.0,
+        1.0,
+    ]
     with pytest.raises(RewardError, match="invalid regex"):
         FormatReward("([")
 
@@ -139,11 +152,16 @@ def test_judge_reward_uses_the_callable_and_parses_verdicts():
         return "I cannot decide."
 
     reward = get_reward("judge", complete=complete)
-    values = reward(prompts=[[{"role": "user", "content": "Capital of France?"}]] * 3,
-                    completions=["Paris", "Lyon", "Nice"], answer=["Paris"] * 3)
+    values = reward(
+        prompts=[[{"role": "user", "content": "Capital of France?"}]] * 3,
+        completions=["Paris", "Lyon", "Nice"],
+        answer=["Paris"] * 3,
+    )
     assert values == [1.0, 0.0, None]
     assert len(seen) == 3
-    assert all("Capital of France?" in m[-1]["content"] and "Reference answer:\nParis" in m[-1]["content"] for m in seen)
+    assert all(
+        "Capital of France?" in m[-1]["content"] and "Reference answer:\nParis" in m[-1]["content"] for m in seen
+    )
 
 
 def test_judge_errors_propagate_never_become_zero():
@@ -169,8 +187,12 @@ def test_judge_honours_user_templates_and_reports_bad_ones(tmp_path):
 
     reward = get_reward("judge", complete=complete, template=str(user), system_template=system)
     assert reward(completions=["H2O"], answer=["water"], problem=["What is water?"]) == [1.0]
-    assert seen == [[{"role": "system", "content": "You grade chemistry answers."},
-                     {"role": "user", "content": "Q=What is water? | gold=water | got=H2O"}]]
+    assert seen == [
+        [
+            {"role": "system", "content": "You grade chemistry answers."},
+            {"role": "user", "content": "Q=What is water? | gold=water | got=H2O"},
+        ]
+    ]
     default = JudgeReward(complete).messages("q", "r", "s")
     assert default[0] == {"role": "system", "content": "You are a careful, strict grader."}
 
@@ -214,13 +236,21 @@ def test_majority_vote_options():
 @pytest.mark.timeout(60)
 def test_majority_reward_scores_each_group_against_its_own_pseudo_gold():
     reward = MajorityReward()
-    completions = ["\\boxed{4}", "\\boxed{4.0}", "\\boxed{5}", "nothing",  # group a: pseudo-gold 4
-                   "\\boxed{1}", "\\boxed{2}"]  # group b: tie -> None
+    completions = [
+        "\\boxed{4}",
+        "\\boxed{4.0}",
+        "\\boxed{5}",
+        "nothing",  # group a: pseudo-gold 4
+        "\\boxed{1}",
+        "\\boxed{2}",
+    ]  # group b: tie -> None
     values = reward(completions=completions, query_id=["a", "a", "a", "a", "b", "b"])
     assert values == [1.0, 1.0, 0.0, 0.0, None, None]
     # TRL layout: no group column, each prompt repeated for its G generations
-    by_prompt = reward(prompts=["p", "p", "p", "q", "q", "q"],
-                       completions=["\\boxed{x^2}", "$x^2$", "\\boxed{2x}"] + ["\\boxed{7}"] * 3)
+    by_prompt = reward(
+        prompts=["p", "p", "p", "q", "q", "q"],
+        completions=["\\boxed{x^2}", "$x^2$", "\\boxed{2x}"] + ["\\boxed{7}"] * 3,
+    )
     assert by_prompt == [1.0, 1.0, 0.0, 1.0, 1.0, 1.0]
     fixed = MajorityReward(group_size=2)(completions=["\\boxed{1}", "\\boxed{1}", "\\boxed{2}", "\\boxed{2}"])
     assert fixed == [1.0, 1.0, 1.0, 1.0]

@@ -16,10 +16,12 @@ def test_math_reward_in_grpo_trainer_one_step(tmp_path):
 
     tokenizer = build_tiny_tokenizer()
     model = build_tiny_model(tokenizer, arch="qwen2")
-    dataset = Dataset.from_list([
-        {"prompt": "What is 2 + 2? Put the answer in \\boxed{}.", "answer": "4"},
-        {"prompt": "What is 3 + 4? Put the answer in \\boxed{}.", "answer": "7"},
-    ])
+    dataset = Dataset.from_list(
+        [
+            {"prompt": "What is 2 + 2? Put the answer in \\boxed{}.", "answer": "4"},
+            {"prompt": "What is 3 + 4? Put the answer in \\boxed{}.", "answer": "7"},
+        ]
+    )
     calls = []
     math_reward = MathReward()
 

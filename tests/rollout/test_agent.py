@@ -6,6 +6,11 @@ import json
 
 import pytest
 
+from tfgrpo.llm.backends.scripted import ScriptedBackend
+from tfgrpo.llm.cache import ResponseCache
+from tfgrpo.llm.client import LLMClient
+from tfgrpo.llm.errors import BudgetExceededError, InvalidRequestError, PermanentError
+from tfgrpo.llm.types import Completion
 from tfgrpo.rollout.agent import (
     Agent,
     AgentConfig,
@@ -15,11 +20,6 @@ from tfgrpo.rollout.agent import (
     resolve_protocol,
     run_agent,
 )
-from tfgrpo.llm.backends.scripted import ScriptedBackend
-from tfgrpo.llm.cache import ResponseCache
-from tfgrpo.llm.client import LLMClient
-from tfgrpo.llm.errors import BudgetExceededError, InvalidRequestError, PermanentError
-from tfgrpo.llm.types import Completion
 from tfgrpo.rollout.tools import Tool, ToolError, ToolResult
 from tfgrpo.rollout.tools.python_sandbox import PythonTool
 
@@ -80,10 +80,12 @@ def calls_reply(*calls, text="") -> Completion:
 
 # ------------------------------------------------------------------------------------------ native protocol
 async def test_native_trajectory_calls_a_tool_and_answers():
-    client, backend = scripted_client([
-        calls_reply(tool_call("calculator", {"a": 6, "op": "*", "b": 7}), text="Let me compute."),
-        lambda request, i: f"The tool said {request.messages[-1].content}, so \\boxed{{42}}",
-    ])
+    client, backend = scripted_client(
+        [
+            calls_reply(tool_call("calculator", {"a": 6, "op": "*", "b": 7}), text="Let me compute."),
+            lambda request, i: f"The tool said {request.messages[-1].content}, so \\boxed{{42}}",
+        ]
+    )
     trajectory = await run_agent(client, PROBLEM, tools=[CalculatorTool()], max_turns=4, sample_index=3, tag="eval")
 
     assert trajectory.protocol == "native" and trajectory.stop_reason == "final_answer"
@@ -102,10 +104,12 @@ async def test_native_trajectory_calls_a_tool_and_answers():
 
 
 async def test_native_tool_error_is_shown_to_the_model_and_the_run_goes_on():
-    client, backend = scripted_client([
-        calls_reply(tool_call("calculator", {"a": 1, "op": "/", "b": 0})),
-        "Division by zero is undefined. \\boxed{undefined}",
-    ])
+    client, backend = scripted_client(
+        [
+            calls_reply(tool_call("calculator", {"a": 1, "op": "/", "b": 0})),
+            "Division by zero is undefined. \\boxed{undefined}",
+        ]
+    )
     trajectory = await run_agent(client, PROBLEM, tools=[CalculatorTool()], max_turns=3)
     assert trajectory.turns[0].tool_calls[0].error == "division by zero"
     assert backend.calls[1].messages[-1].content == "Error: division by zero"
@@ -113,17 +117,19 @@ async def test_native_tool_error_is_shown_to_the_model_and_the_run_goes_on():
 
 
 async def test_malformed_json_arguments_unknown_tools_and_missing_arguments_become_errors():
-    client, backend = scripted_client([
-        calls_reply(
-            tool_call("calculator", '{"a": 6, "op": "*", "b": 7', "bad_json"),
-            tool_call("calculator", "[6, 7]", "not_object"),
-            tool_call("search", {"q": "x"}, "unknown"),
-            tool_call("calculator", {"a": 6}, "missing"),
-            tool_call("crashy", {"a": 1, "op": "+", "b": 1}, "crash"),
-            tool_call("calculator", {"a": 6, "op": "*", "b": 7}, "good"),
-        ),
-        "\\boxed{42}",
-    ])
+    client, backend = scripted_client(
+        [
+            calls_reply(
+                tool_call("calculator", '{"a": 6, "op": "*", "b": 7', "bad_json"),
+                tool_call("calculator", "[6, 7]", "not_object"),
+                tool_call("search", {"q": "x"}, "unknown"),
+                tool_call("calculator", {"a": 6}, "missing"),
+                tool_call("crashy", {"a": 1, "op": "+", "b": 1}, "crash"),
+                tool_call("calculator", {"a": 6, "op": "*", "b": 7}, "good"),
+            ),
+            "\\boxed{42}",
+        ]
+    )
     trajectory = await run_agent(client, PROBLEM, tools=[CalculatorTool(), CrashingTool()], max_turns=3)
     errors = {call.id: call.error for call in trajectory.turns[0].tool_calls}
     assert "not valid JSON" in errors["bad_json"]
@@ -135,7 +141,9 @@ async def test_malformed_json_arguments_unknown_tools_and_missing_arguments_beco
     assert trajectory.turns[0].tool_calls[0].raw_arguments == '{"a": 6, "op": "*", "b": 7'
     tool_messages = [m for m in backend.calls[1].messages if m.role == "tool"]
     assert [m.tool_call_id for m in tool_messages] == ["bad_json", "not_object", "unknown", "missing", "crash", "good"]
-    assert tool_messages[-1].content == "42" and tool_messages[0].content.startswith("Error: the arguments are not valid JSON")
+    assert tool_messages[-1].content == "42" and tool_messages[0].content.startswith(
+        "Error: the arguments are not valid JSON"
+    )
     assert trajectory.final_text == "\\boxed{42}"
 
 
@@ -143,7 +151,11 @@ async def test_max_turns_stops_a_model_that_never_answers():
     client, backend = scripted_client([calls_reply(tool_call("calculator", {"a": 1, "op": "+", "b": 1}))])
     trajectory = await run_agent(client, PROBLEM, tools=[CalculatorTool()], max_turns=3)
     assert trajectory.stop_reason == "max_turns" and len(trajectory.turns) == 3 and len(backend.calls) == 3
-    assert [c.error for t in trajectory.turns for c in t.tool_calls] == [None, None, "not run: the turn limit was reached"]
+    assert [c.error for t in trajectory.turns for c in t.tool_calls] == [
+        None,
+        None,
+        "not run: the turn limit was reached",
+    ]
     assert trajectory.messages[-1]["role"] == "assistant"
 
 
@@ -158,8 +170,9 @@ async def test_a_misconfigured_tool_stops_the_run_instead_of_blaming_the_model()
 
 
 async def test_llm_failure_ends_the_trajectory_with_an_error_and_budget_stop_propagates():
-    client, _ = scripted_client([calls_reply(tool_call("calculator", {"a": 1, "op": "+", "b": 1})),
-                                 InvalidRequestError("400 bad request")])
+    client, _ = scripted_client(
+        [calls_reply(tool_call("calculator", {"a": 1, "op": "+", "b": 1})), InvalidRequestError("400 bad request")]
+    )
     trajectory = await run_agent(client, PROBLEM, tools=[CalculatorTool()], max_turns=3)
     assert trajectory.stop_reason == "error" and "400 bad request" in trajectory.error
     assert len(trajectory.turns) == 1 and trajectory.num_tool_calls == 1
@@ -195,17 +208,28 @@ async def test_cached_trajectory_replays_without_backend_calls_and_samples_stay_
 
 # ------------------------------------------------------------------------------------------- text protocol
 async def test_text_protocol_runs_fenced_python_and_feeds_back_output():
-    client, backend = scripted_client([
-        "I will compute it.\n```python\nx = 6 * 7\nprint(x)\n```",
-        lambda request, i: "```python\nprint(x + 1)\n```\nOutput:\n```\n999\n```\nSo the answer is 999.",
-        "The product is \\boxed{42}.",
-    ], supports_tools=False)
+    client, backend = scripted_client(
+        [
+            "I will compute it.\n```python\nx = 6 * 7\nprint(x)\n```",
+            lambda request, i: "```python\nprint(x + 1)\n```\nOutput:\n```\n999\n```\nSo the answer is 999.",
+            "The product is \\boxed{42}.",
+        ],
+        supports_tools=False,
+    )
     trajectory = await run_agent(client, PROBLEM, tools=[PythonTool(timeout_s=5)], max_turns=5)
 
     assert trajectory.protocol == "text" and trajectory.stop_reason == "final_answer"
     system = trajectory.messages[0]["content"]
     assert system.startswith("Experiences:\n[E1]. Check arithmetic with code.") and "```python" in system
-    assert [m["role"] for m in trajectory.messages] == ["system", "user", "assistant", "user", "assistant", "user", "assistant"]
+    assert [m["role"] for m in trajectory.messages] == [
+        "system",
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+    ]
     assert trajectory.messages[3]["content"].startswith("Output:\n```\n42\n```")
     # the imagined output was cut from turn 2, and the variable from turn 1 was still there
     assert trajectory.turns[1].assistant == "```python\nprint(x + 1)\n```"
@@ -216,11 +240,14 @@ async def test_text_protocol_runs_fenced_python_and_feeds_back_output():
 
 
 async def test_text_protocol_reports_code_errors_and_tool_call_blocks():
-    client, backend = scripted_client([
-        "```python\n1 / 0\n```",
-        '```tool_call\n{"name": "calculator", "arguments": {"a": 2, "op": "+", "b": 3}}\n```\n```tool_call\n{"name": oops}\n```',
-        "\\boxed{5}",
-    ], supports_tools=False)
+    client, backend = scripted_client(
+        [
+            "```python\n1 / 0\n```",
+            '```tool_call\n{"name": "calculator", "arguments": {"a": 2, "op": "+", "b": 3}}\n```\n```tool_call\n{"name": oops}\n```',
+            "\\boxed{5}",
+        ],
+        supports_tools=False,
+    )
     trajectory = await run_agent(client, PROBLEM, tools=[PythonTool(timeout_s=5), CalculatorTool()], max_turns=5)
     first_error = trajectory.turns[0].tool_calls[0].error
     assert "ZeroDivisionError" in first_error
@@ -267,11 +294,13 @@ async def test_auto_protocol_follows_the_backend():
 
 
 async def test_native_protocol_with_the_real_python_sandbox_keeps_state():
-    client, _ = scripted_client([
-        calls_reply(tool_call("python", {"code": "total = sum(range(10))"})),
-        calls_reply(tool_call("python", {"code": "print(total)"})),
-        lambda request, i: f"\\boxed{{{request.messages[-1].content}}}",
-    ])
+    client, _ = scripted_client(
+        [
+            calls_reply(tool_call("python", {"code": "total = sum(range(10))"})),
+            calls_reply(tool_call("python", {"code": "print(total)"})),
+            lambda request, i: f"\\boxed{{{request.messages[-1].content}}}",
+        ]
+    )
     trajectory = await run_agent(client, PROBLEM, tools=[PythonTool(timeout_s=5)], max_turns=4)
     assert trajectory.final_text == "\\boxed{45}"
     assert trajectory.turns[0].tool_calls[0].output == ""
@@ -280,11 +309,13 @@ async def test_native_protocol_with_the_real_python_sandbox_keeps_state():
 
 async def test_records_serialise_and_render_for_the_summary_stage():
     long_output = "digits " * 5000
-    client, _ = scripted_client([
-        calls_reply(tool_call("calculator", {"a": 6, "op": "*", "b": 7}), text="Computing 6*7."),
-        calls_reply(tool_call("calculator", {"a": 1, "op": "/", "b": 0})),
-        lambda request, i: f"{long_output} \\boxed{{42}}",
-    ])
+    client, _ = scripted_client(
+        [
+            calls_reply(tool_call("calculator", {"a": 6, "op": "*", "b": 7}), text="Computing 6*7."),
+            calls_reply(tool_call("calculator", {"a": 1, "op": "/", "b": 0})),
+            lambda request, i: f"{long_output} \\boxed{{42}}",
+        ]
+    )
     trajectory = await run_agent(client, PROBLEM, tools=[CalculatorTool()], max_turns=4)
     data = json.loads(json.dumps(trajectory.to_jsonable()))
     assert data["num_tool_calls"] == 2 and data["num_tool_errors"] == 1 and data["stop_reason"] == "final_answer"
@@ -327,8 +358,14 @@ async def test_embedded_smollm2_completes_a_tool_enabled_trajectory():
     messages = [{"role": "user", "content": "Use Python to compute 17 * 23, then give the answer in \\boxed{}."}]
     try:
         trajectories = [
-            await run_agent(client, messages, tools=[PythonTool(timeout_s=10)], max_turns=3, sample_index=i,
-                            sampling=SamplingParams(temperature=0.7, max_tokens=96, seed=i))
+            await run_agent(
+                client,
+                messages,
+                tools=[PythonTool(timeout_s=10)],
+                max_turns=3,
+                sample_index=i,
+                sampling=SamplingParams(temperature=0.7, max_tokens=96, seed=i),
+            )
             for i in range(2)
         ]
     finally:

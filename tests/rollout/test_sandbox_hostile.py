@@ -36,11 +36,22 @@ def secrets_on_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     (run_dir / "config.yaml").write_text(f"model: m\napi_key: {SECRET}\n")
-    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", "--api-key", SECRET],
-                               env={"OPENAI_API_KEY": SECRET, "PATH": "/usr/bin"})
+    process = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(300)", "--api-key", SECRET],
+        env={"OPENAI_API_KEY": SECRET, "PATH": "/usr/bin"},
+    )
     try:
-        yield {"files": [home / ".netrc", home / ".cache" / "huggingface" / "token", run_dir / "config.yaml",
-                         Path("/etc/shadow")], "dirs": [home, run_dir], "pid": process.pid, "process": process}
+        yield {
+            "files": [
+                home / ".netrc",
+                home / ".cache" / "huggingface" / "token",
+                run_dir / "config.yaml",
+                Path("/etc/shadow"),
+            ],
+            "dirs": [home, run_dir],
+            "pid": process.pid,
+            "process": process,
+        }
     finally:
         process.kill()
         process.wait()
@@ -99,7 +110,9 @@ async def test_python_tool_leaks_no_secret_and_cannot_signal(secrets_on_host):
 
 
 async def test_python_tool_sees_no_home_run_dir_or_etc(secrets_on_host):
-    code = "import os, json\nprint(json.dumps([sorted(os.listdir('/')), sorted(os.listdir('/etc')), os.environ['HOME']]))"
+    code = (
+        "import os, json\nprint(json.dumps([sorted(os.listdir('/')), sorted(os.listdir('/etc')), os.environ['HOME']]))"
+    )
     result = await PythonTool(isolation="bubblewrap", timeout_s=20, cpu_s=20).run({"code": code})
     assert result.ok, result.error
     top, etc, home = json.loads(result.output)
@@ -120,19 +133,25 @@ def test_code_reward_leaks_no_secret_and_cannot_signal(secrets_on_host):
 def test_code_reward_reports_what_it_found_in_full(secrets_on_host):
     """The same probe, one target per candidate, so no cut of the failure reason hides a leak."""
     targets = [f"open({str(p)!r}).read()" for p in secrets_on_host["files"]]
-    targets += ["open('/proc/%d/cmdline').read()" % secrets_on_host["pid"],
-                "open('/proc/%d/environ').read()" % secrets_on_host["pid"],
-                "[open(p).read() for p in __import__('glob').glob('/proc/*/cmdline')]"]
+    targets += [
+        f"open('/proc/{secrets_on_host['pid']}/cmdline').read()",
+        f"open('/proc/{secrets_on_host['pid']}/environ').read()",
+        "[open(p).read() for p in __import__('glob').glob('/proc/*/cmdline')]",
+    ]
     reward = CodeReward(sandbox="bubblewrap", timeout_s=20)
-    scores = reward.score(["```python\nx = 1\n```"] * len(targets),
-                          tests=[[f"assert False, repr({target})[-150:]"] for target in targets])
-    for target, score in zip(targets, scores):
+    scores = reward.score(
+        ["```python\nx = 1\n```"] * len(targets),
+        tests=[[f"assert False, repr({target})[-150:]"] for target in targets],
+    )
+    for target, score in zip(targets, scores, strict=False):
         assert score.value == 0.0, target
         assert SECRET not in score.reason and "api-key" not in score.reason, (target, score.reason)
 
 
 def test_code_reward_still_scores_honest_code_under_bubblewrap():
     reward = CodeReward(sandbox="bubblewrap", timeout_s=20)
-    [score] = reward.score(["```python\ndef add(a, b):\n    return a + b\n```"],
-                           tests=[["assert add(1, 2) == 3", "assert add(2, 2) == 5"]])
+    [score] = reward.score(
+        ["```python\ndef add(a, b):\n    return a + b\n```"],
+        tests=[["assert add(1, 2) == 3", "assert add(2, 2) == 5"]],
+    )
     assert score.value == 0.5, score.reason

@@ -46,7 +46,9 @@ def test_missing_arguments_follow_the_schema():
 
 def test_observation_text_joins_output_truncation_and_error():
     assert ToolResult(output="42\n").as_observation() == "42"
-    assert ToolResult(output="x", truncated=True, error="boom").as_observation() == "x\n[output truncated]\nError: boom"
+    assert (
+        ToolResult(output="x", truncated=True, error="boom").as_observation() == "x\n[output truncated]\nError: boom"
+    )
     assert ToolResult().as_observation() == "(no output)"
 
 
@@ -54,7 +56,9 @@ def test_get_tools_by_name_and_comma_list():
     (python,) = get_tools(["python"])
     assert isinstance(python, PythonTool)
     assert [t.name for t in get_tools("python, web_search", options={"web_search": {"endpoint": "http://x"}})] == [
-        "python", "web_search"]
+        "python",
+        "web_search",
+    ]
     assert get_tools(None) == [] and get_tools("none") == []
     assert parse_tool_names(["python,python", "web_search"]) == ["python", "web_search"]
 
@@ -116,8 +120,11 @@ class SearchHandler(http.server.BaseHTTPRequestHandler):
 
 @contextlib.contextmanager
 def search_server(status: int = 200, payload=None, raw: bytes | None = None) -> Iterator[tuple[str, list]]:
-    handler = type("Handler", (SearchHandler,), {"requests": [], "status": status,
-                                                  "body": raw if raw is not None else json.dumps(payload).encode()})
+    handler = type(
+        "Handler",
+        (SearchHandler,),
+        {"requests": [], "status": status, "body": raw if raw is not None else json.dumps(payload).encode()},
+    )
     server = http.server.HTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -128,11 +135,17 @@ def search_server(status: int = 200, payload=None, raw: bytes | None = None) -> 
         server.server_close()
 
 
-HITS = {"results": [
-    {"title": "Training-Free GRPO", "url": "https://example.org/tfgrpo", "content": "Learns   experiences\n in context."},
-    {"title": "GRPO", "url": "https://example.org/grpo", "content": "Group relative policy optimisation."},
-    {"title": "Third", "url": "https://example.org/3", "content": "Not asked for."},
-]}
+HITS = {
+    "results": [
+        {
+            "title": "Training-Free GRPO",
+            "url": "https://example.org/tfgrpo",
+            "content": "Learns   experiences\n in context.",
+        },
+        {"title": "GRPO", "url": "https://example.org/grpo", "content": "Group relative policy optimisation."},
+        {"title": "Third", "url": "https://example.org/3", "content": "Not asked for."},
+    ]
+}
 
 
 @pytest.fixture(autouse=True)
@@ -159,8 +172,14 @@ async def test_web_search_sends_query_and_key_and_formats_hits():
 async def test_web_search_reads_a_nested_results_path_and_custom_header():
     payload = {"web": {"results": [{"title": "A", "url": "u", "description": "d"}]}}
     with search_server(payload=payload) as (url, requests):
-        tool = WebSearchTool(endpoint=url, api_key="k", auth_header="X-Subscription-Token", auth_scheme="",
-                             results_path="web.results", snippet_key="description")
+        tool = WebSearchTool(
+            endpoint=url,
+            api_key="k",
+            auth_header="X-Subscription-Token",
+            auth_scheme="",
+            results_path="web.results",
+            snippet_key="description",
+        )
         result = await tool.run({"query": "q"})
     assert result.output == "[1] A\nu\nd"
     assert requests[0]["headers"]["X-Subscription-Token"] == "k"

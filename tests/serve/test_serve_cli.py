@@ -10,21 +10,25 @@ import time
 
 import httpx
 import yaml
+
 from tests.helpers.serve_fixtures import write_library
 from tests.helpers.serve_upstream import ScriptedUpstream, running
 from tests.helpers.servers import free_port
-
 from tfgrpo.serve.traces import TraceStore
 
 
 def test_cli_start_does_not_import_the_server_stack():
     code = "import sys, tfgrpo.cli.app; print(sorted({m.split('.')[0] for m in sys.modules} & {'fastapi', 'uvicorn', 'starlette', 'sqlalchemy', 'httpx'}))"
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "[]"
+    assert (
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "[]"
+    )
 
 
 def test_serve_help_lists_the_options_from_the_config():
     env = os.environ | {"COLUMNS": "400", "TERM": "dumb"}
-    result = subprocess.run([sys.executable, "-m", "tfgrpo", "serve", "--help"], capture_output=True, text=True, env=env)
+    result = subprocess.run(
+        [sys.executable, "-m", "tfgrpo", "serve", "--help"], capture_output=True, text=True, env=env
+    )
     assert result.returncode == 0
     for option in ("--library", "--upstream", "--port", "--holdout", "--traces", "--inject", "--config"):
         assert option in result.stdout
@@ -35,11 +39,19 @@ def test_serve_from_yaml_answers_and_traces_then_stops_cleanly(tmp_path):
     port = free_port()
     library = write_library(tmp_path / "library.json")
     with running(ScriptedUpstream()) as upstream:
-        config = {"library": str(library), "upstream": [upstream + "/v1"], "holdout": 0.25, "traces": str(tmp_path / "t.sqlite"), "inject": "all"}
+        config = {
+            "library": str(library),
+            "upstream": [upstream + "/v1"],
+            "holdout": 0.25,
+            "traces": str(tmp_path / "t.sqlite"),
+            "inject": "all",
+        }
         (tmp_path / "serve.yaml").write_text(yaml.safe_dump(config))
         process = subprocess.Popen(
             [sys.executable, "-m", "tfgrpo", "serve", "--config", str(tmp_path / "serve.yaml"), "--port", str(port)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         try:
             base = f"http://127.0.0.1:{port}"
@@ -52,7 +64,9 @@ def test_serve_from_yaml_answers_and_traces_then_stops_cleanly(tmp_path):
                     assert process.poll() is None and time.monotonic() < deadline, process.communicate()[1]
                     time.sleep(0.2)
             assert health["holdout"] == 0.25 and health["library_version"] == 3
-            reply = httpx.post(base + "/v1/chat/completions", json={"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+            reply = httpx.post(
+                base + "/v1/chat/completions", json={"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+            )
             assert reply.status_code == 200 and reply.headers["x-tfgrpo-library-version"] == "3"
         finally:
             process.send_signal(signal.SIGINT)
@@ -74,6 +88,8 @@ def test_serve_refuses_bad_settings_with_one_line(tmp_path):
         (["--library", str(library), "--upstream", "http://127.0.0.1:9/v1", "--inject", "top5"], "topk:K"),
     ]
     for args, message in cases:
-        result = subprocess.run([sys.executable, "-m", "tfgrpo", "serve", *args], capture_output=True, text=True, timeout=60)
+        result = subprocess.run(
+            [sys.executable, "-m", "tfgrpo", "serve", *args], capture_output=True, text=True, timeout=60
+        )
         assert result.returncode == 2, (args, result.stderr)
         assert message in result.stderr and "Traceback" not in result.stderr, (args, result.stderr)

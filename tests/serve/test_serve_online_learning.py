@@ -14,12 +14,12 @@ import time
 
 import httpx
 import pytest
-from tests.helpers.learn_world import PROBLEM, World
-from tests.helpers.serve_fixtures import proxy, write_library
-from tests.helpers.serve_upstream import ScriptedUpstream
 from typer.testing import CliRunner
 
 from eval.traces import compare_traces
+from tests.helpers.learn_world import PROBLEM, World
+from tests.helpers.serve_fixtures import proxy, write_library
+from tests.helpers.serve_upstream import ScriptedUpstream
 from tfgrpo.cli.app import app
 from tfgrpo.serve.dataset import problems_from_traces
 from tfgrpo.serve.traces import TraceStore
@@ -40,9 +40,13 @@ def _serve_round(url: str, users: range) -> None:
     for user in users:
         for a, b in PROBLEMS:
             messages = [{"role": "user", "content": f"What is {a}+{b}?"}]
-            response = httpx.post(url + "/v1/chat/completions", json={"model": "m", "messages": messages, "user": f"user-{user}"})
+            response = httpx.post(
+                url + "/v1/chat/completions", json={"model": "m", "messages": messages, "user": f"user-{user}"}
+            )
             assert response.status_code == 200
-            feedback = httpx.post(url + "/v1/feedback", json={"id": response.headers["x-tfgrpo-exchange-id"], "gold": str(a + b)})
+            feedback = httpx.post(
+                url + "/v1/feedback", json={"id": response.headers["x-tfgrpo-exchange-id"], "gold": str(a + b)}
+            )
             assert feedback.status_code == 200
 
 
@@ -62,13 +66,32 @@ def test_library_learned_from_served_traffic_improves_the_library_arm(tmp_path):
         _serve_round(p.url, range(8))
         upstream_url = p.state.config.upstream[0]
         args = [
-            "learn", "--from-traces", str(traces), "--out", str(tmp_path / "run"), "--backend", "openai", "--model", "m",
-            "--base-url", upstream_url, "--api-key", "sk-test", "-G", "4", "--epochs", "1", "--concurrency", "8",
+            "learn",
+            "--from-traces",
+            str(traces),
+            "--out",
+            str(tmp_path / "run"),
+            "--backend",
+            "openai",
+            "--model",
+            "m",
+            "--base-url",
+            upstream_url,
+            "--api-key",
+            "sk-test",
+            "-G",
+            "4",
+            "--epochs",
+            "1",
+            "--concurrency",
+            "8",
         ]
         result = CliRunner().invoke(app, args)
         assert result.exit_code == 0, result.output
         learned = json.loads((tmp_path / "run" / "library.json").read_text())
-        assert {e["text"] for e in learned["experiences"]} >= {f"When adding {a} and {b}, check the carry." for a, b in PROBLEMS}
+        assert {e["text"] for e in learned["experiences"]} >= {
+            f"When adding {a} and {b}, check the carry." for a, b in PROBLEMS
+        }
         problems = [json.loads(line) for line in (tmp_path / "run" / "traces_problems.jsonl").read_text().splitlines()]
         assert sorted(p_["answer"] for p_ in problems) == sorted(str(a + b) for a, b in PROBLEMS)
 
@@ -97,7 +120,10 @@ def test_problems_from_traces_with_and_without_ground_truth(tmp_path):
         ids = {}
         for a, b in PROBLEMS:
             for _ in range(2):
-                ids[(a, b)] = httpx.post(p.url + "/v1/chat/completions", json={"model": "m", "messages": [{"role": "user", "content": f"What is {a}+{b}?"}]}).headers["x-tfgrpo-exchange-id"]
+                ids[(a, b)] = httpx.post(
+                    p.url + "/v1/chat/completions",
+                    json={"model": "m", "messages": [{"role": "user", "content": f"What is {a}+{b}?"}]},
+                ).headers["x-tfgrpo-exchange-id"]
         httpx.post(p.url + "/v1/feedback", json={"id": ids[PROBLEMS[0]], "gold": "46"})
         httpx.post(p.url + "/v1/feedback", json={"id": ids[PROBLEMS[1]], "reward": 1.0})  # no gold: cannot re-score
     with_gold = problems_from_traces(traces, tmp_path / "gold.jsonl")

@@ -7,6 +7,7 @@ import subprocess
 from html.parser import HTMLParser
 
 import httpx
+
 from tests.helpers.serve_fixtures import LESSONS, proxy, write_library
 from tests.helpers.serve_upstream import ScriptedUpstream
 
@@ -46,14 +47,24 @@ def _chromium() -> str:
 
 
 def _browser(*args: str) -> subprocess.CompletedProcess:
-    command = [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run", *args]
+    command = [
+        _chromium(),
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--no-first-run",
+        *args,
+    ]
     return subprocess.run(command, capture_output=True, text=True, timeout=120)
 
 
 def test_page_shows_the_live_library_arms_and_versions_in_a_real_browser(tmp_path):
     with proxy(tmp_path, ScriptedUpstream(responder=lambda m, k: "\\boxed{4}"), holdout=0.5) as p:
         for user in range(10):
-            exchange = httpx.post(p.url + "/v1/chat/completions", json={"model": "m", "messages": QUESTION, "user": f"u{user}"})
+            exchange = httpx.post(
+                p.url + "/v1/chat/completions", json={"model": "m", "messages": QUESTION, "user": f"u{user}"}
+            )
             httpx.post(p.url + "/v1/feedback", json={"id": exchange.headers["x-tfgrpo-exchange-id"], "gold": "4"})
         arms = [row["arm"] for row in p.state.traces.exchanges()]
         dom = _browser("--dump-dom", p.url + "/")
@@ -73,7 +84,11 @@ def test_page_shows_the_live_library_arms_and_versions_in_a_real_browser(tmp_pat
         assert "3" in versions and versions.count("1.000") == 2 and "+0.000" not in versions
         screenshot = tmp_path / "page.png"
         shot = _browser(f"--screenshot={screenshot}", "--window-size=1200,900", p.url + "/")
-        assert shot.returncode == 0 and screenshot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and screenshot.stat().st_size > 10_000
+        assert (
+            shot.returncode == 0
+            and screenshot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+            and screenshot.stat().st_size > 10_000
+        )
 
 
 def test_page_escapes_experience_text(tmp_path):

@@ -11,11 +11,11 @@ import time
 import httpx
 import pytest
 from openai import OpenAI
-from tests.helpers.serve_fixtures import LESSONS, proxy, write_library
-from tests.helpers.serve_upstream import Fault, ScriptedUpstream
 
 from experiences import Library
 from experiences.export import export_text
+from tests.helpers.serve_fixtures import LESSONS, proxy, write_library
+from tests.helpers.serve_upstream import Fault, ScriptedUpstream
 
 QUESTION = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "What is 2+2?"}]
 
@@ -32,18 +32,28 @@ def test_openai_client_non_streaming_gets_the_library_as_first_system_message(tm
         assert raw.headers["x-tfgrpo-arm"] == "B" and raw.headers["x-tfgrpo-library-version"] == "3"
         sent = p.upstream.bodies[-1]["messages"]
         # the very text `tfgrpo export --format system-prompt` writes, then the client's messages unchanged
-        assert sent[0] == {"role": "system", "content": export_text(Library.load(tmp_path / "library.json"), "system-prompt").strip()}
+        assert sent[0] == {
+            "role": "system",
+            "content": export_text(Library.load(tmp_path / "library.json"), "system-prompt").strip(),
+        }
         assert sent[1:] == QUESTION
         row = p.state.traces.exchange(raw.headers["x-tfgrpo-exchange-id"])
         assert row["messages"] == QUESTION and row["reply"] == "scripted reply" and row["arm"] == "B"
         assert row["injected_ids"] == ["G0", "G1", "G2"] and row["library_version"] == 3
-        assert row["prompt_tokens"] == 11 and row["completion_tokens"] == 2 and row["status"] == 200 and row["latency_ms"] > 0
+        assert (
+            row["prompt_tokens"] == 11
+            and row["completion_tokens"] == 2
+            and row["status"] == 200
+            and row["latency_ms"] > 0
+        )
         assert row["upstream"].startswith("http://127.0.0.1:")
 
 
 def test_openai_client_streaming_passes_the_sse_through_and_traces_the_text(tmp_path):
     with proxy(tmp_path, ScriptedUpstream(responder=lambda m, k: "streamed answer is four")) as p:
-        stream = _client(p.url).chat.completions.create(model="m", messages=QUESTION, stream=True, stream_options={"include_usage": True})
+        stream = _client(p.url).chat.completions.create(
+            model="m", messages=QUESTION, stream=True, stream_options={"include_usage": True}
+        )
         pieces, usage = [], None
         for chunk in stream:
             usage = chunk.usage or usage
@@ -52,7 +62,11 @@ def test_openai_client_streaming_passes_the_sse_through_and_traces_the_text(tmp_
         assert usage.completion_tokens == 4
         assert p.upstream.bodies[-1]["stream"] is True
         rows = p.traces(1)
-        assert rows[-1]["reply"] == "streamed answer is four" and rows[-1]["stream"] and rows[-1]["completion_tokens"] == 4
+        assert (
+            rows[-1]["reply"] == "streamed answer is four"
+            and rows[-1]["stream"]
+            and rows[-1]["completion_tokens"] == 4
+        )
 
 
 def test_litellm_as_client(tmp_path):
@@ -62,7 +76,9 @@ def test_litellm_as_client(tmp_path):
     with proxy(tmp_path, ScriptedUpstream(responder=lambda m, k: "litellm hello")) as p:
         reply = litellm.completion(model="openai/m", api_base=p.url + "/v1", api_key="sk-x", messages=QUESTION)
         assert reply.choices[0].message.content == "litellm hello"
-        chunks = litellm.completion(model="openai/m", api_base=p.url + "/v1", api_key="sk-x", messages=QUESTION, stream=True)
+        chunks = litellm.completion(
+            model="openai/m", api_base=p.url + "/v1", api_key="sk-x", messages=QUESTION, stream=True
+        )
         assert "".join(c.choices[0].delta.content or "" for c in chunks) == "litellm hello"
         assert p.upstream.bodies[-1]["messages"][0]["content"].count("check the carry") == 1
 
@@ -70,14 +86,37 @@ def test_litellm_as_client(tmp_path):
 def test_curl_non_streaming_streaming_models_and_health(tmp_path):
     with proxy(tmp_path) as p:
         body = json.dumps({"model": "m", "messages": QUESTION})
-        out = subprocess.run(["curl", "-sS", "-i", p.url + "/v1/chat/completions", "-H", "content-type: application/json", "-d", body], capture_output=True, text=True, check=True).stdout
+        out = subprocess.run(
+            ["curl", "-sS", "-i", p.url + "/v1/chat/completions", "-H", "content-type: application/json", "-d", body],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
         assert "x-tfgrpo-arm: B" in out and '"scripted reply"' in out
         streamed = json.dumps({"model": "m", "messages": QUESTION, "stream": True})
-        out = subprocess.run(["curl", "-sS", "-N", p.url + "/v1/chat/completions", "-H", "content-type: application/json", "-d", streamed], capture_output=True, text=True, check=True).stdout
+        out = subprocess.run(
+            [
+                "curl",
+                "-sS",
+                "-N",
+                p.url + "/v1/chat/completions",
+                "-H",
+                "content-type: application/json",
+                "-d",
+                streamed,
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
         assert out.rstrip().endswith("data: [DONE]") and out.count("data: ") == 5
-        models = json.loads(subprocess.run(["curl", "-sS", p.url + "/v1/models"], capture_output=True, text=True, check=True).stdout)
+        models = json.loads(
+            subprocess.run(["curl", "-sS", p.url + "/v1/models"], capture_output=True, text=True, check=True).stdout
+        )
         assert models["data"][0]["id"] == "scripted"
-        health = json.loads(subprocess.run(["curl", "-sS", p.url + "/health"], capture_output=True, text=True, check=True).stdout)
+        health = json.loads(
+            subprocess.run(["curl", "-sS", p.url + "/health"], capture_output=True, text=True, check=True).stdout
+        )
         assert health["library_version"] == 3 and health["experiences"] == 3 and health["upstream_calls"]["calls"] == 2
 
 
@@ -93,7 +132,9 @@ def test_curl_non_streaming_streaming_models_and_health(tmp_path):
 )
 def test_malformed_requests_get_400_with_a_clear_message(tmp_path, raw, message):
     with proxy(tmp_path) as p:
-        response = httpx.post(p.url + "/v1/chat/completions", content=raw, headers={"content-type": "application/json"})
+        response = httpx.post(
+            p.url + "/v1/chat/completions", content=raw, headers={"content-type": "application/json"}
+        )
         assert response.status_code == 400 and message in response.json()["error"]["message"]
         assert p.upstream.bodies == []
         assert httpx.get(p.url + "/health").status_code == 200  # still serving
@@ -126,7 +167,11 @@ def test_upstream_errors_come_back_with_their_status_retried_and_counted(tmp_pat
         assert httpx.post(url, json=body).status_code == 200
         upstream.push(*[Fault(429, {"retry-after": "0"})] * 3)  # 1 try + 2 retries, all 429
         limited = httpx.post(url, json=body)
-        assert limited.status_code == 429 and limited.headers["retry-after"] == "0" and limited.headers["x-tfgrpo-attempts"] == "3"
+        assert (
+            limited.status_code == 429
+            and limited.headers["retry-after"] == "0"
+            and limited.headers["x-tfgrpo-attempts"] == "3"
+        )
         upstream.push(*[Fault(502)] * 3)
         assert httpx.post(url, json=body).status_code == 502
         upstream.push(Fault(400))  # the request's own fault: not retried
@@ -148,7 +193,9 @@ def test_streaming_request_gets_the_upstream_error_status(tmp_path):
     upstream = ScriptedUpstream()
     with proxy(tmp_path, upstream, max_retries=0) as p:
         upstream.push(Fault(429, {"retry-after": "1"}))
-        response = httpx.post(p.url + "/v1/chat/completions", json={"model": "m", "messages": QUESTION, "stream": True})
+        response = httpx.post(
+            p.url + "/v1/chat/completions", json={"model": "m", "messages": QUESTION, "stream": True}
+        )
         assert response.status_code == 429 and response.headers["retry-after"] == "1"
 
 
@@ -171,18 +218,31 @@ def test_upstream_dying_mid_stream_ends_the_stream_without_done_and_is_traced(tm
 def test_holdout_arm_is_sticky_per_user_and_gets_no_library(tmp_path):
     with proxy(tmp_path, holdout=0.5) as p:
         arms: dict[str, set[str]] = {}
-        for round_ in range(3):
+        for _round in range(3):
             for user in range(12):
-                response = httpx.post(p.url + "/v1/chat/completions", json={"model": "m", "messages": QUESTION, "user": f"user-{user}"})
+                response = httpx.post(
+                    p.url + "/v1/chat/completions", json={"model": "m", "messages": QUESTION, "user": f"user-{user}"}
+                )
                 arm = response.headers["x-tfgrpo-arm"]
                 arms.setdefault(f"user-{user}", set()).add(arm)
-                injected = p.upstream.bodies[-1]["messages"][0]["role"] == "system" and "check the carry" in p.upstream.bodies[-1]["messages"][0]["content"]
+                injected = (
+                    p.upstream.bodies[-1]["messages"][0]["role"] == "system"
+                    and "check the carry" in p.upstream.bodies[-1]["messages"][0]["content"]
+                )
                 assert injected == (arm == "B")
         assert all(len(seen) == 1 for seen in arms.values())  # one user, one arm
         assert {next(iter(seen)) for seen in arms.values()} == {"A", "B"}
         # the header key wins over the body's user
-        first = httpx.post(p.url + "/v1/chat/completions", json={"model": "m", "messages": QUESTION, "user": "user-0"}, headers={"x-tfgrpo-user": "conv-9"})
-        again = httpx.post(p.url + "/v1/chat/completions", json={"model": "m", "messages": QUESTION, "user": "user-1"}, headers={"x-tfgrpo-user": "conv-9"})
+        first = httpx.post(
+            p.url + "/v1/chat/completions",
+            json={"model": "m", "messages": QUESTION, "user": "user-0"},
+            headers={"x-tfgrpo-user": "conv-9"},
+        )
+        again = httpx.post(
+            p.url + "/v1/chat/completions",
+            json={"model": "m", "messages": QUESTION, "user": "user-1"},
+            headers={"x-tfgrpo-user": "conv-9"},
+        )
         assert first.headers["x-tfgrpo-arm"] == again.headers["x-tfgrpo-arm"]
         rows = p.state.traces.exchanges()
         assert {row["arm"] for row in rows if not row["injected_ids"]} == {"A"}
@@ -194,7 +254,10 @@ def test_hot_reload_swaps_the_library_without_dropping_requests(tmp_path):
 
         async def traffic() -> list[httpx.Response]:
             async with httpx.AsyncClient(timeout=30) as client:
-                tasks = [client.post(p.url + "/v1/chat/completions", json={"model": "m", "messages": QUESTION}) for _ in range(60)]
+                tasks = [
+                    client.post(p.url + "/v1/chat/completions", json={"model": "m", "messages": QUESTION})
+                    for _ in range(60)
+                ]
                 return await asyncio.gather(*tasks)
 
         async def traffic_during_reload() -> list[httpx.Response]:
@@ -218,7 +281,12 @@ def test_hot_reload_swaps_the_library_without_dropping_requests(tmp_path):
         while not httpx.get(p.url + "/health").json()["reload_errors"]:
             assert time.monotonic() < deadline + 10
             time.sleep(0.05)
-        assert httpx.post(p.url + "/v1/chat/completions", json={"model": "m", "messages": QUESTION}).headers["x-tfgrpo-library-version"] == "4"
+        assert (
+            httpx.post(p.url + "/v1/chat/completions", json={"model": "m", "messages": QUESTION}).headers[
+                "x-tfgrpo-library-version"
+            ]
+            == "4"
+        )
 
 
 def test_api_keys_reach_the_upstream_but_never_the_traces(tmp_path):

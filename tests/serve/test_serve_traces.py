@@ -8,11 +8,11 @@ import sys
 
 import httpx
 import pytest
+
+from eval.traces import compare_traces
 from tests.helpers.postgres_server import postgres_server
 from tests.helpers.serve_fixtures import proxy
 from tests.helpers.serve_upstream import ScriptedUpstream
-
-from eval.traces import compare_traces
 from tfgrpo.serve.traces import TraceStore
 
 QUESTION = [{"role": "user", "content": "What is 2+2?"}]
@@ -65,7 +65,9 @@ def test_postgresql_traces_on_a_real_server(tmp_path):
             ids = [_ask(p.url, user=f"u{i}").headers["x-tfgrpo-exchange-id"] for i in range(8)]
             for exchange_id in ids:
                 assert httpx.post(p.url + "/v1/feedback", json={"id": exchange_id, "gold": "4"}).status_code == 200
-            stream = httpx.post(p.url + "/v1/chat/completions", json={"model": "m", "messages": QUESTION, "stream": True})
+            stream = httpx.post(
+                p.url + "/v1/chat/completions", json={"model": "m", "messages": QUESTION, "stream": True}
+            )
             assert stream.status_code == 200 and "[DONE]" in stream.text
             p.traces(9)
         store = TraceStore(url)  # a new connection: the rows are in the database, not in memory
@@ -91,15 +93,43 @@ def _fake_rows(store: TraceStore) -> None:
         for arm, values in (("A", a), ("B", b)):
             for reward in values:
                 n += 1
-                store.add({
-                    "id": f"x{n}", "created_at": float(n), "model": "m", "upstream": "u", "arm": arm, "library_version": 1,
-                    "injected_ids": "[]", "prompt_key": prompt, "messages": json.dumps([{"role": "user", "content": prompt}]),
-                    "reply": "r", "status": 200, "stream": False, "latency_ms": 1.0, "prompt_tokens": 1, "completion_tokens": 1, "reward": reward,
-                })
-    store.add({
-        "id": "v2", "created_at": 99.0, "model": "m", "upstream": "u", "arm": "B", "library_version": 2, "injected_ids": "[]",
-        "prompt_key": "p1", "messages": "[]", "reply": "r", "status": 200, "stream": False, "reward": 1.0,
-    })
+                store.add(
+                    {
+                        "id": f"x{n}",
+                        "created_at": float(n),
+                        "model": "m",
+                        "upstream": "u",
+                        "arm": arm,
+                        "library_version": 1,
+                        "injected_ids": "[]",
+                        "prompt_key": prompt,
+                        "messages": json.dumps([{"role": "user", "content": prompt}]),
+                        "reply": "r",
+                        "status": 200,
+                        "stream": False,
+                        "latency_ms": 1.0,
+                        "prompt_tokens": 1,
+                        "completion_tokens": 1,
+                        "reward": reward,
+                    }
+                )
+    store.add(
+        {
+            "id": "v2",
+            "created_at": 99.0,
+            "model": "m",
+            "upstream": "u",
+            "arm": "B",
+            "library_version": 2,
+            "injected_ids": "[]",
+            "prompt_key": "p1",
+            "messages": "[]",
+            "reply": "r",
+            "status": 200,
+            "stream": False,
+            "reward": 1.0,
+        }
+    )
     store.flush()
 
 
@@ -113,7 +143,9 @@ def test_compare_traces_pairs_prompts_seen_in_both_arms(tmp_path):
     assert version1.arms["B"].exchanges == 5 and version1.arms["B"].mean_reward == 0.8
     # paired over p1, p2, p3: per-prompt means A = 0, 1, 0 and B = 1, 1, 1
     assert version1.paired.num_problems == 3 and version1.paired.diff == pytest.approx(2 / 3)
-    assert version1.paired.wins == 2 and version1.paired.ties == 1 and version1.paired.p_value == 0.5  # exact: 4 sign flips
+    assert (
+        version1.paired.wins == 2 and version1.paired.ties == 1 and version1.paired.p_value == 0.5
+    )  # exact: 4 sign flips
     assert version2.paired is None and version2.arms["A"].exchanges == 0
 
 
@@ -121,10 +153,25 @@ def test_compare_cli_prints_the_arms(tmp_path):
     store = TraceStore(tmp_path / "t.sqlite")
     _fake_rows(store)
     store.close()
-    result = subprocess.run([sys.executable, "-m", "tfgrpo", "compare", "--traces", str(tmp_path / "t.sqlite"), "--out", str(tmp_path / "report")], capture_output=True, text=True)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tfgrpo",
+            "compare",
+            "--traces",
+            str(tmp_path / "t.sqlite"),
+            "--out",
+            str(tmp_path / "report"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stderr
     assert "+0.667" in result.stdout and "0.250" in result.stdout and "0.800" in result.stdout
     saved = json.loads((tmp_path / "report" / "traces_comparison.json").read_text())
     assert [entry["version"] for entry in saved] == ["1", "2", "all"]
-    both = subprocess.run([sys.executable, "-m", "tfgrpo", "compare", "runs/a", "--traces", "t.sqlite"], capture_output=True, text=True)
+    both = subprocess.run(
+        [sys.executable, "-m", "tfgrpo", "compare", "runs/a", "--traces", "t.sqlite"], capture_output=True, text=True
+    )
     assert both.returncode == 2 and "either eval run directories or --traces" in both.stderr

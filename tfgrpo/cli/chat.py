@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -13,7 +13,7 @@ def register(app: typer.Typer) -> None:
     @app.command("chat")
     def chat(
         prompt: Annotated[str, typer.Argument(help="The user message.")],
-        system: Annotated[Optional[str], typer.Option("--system", help="An optional system message.")] = None,
+        system: Annotated[str | None, typer.Option("--system", help="An optional system message.")] = None,
         config: opt.ConfigOpt = None,
         backend: opt.BackendOpt = None,
         model: opt.ModelOpt = None,
@@ -27,7 +27,9 @@ def register(app: typer.Typer) -> None:
         top_p: opt.TopPOpt = None,
         max_tokens: opt.MaxTokensOpt = None,
         seed: opt.SeedOpt = None,
-        show_usage: Annotated[bool, typer.Option("--usage/--no-usage", help="Print tokens, latency and cost to stderr.")] = True,
+        show_usage: Annotated[
+            bool, typer.Option("--usage/--no-usage", help="Print tokens, latency and cost to stderr.")
+        ] = True,
     ) -> None:
         """Print one reply. With no backend options: the embedded SmolLM2-135M-Instruct, offline."""
         from rich.console import Console
@@ -35,7 +37,16 @@ def register(app: typer.Typer) -> None:
         from tfgrpo.llm.chat import ChatConfig, run_chat
 
         overrides = {
-            "llm": opt.llm_overrides(backend, model, base_url, api_key, adapter, cache=cache, timeout_s=timeout, structured_output=structured_output),
+            "llm": opt.llm_overrides(
+                backend,
+                model,
+                base_url,
+                api_key,
+                adapter,
+                cache=cache,
+                timeout_s=timeout,
+                structured_output=structured_output,
+            ),
             "sampling": opt.sampling_overrides(temperature, top_p, max_tokens, seed),
             "system": system,
         }

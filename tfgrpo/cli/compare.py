@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -13,12 +13,31 @@ from tfgrpo.cli.options import SeedOpt
 def register(app: typer.Typer) -> None:
     @app.command("compare")
     def compare(
-        run_dirs: Annotated[Optional[list[Path]], typer.Argument(help="Eval run directories or seed sets; the first is the baseline.", show_default=False)] = None,
-        out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Report directory (report.md, report.html, PNGs, comparison.json).")] = None,
-        learn_run: Annotated[Optional[Path], typer.Option("--learn-run", help="A learn run directory: adds its learning curve.")] = None,
-        traces: Annotated[Optional[str], typer.Option("--traces", help="Compare the A (holdout) and B (library) arms of `tfgrpo serve` traces instead (SQLite file or database URL).")] = None,
+        run_dirs: Annotated[
+            list[Path] | None,
+            typer.Argument(help="Eval run directories or seed sets; the first is the baseline.", show_default=False),
+        ] = None,
+        out: Annotated[
+            Path | None,
+            typer.Option("--out", "-o", help="Report directory (report.md, report.html, PNGs, comparison.json)."),
+        ] = None,
+        learn_run: Annotated[
+            Path | None, typer.Option("--learn-run", help="A learn run directory: adds its learning curve.")
+        ] = None,
+        traces: Annotated[
+            str | None,
+            typer.Option(
+                "--traces",
+                help="Compare the A (holdout) and B (library) arms of `tfgrpo serve` traces instead (SQLite file or database URL).",
+            ),
+        ] = None,
         seed: SeedOpt = None,
-        matrix: Annotated[Optional[Path], typer.Option("--matrix", help="An eval matrix directory (tfgrpo eval --matrix): the model x library table.")] = None,
+        matrix: Annotated[
+            Path | None,
+            typer.Option(
+                "--matrix", help="An eval matrix directory (tfgrpo eval --matrix): the model x library table."
+            ),
+        ] = None,
     ) -> None:
         """Compare eval runs: Mean@K with CIs, pass@k, maj@k, paired differences vs the first run, cost table."""
         from rich.console import Console
@@ -37,7 +56,9 @@ def register(app: typer.Typer) -> None:
         from eval.compare import compare_runs
         from eval.report import build_tables
 
-        comparison, files = compare_runs(run_dirs or [], out, learn_run=learn_run, seed=0 if seed is None else seed, matrix=matrix)
+        comparison, files = compare_runs(
+            run_dirs or [], out, learn_run=learn_run, seed=0 if seed is None else seed, matrix=matrix
+        )
         console = Console()
         for table in build_tables(comparison):
             if table.key == "per_problem":
@@ -46,7 +67,7 @@ def register(app: typer.Typer) -> None:
             if len(table.rows) == 1 and len(table.headers) > 6:  # one wide record reads better as a list
                 rich_table.add_column("")
                 rich_table.add_column("")
-                for header, value in zip(table.headers, table.rows[0]):
+                for header, value in zip(table.headers, table.rows[0], strict=False):
                     rich_table.add_row(header, value)
             else:
                 for header in table.headers:
@@ -59,7 +80,7 @@ def register(app: typer.Typer) -> None:
         console.print(f"report: {files['markdown']}  {files['html']}", highlight=False)
 
 
-def _compare_traces(traces: str, out: Optional[Path], *, seed: int) -> None:
+def _compare_traces(traces: str, out: Path | None, *, seed: int) -> None:
     from rich.console import Console
     from rich.table import Table as RichTable
 
@@ -71,7 +92,9 @@ def _compare_traces(traces: str, out: Optional[Path], *, seed: int) -> None:
         console.print(f"{traces}: no exchange has feedback yet (POST /v1/feedback)", highlight=False)
         return
     headers, rows = comparison_rows(results)
-    table = RichTable(title="Served arms: A = holdout (no library), B = library; rewarded exchanges", title_justify="left")
+    table = RichTable(
+        title="Served arms: A = holdout (no library), B = library; rewarded exchanges", title_justify="left"
+    )
     for header in headers:
         table.add_column(header)
     for row in rows:
@@ -81,5 +104,7 @@ def _compare_traces(traces: str, out: Optional[Path], *, seed: int) -> None:
         import json
 
         out.mkdir(parents=True, exist_ok=True)
-        (out / "traces_comparison.json").write_text(json.dumps([r.model_dump() for r in results], indent=2), encoding="utf-8")
+        (out / "traces_comparison.json").write_text(
+            json.dumps([r.model_dump() for r in results], indent=2), encoding="utf-8"
+        )
         console.print(f"report: {out / 'traces_comparison.json'}", highlight=False)

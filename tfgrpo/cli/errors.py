@@ -6,10 +6,19 @@ from __future__ import annotations
 def user_facing_errors() -> tuple[type[BaseException], ...]:
     from experiences.errors import ExperienceError
     from finetune.errors import FinetuneError
-    from tfgrpo.core.atomic import LockTimeoutError
-    from tfgrpo.core.errors import EvalError
     from rewards.errors import RewardError
+    from tfgrpo.core.atomic import LockTimeoutError
     from tfgrpo.core.config import ConfigError
+    from tfgrpo.core.errors import EvalError
     from tfgrpo.llm.errors import LLMError
 
-    return (ConfigError, LLMError, ExperienceError, RewardError, EvalError, FinetuneError, LockTimeoutError, FileNotFoundError)
+    return (
+        ConfigError,
+        LLMError,
+        ExperienceError,
+        RewardError,
+        EvalError,
+        FinetuneError,
+        LockTimeoutError,
+        FileNotFoundError,
+    )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -12,19 +12,36 @@ from tfgrpo.cli import options as opt
 def register(app: typer.Typer) -> None:
     @app.command("eval")
     def eval_command(
-        data: Annotated[Optional[str], typer.Option("--data", help="Bundled name (aime24, aime25, amc23, easy, dapo100, math_l5_train200) or a JSONL/HF file.")] = None,
-        out: Annotated[Optional[str], typer.Option("--out", "-o", help="Run directory.")] = None,
-        library: Annotated[Optional[str], typer.Option("--library", help="Experience library JSON to inject.")] = None,
-        system_prompt: Annotated[Optional[str], typer.Option("--system-prompt", help="System prompt file (e.g. from `tfgrpo export --format system-prompt`).")] = None,
-        inject: Annotated[Optional[str], typer.Option("--inject", help="'all' or 'topk:K'.")] = None,
-        samples: Annotated[Optional[int], typer.Option("--samples", "-k", help="K samples per problem.")] = None,
-        limit: Annotated[Optional[int], typer.Option("--limit", help="Only the first N problems.")] = None,
-        reward: Annotated[Optional[str], typer.Option("--reward", help="Reward name (math, exact, choice, ...).")] = None,
-        tools: Annotated[Optional[list[str]], typer.Option("--tools", help="Tools for multi-turn rollouts (python).")] = None,
-        max_turns: Annotated[Optional[int], typer.Option("--max-turns", help="Turns per trajectory with tools.")] = None,
-        protocol: Annotated[Optional[str], typer.Option("--protocol", help="Tool protocol: auto | native | text.")] = None,
-        label: Annotated[Optional[str], typer.Option("--label", help="Name of this system in compare reports.")] = None,
-        matrix: Annotated[Optional[str], typer.Option("--matrix", help="YAML of models x libraries: one eval per cell (docs/trust.md).")] = None,
+        data: Annotated[
+            str | None,
+            typer.Option(
+                "--data",
+                help="Bundled name (aime24, aime25, amc23, easy, dapo100, math_l5_train200) or a JSONL/HF file.",
+            ),
+        ] = None,
+        out: Annotated[str | None, typer.Option("--out", "-o", help="Run directory.")] = None,
+        library: Annotated[str | None, typer.Option("--library", help="Experience library JSON to inject.")] = None,
+        system_prompt: Annotated[
+            str | None,
+            typer.Option(
+                "--system-prompt", help="System prompt file (e.g. from `tfgrpo export --format system-prompt`)."
+            ),
+        ] = None,
+        inject: Annotated[str | None, typer.Option("--inject", help="'all' or 'topk:K'.")] = None,
+        samples: Annotated[int | None, typer.Option("--samples", "-k", help="K samples per problem.")] = None,
+        limit: Annotated[int | None, typer.Option("--limit", help="Only the first N problems.")] = None,
+        reward: Annotated[str | None, typer.Option("--reward", help="Reward name (math, exact, choice, ...).")] = None,
+        tools: Annotated[
+            list[str] | None, typer.Option("--tools", help="Tools for multi-turn rollouts (python).")
+        ] = None,
+        max_turns: Annotated[int | None, typer.Option("--max-turns", help="Turns per trajectory with tools.")] = None,
+        protocol: Annotated[
+            str | None, typer.Option("--protocol", help="Tool protocol: auto | native | text.")
+        ] = None,
+        label: Annotated[str | None, typer.Option("--label", help="Name of this system in compare reports.")] = None,
+        matrix: Annotated[
+            str | None, typer.Option("--matrix", help="YAML of models x libraries: one eval per cell (docs/trust.md).")
+        ] = None,
         config: opt.ConfigOpt = None,
         backend: opt.BackendOpt = None,
         model: opt.ModelOpt = None,
@@ -52,11 +69,29 @@ def register(app: typer.Typer) -> None:
             _run_matrix(matrix)
             return
         overrides = {
-            "data": data, "out": out, "library": library, "system_prompt": system_prompt, "inject": inject,
-            "samples": samples, "limit": limit, "reward": reward, "agent": {"tools": tools, "max_turns": max_turns, "protocol": protocol},
-            "label": label, "seed": seed,
-            "llm": opt.llm_overrides(backend, model, base_url, api_key, adapter, concurrency, cache=cache, budget_usd=budget_usd, timeout_s=timeout,
-                                     structured_output=structured_output),
+            "data": data,
+            "out": out,
+            "library": library,
+            "system_prompt": system_prompt,
+            "inject": inject,
+            "samples": samples,
+            "limit": limit,
+            "reward": reward,
+            "agent": {"tools": tools, "max_turns": max_turns, "protocol": protocol},
+            "label": label,
+            "seed": seed,
+            "llm": opt.llm_overrides(
+                backend,
+                model,
+                base_url,
+                api_key,
+                adapter,
+                concurrency,
+                cache=cache,
+                budget_usd=budget_usd,
+                timeout_s=timeout,
+                structured_output=structured_output,
+            ),
             "sampling": opt.sampling_overrides(temperature, top_p, max_tokens, seed),
         }
         settings = build_config(EvalConfig, config, overrides)
@@ -71,28 +106,46 @@ def register(app: typer.Typer) -> None:
             else:
                 results = [evaluate(settings, console=console)]
         except KeyboardInterrupt:
-            console.print(f"[yellow]interrupted.[/] Rerun the same command to resume: answered calls are cached in {settings.out}/cache.sqlite.")
+            console.print(
+                f"[yellow]interrupted.[/] Rerun the same command to resume: answered calls are cached in {settings.out}/cache.sqlite."
+            )
             raise typer.Exit(130) from None
         for result in results:
             m = result.metrics
             table = Table(title=f"{m['label']} on {settings.data}")
-            for column in ("problems", f"Mean@{m['k']}", "95% CI", "maj@k", "pass@k", "failed", "tokens out", "cost $"):
+            for column in (
+                "problems",
+                f"Mean@{m['k']}",
+                "95% CI",
+                "maj@k",
+                "pass@k",
+                "failed",
+                "tokens out",
+                "cost $",
+            ):
                 table.add_column(column)
             passes = " ".join(f"@{k}:{v:.3f}" for k, v in m["pass_at_k"].items())
             table.add_row(
-                str(m["num_problems"]), f"{m['mean_at_k']:.3f}", f"[{m['ci95'][0]:.3f}, {m['ci95'][1]:.3f}]",
-                f"{m['maj_at_k']:.3f}", passes, str(m["failed_samples"]), str(m["tokens"]["completion"]), f"{m['cost_usd']:.4f}",
+                str(m["num_problems"]),
+                f"{m['mean_at_k']:.3f}",
+                f"[{m['ci95'][0]:.3f}, {m['ci95'][1]:.3f}]",
+                f"{m['maj_at_k']:.3f}",
+                passes,
+                str(m["failed_samples"]),
+                str(m["tokens"]["completion"]),
+                f"{m['cost_usd']:.4f}",
             )
             Console().print(table)
             console.print(f"wrote {result.out}/metrics.json and samples.jsonl")
         if len(results) > 1:
-            console.print(f"seed set: {settings.out} (compare it as one system: tfgrpo compare BASE {settings.out} --out REPORT)")
+            console.print(
+                f"seed set: {settings.out} (compare it as one system: tfgrpo compare BASE {settings.out} --out REPORT)"
+            )
 
 
 def _run_matrix(path: str) -> None:
-    from rich.console import Console
-
     from pydantic import ValidationError
+    from rich.console import Console
 
     from eval.matrix import MatrixConfig, run_matrix
     from tfgrpo.core.config import ConfigError, format_validation_error, read_yaml
@@ -106,5 +159,11 @@ def _run_matrix(path: str) -> None:
     results = run_matrix(settings, console=console)
     for result in results:
         m = result.metrics
-        console.print(f"{m['label']}: Mean@{m['k']} {m['mean_at_k']:.3f} [{m['ci95'][0]:.3f}, {m['ci95'][1]:.3f}]", highlight=False)
-    console.print(f"matrix: {settings.out} ({len(results)} cells); table: tfgrpo compare --matrix {settings.out} --out REPORT", highlight=False)
+        console.print(
+            f"{m['label']}: Mean@{m['k']} {m['mean_at_k']:.3f} [{m['ci95'][0]:.3f}, {m['ci95'][1]:.3f}]",
+            highlight=False,
+        )
+    console.print(
+        f"matrix: {settings.out} ({len(results)} cells); table: tfgrpo compare --matrix {settings.out} --out REPORT",
+        highlight=False,
+    )

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -16,11 +16,29 @@ EXIT_INTERRUPTED = 130
 def register(app: typer.Typer) -> None:
     @app.command("experiment")
     def experiment_command(
-        recipe: Annotated[str, typer.Argument(help="A recipe YAML file, or a bundled one: paper-math | quickstart | baselines-local.")],
-        out: Annotated[str, typer.Option("--out", "-o", help="Experiment folder: every step's run directory, experiment.json, report/.")],
-        set_: Annotated[Optional[list[str]], typer.Option("--set", help="Override any recipe key: KEY.PATH=VALUE (repeatable), e.g. --set evals.aime24.samples=8.")] = None,
-        budget_usd: Annotated[Optional[float], typer.Option("--budget-usd", help="Cap on the whole experiment's spend, in USD.")] = None,
-        dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan and the cost estimate; spend nothing.")] = False,
+        recipe: Annotated[
+            str,
+            typer.Argument(help="A recipe YAML file, or a bundled one: paper-math | quickstart | baselines-local."),
+        ],
+        out: Annotated[
+            str,
+            typer.Option(
+                "--out", "-o", help="Experiment folder: every step's run directory, experiment.json, report/."
+            ),
+        ],
+        set_: Annotated[
+            list[str] | None,
+            typer.Option(
+                "--set",
+                help="Override any recipe key: KEY.PATH=VALUE (repeatable), e.g. --set evals.aime24.samples=8.",
+            ),
+        ] = None,
+        budget_usd: Annotated[
+            float | None, typer.Option("--budget-usd", help="Cap on the whole experiment's spend, in USD.")
+        ] = None,
+        dry_run: Annotated[
+            bool, typer.Option("--dry-run", help="Print the plan and the cost estimate; spend nothing.")
+        ] = False,
         api_key: ApiKeyOpt = None,
     ) -> None:
         """Run a recipe: learn runs, fine-tuned baselines, evals, then one table with CIs and paired tests."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -16,9 +16,19 @@ def register(app: typer.Typer) -> None:
     def export(
         library_path: Annotated[Path, typer.Argument(help="Library JSON file.", show_default=False)],
         out: Annotated[Path, typer.Option("--out", "-o", help="File to write.")],
-        fmt: Annotated[Optional[str], typer.Option("--format", "-f", help=FORMAT_HELP)] = None,
-        template: Annotated[Optional[Path], typer.Option("--template", help="Jinja template for the experience lines (sees `experiences`, `library`).")] = None,
-        system_template: Annotated[Optional[Path], typer.Option("--system-template", help="Jinja template of the system prompt (sees `rendered`, `library`).")] = None,
+        fmt: Annotated[str | None, typer.Option("--format", "-f", help=FORMAT_HELP)] = None,
+        template: Annotated[
+            Path | None,
+            typer.Option(
+                "--template", help="Jinja template for the experience lines (sees `experiences`, `library`)."
+            ),
+        ] = None,
+        system_template: Annotated[
+            Path | None,
+            typer.Option(
+                "--system-template", help="Jinja template of the system prompt (sees `rendered`, `library`)."
+            ),
+        ] = None,
     ) -> None:
         """Write LIB as md, txt, json, yaml or a ready system prompt (exactly the text injected while learning)."""
         from experiences import Library, export_library
@@ -29,10 +39,15 @@ def register(app: typer.Typer) -> None:
 
     @app.command("import")
     def import_command(
-        source: Annotated[Path, typer.Argument(help="An exported file, or a plain text file with one lesson per line.", show_default=False)],
+        source: Annotated[
+            Path,
+            typer.Argument(
+                help="An exported file, or a plain text file with one lesson per line.", show_default=False
+            ),
+        ],
         out: Annotated[Path, typer.Option("--out", "-o", help="Library JSON file to write.")],
-        fmt: Annotated[Optional[str], typer.Option("--format", "-f", help=IMPORT_FORMAT_HELP)] = None,
-        force: Annotated[Optional[bool], typer.Option("--force", help="Overwrite --out if it exists.")] = None,
+        fmt: Annotated[str | None, typer.Option("--format", "-f", help=IMPORT_FORMAT_HELP)] = None,
+        force: Annotated[bool | None, typer.Option("--force", help="Overwrite --out if it exists.")] = None,
     ) -> None:
         """Read experiences from md / txt / json / yaml / system-prompt files or a plain list of lines into a library."""
         from experiences import import_library

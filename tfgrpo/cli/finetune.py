@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
@@ -30,31 +30,54 @@ def register(app: typer.Typer) -> None:
     @app.command("finetune")
     def finetune_command(
         method: Annotated[str, typer.Argument(help=METHOD_HELP)],
-        data: Annotated[Optional[str], typer.Option("--data", "-d", help="A learn run dir (its rollouts.jsonl), a "
-                                                    "problem/answer JSONL or bundled name such as math_l5_train200 "
-                                                    "(RL methods), or TRL-format JSONL.")] = None,
-        out: Annotated[Optional[str], typer.Option("--out", "-o", help="Output folder (adapter or model, "
-                                                   "metrics.jsonl, finetune_summary.json).")] = None,
+        data: Annotated[
+            str | None,
+            typer.Option(
+                "--data",
+                "-d",
+                help="A learn run dir (its rollouts.jsonl), a "
+                "problem/answer JSONL or bundled name such as math_l5_train200 "
+                "(RL methods), or TRL-format JSONL.",
+            ),
+        ] = None,
+        out: Annotated[
+            str | None,
+            typer.Option(
+                "--out", "-o", help="Output folder (adapter or model, metrics.jsonl, finetune_summary.json)."
+            ),
+        ] = None,
         model: ModelOpt = None,
         config: ConfigOpt = None,
-        peft: Annotated[Optional[str], typer.Option("--peft", help="lora | rslora | dora | pissa | olora | longlora | "
-                                                    "qlora | none")] = None,
-        max_steps: Annotated[Optional[int], typer.Option("--max-steps", help="Optimizer steps (default: epochs).")] = None,
-        learning_rate: Annotated[Optional[float], typer.Option("--learning-rate", "--lr")] = None,
-        batch_size: Annotated[Optional[int], typer.Option("--batch-size", help="Per-device train batch size.")] = None,
-        lora_r: Annotated[Optional[int], typer.Option("--lora-r")] = None,
-        lora_alpha: Annotated[Optional[int], typer.Option("--lora-alpha")] = None,
-        group_size: Annotated[Optional[int], typer.Option("--group-size", help="GRPO/GSPO/PPO samples per prompt "
-                                                          "(1-16).")] = None,
-        reward: Annotated[Optional[str], typer.Option("--reward", help="RL reward: a rewards/ name (math, ...) or "
-                                                      "a reward-model folder.")] = None,
-        tools: Annotated[Optional[list[str]], typer.Option("--tools", help="GRPO/GSPO multi-turn rollouts with "
-                                                            "tools, e.g. python (repeatable or a,b).")] = None,
-        max_turns: Annotated[Optional[int], typer.Option("--max-turns", help="Model turns per trajectory with "
-                                                         "tools (final answer included).")] = None,
+        peft: Annotated[
+            str | None, typer.Option("--peft", help="lora | rslora | dora | pissa | olora | longlora | qlora | none")
+        ] = None,
+        max_steps: Annotated[
+            int | None, typer.Option("--max-steps", help="Optimizer steps (default: epochs).")
+        ] = None,
+        learning_rate: Annotated[float | None, typer.Option("--learning-rate", "--lr")] = None,
+        batch_size: Annotated[int | None, typer.Option("--batch-size", help="Per-device train batch size.")] = None,
+        lora_r: Annotated[int | None, typer.Option("--lora-r")] = None,
+        lora_alpha: Annotated[int | None, typer.Option("--lora-alpha")] = None,
+        group_size: Annotated[
+            int | None, typer.Option("--group-size", help="GRPO/GSPO/PPO samples per prompt (1-16).")
+        ] = None,
+        reward: Annotated[
+            str | None,
+            typer.Option("--reward", help="RL reward: a rewards/ name (math, ...) or a reward-model folder."),
+        ] = None,
+        tools: Annotated[
+            list[str] | None,
+            typer.Option("--tools", help="GRPO/GSPO multi-turn rollouts with tools, e.g. python (repeatable or a,b)."),
+        ] = None,
+        max_turns: Annotated[
+            int | None,
+            typer.Option("--max-turns", help="Model turns per trajectory with tools (final answer included)."),
+        ] = None,
         seed: SeedOpt = None,
-        set_: Annotated[Optional[list[str]], typer.Option("--set", help="Any config field: KEY=VALUE "
-                                                          "(repeatable), e.g. --set beta=0.2.")] = None,
+        set_: Annotated[
+            list[str] | None,
+            typer.Option("--set", help="Any config field: KEY=VALUE (repeatable), e.g. --set beta=0.2."),
+        ] = None,
     ) -> None:
         """Fine-tune a model with METHOD on a learn run's rollouts or a problem file; save adapter + summary."""
         from rich.console import Console
@@ -62,12 +85,21 @@ def register(app: typer.Typer) -> None:
         from tfgrpo.core.config import ConfigError, deep_merge, drop_unset, read_yaml
 
         file_options = read_yaml(config) if config else {}
-        cli_options = drop_unset({
-            "peft": peft, "max_steps": max_steps, "learning_rate": learning_rate,
-            "per_device_train_batch_size": batch_size, "lora_r": lora_r, "lora_alpha": lora_alpha,
-            "num_generations": group_size, "reward": reward, "seed": seed,
-            "tools": tools, "max_turns": max_turns,
-        })
+        cli_options = drop_unset(
+            {
+                "peft": peft,
+                "max_steps": max_steps,
+                "learning_rate": learning_rate,
+                "per_device_train_batch_size": batch_size,
+                "lora_r": lora_r,
+                "lora_alpha": lora_alpha,
+                "num_generations": group_size,
+                "reward": reward,
+                "seed": seed,
+                "tools": tools,
+                "max_turns": max_turns,
+            }
+        )
         options = deep_merge(deep_merge(file_options, cli_options), _parse_sets(set_))
         model = model or options.get("model")
         data = data or options.get("data")

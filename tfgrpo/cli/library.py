@@ -7,29 +7,45 @@ append-only op log + one snapshot per version), so any change can be diffed and 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
 from tfgrpo.cli import library_trust
 
 LibArg = Annotated[Path, typer.Argument(help="Library JSON file.", show_default=False)]
-HistoryOpt = Annotated[Optional[Path], typer.Option("--history", help="History folder (default: LIB's stem + '.history' beside it).")]
-StoreOpt = Annotated[Optional[Path], typer.Option("--store", help="Vector store folder (default: LIB's stem + '.chroma' beside it).")]
-EmbedderOpt = Annotated[Optional[str], typer.Option("--embedder", help="local (offline MiniLM, default) | openai.")]
-EmbedModelOpt = Annotated[Optional[str], typer.Option("--embed-model", help="Embedding model: a sentence-transformers folder (local) or a model name (openai).")]
-EmbedUrlOpt = Annotated[Optional[str], typer.Option("--embed-base-url", help="OpenAI-compatible base URL of the embeddings endpoint.")]
+HistoryOpt = Annotated[
+    Path | None, typer.Option("--history", help="History folder (default: LIB's stem + '.history' beside it).")
+]
+StoreOpt = Annotated[
+    Path | None, typer.Option("--store", help="Vector store folder (default: LIB's stem + '.chroma' beside it).")
+]
+EmbedderOpt = Annotated[str | None, typer.Option("--embedder", help="local (offline MiniLM, default) | openai.")]
+EmbedModelOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--embed-model", help="Embedding model: a sentence-transformers folder (local) or a model name (openai)."
+    ),
+]
+EmbedUrlOpt = Annotated[
+    str | None, typer.Option("--embed-base-url", help="OpenAI-compatible base URL of the embeddings endpoint.")
+]
 
 
 def register(app: typer.Typer) -> None:
-    library_app = typer.Typer(help="Inspect and edit an experience library: show, history, diff, rollback, dedup, apply, check, ablate, prune.", no_args_is_help=True)
+    library_app = typer.Typer(
+        help="Inspect and edit an experience library: show, history, diff, rollback, dedup, apply, check, ablate, prune.",
+        no_args_is_help=True,
+    )
     app.add_typer(library_app, name="library")
 
     @library_app.command("show")
     def show(
         library_path: LibArg,
-        as_json: Annotated[Optional[bool], typer.Option("--json", help="Print the library file as JSON.")] = None,
-        rendered: Annotated[Optional[bool], typer.Option("--rendered", help="Print exactly the text injected into prompts.")] = None,
+        as_json: Annotated[bool | None, typer.Option("--json", help="Print the library file as JSON.")] = None,
+        rendered: Annotated[
+            bool | None, typer.Option("--rendered", help="Print exactly the text injected into prompts.")
+        ] = None,
     ) -> None:
         """The experiences with ids, steps and usage counters."""
         from rich.console import Console
@@ -45,22 +61,36 @@ def register(app: typer.Typer) -> None:
         if rendered:
             print(render(library))
             return
-        facts = [f"version {library.version}", f"{len(library)} experiences", f"~{approximate_tokens(render(library))} prompt tokens"]
-        facts += [f"{name} {value}" for name, value in (("task", library.task), ("model", library.model), ("step", library.step)) if value is not None]
+        facts = [
+            f"version {library.version}",
+            f"{len(library)} experiences",
+            f"~{approximate_tokens(render(library))} prompt tokens",
+        ]
+        facts += [
+            f"{name} {value}"
+            for name, value in (("task", library.task), ("model", library.model), ("step", library.step))
+            if value is not None
+        ]
         table = Table(title=f"{library_path} ({', '.join(facts)})", title_justify="left")
         for column in ("id", "text", "created", "updated", "op", "in ctx", "correct", "wrong"):
             table.add_column(column, overflow="fold")
         for e in library:
             table.add_row(
-                e.id, e.text, _opt(e.created_step), _opt(e.updated_step), e.provenance.operation or "",
-                str(e.usage.in_context), str(e.usage.correct), str(e.usage.wrong),
+                e.id,
+                e.text,
+                _opt(e.created_step),
+                _opt(e.updated_step),
+                e.provenance.operation or "",
+                str(e.usage.in_context),
+                str(e.usage.correct),
+                str(e.usage.wrong),
             )
         console.print(table)
 
     @library_app.command("history")
     def history(
         library_path: LibArg,
-        ops: Annotated[Optional[bool], typer.Option("--ops", help="Also list every logged operation.")] = None,
+        ops: Annotated[bool | None, typer.Option("--ops", help="Also list every logged operation.")] = None,
         history_dir: HistoryOpt = None,
     ) -> None:
         """Versions kept in the history, with what each changed."""
@@ -73,7 +103,9 @@ def register(app: typer.Typer) -> None:
         console = Console()
         versions = history.versions()
         if not versions:
-            console.print(f"no history for {library_path} (expected {history.directory}); `tfgrpo library apply` creates one.")
+            console.print(
+                f"no history for {library_path} (expected {history.directory}); `tfgrpo library apply` creates one."
+            )
             return
         records = history.records()
         table = Table(title=f"history of {library_path}", title_justify="left")
@@ -81,23 +113,34 @@ def register(app: typer.Typer) -> None:
             table.add_column(column)
         for version in versions:
             rows = [r for r in records if r.get("version") == version]
-            counts = {kind: sum(1 for r in rows if r.get("kind") == kind) for kind in ("applied", "rejected", "evicted")}
+            counts = {
+                kind: sum(1 for r in rows if r.get("kind") == kind) for kind in ("applied", "rejected", "evicted")
+            }
             other = ", ".join(sorted({str(r.get("kind")) for r in rows} - set(counts)))
             snapshot = history.load(version)
             stamp = rows[-1].get("time", "") if rows else ""
-            table.add_row(str(version), _opt(snapshot.step), str(len(snapshot)), *(str(counts[k]) for k in counts), other, stamp)
+            table.add_row(
+                str(version), _opt(snapshot.step), str(len(snapshot)), *(str(counts[k]) for k in counts), other, stamp
+            )
         console.print(table)
         if ops:
             for record in records:
                 detail = {k: v for k, v in record.items() if k not in ("version", "step", "time", "kind", "reason")}
                 reason = f"  ({record['reason']})" if record.get("reason") else ""
-                console.print(f"v{record.get('version')} {record.get('kind')}: {json.dumps(detail, ensure_ascii=False)}{reason}", highlight=False, markup=False, soft_wrap=True)
+                console.print(
+                    f"v{record.get('version')} {record.get('kind')}: {json.dumps(detail, ensure_ascii=False)}{reason}",
+                    highlight=False,
+                    markup=False,
+                    soft_wrap=True,
+                )
 
     @library_app.command("diff")
     def diff(
         library_path: LibArg,
         from_version: Annotated[int, typer.Option("--from", help="Older version.")],
-        to_version: Annotated[Optional[int], typer.Option("--to", help="Newer version (default: LIB as it is now).")] = None,
+        to_version: Annotated[
+            int | None, typer.Option("--to", help="Newer version (default: LIB as it is now).")
+        ] = None,
         history_dir: HistoryOpt = None,
     ) -> None:
         """What changed between two versions, by stable id (added +, removed -, modified ~)."""
@@ -120,14 +163,27 @@ def register(app: typer.Typer) -> None:
         with open_library(library_path, history) as current:
             restored = history.rollback(to_version, current=current)
             commit_version(library_path, history, restored)
-        typer.echo(f"{library_path}: version {restored.version} = experiences of version {to_version} ({len(restored)} experiences)")
+        typer.echo(
+            f"{library_path}: version {restored.version} = experiences of version {to_version} ({len(restored)} experiences)"
+        )
 
     @library_app.command("dedup")
     def dedup(
         library_path: LibArg,
-        threshold: Annotated[Optional[float], typer.Option("--threshold", help="Cosine similarity that makes a near-duplicate group (default 0.90).")] = None,
-        merge_threshold: Annotated[Optional[float], typer.Option("--merge-threshold", help="Cosine at or above which near-identical wording is merged directly with --merge (default 0.95).")] = None,
-        merge: Annotated[Optional[bool], typer.Option("--merge", help="Merge near-exact groups and save LIB as the next version.")] = None,
+        threshold: Annotated[
+            float | None,
+            typer.Option("--threshold", help="Cosine similarity that makes a near-duplicate group (default 0.90)."),
+        ] = None,
+        merge_threshold: Annotated[
+            float | None,
+            typer.Option(
+                "--merge-threshold",
+                help="Cosine at or above which near-identical wording is merged directly with --merge (default 0.95).",
+            ),
+        ] = None,
+        merge: Annotated[
+            bool | None, typer.Option("--merge", help="Merge near-exact groups and save LIB as the next version.")
+        ] = None,
         store_dir: StoreOpt = None,
         history_dir: HistoryOpt = None,
         embedder: EmbedderOpt = None,
@@ -146,7 +202,9 @@ def register(app: typer.Typer) -> None:
             embedder=build_embedder(embedder or "local", model=embed_model, base_url=embed_base_url),
         )
         report = dedup_library(
-            library, store, threshold=DEFAULT_THRESHOLD if threshold is None else threshold,
+            library,
+            store,
+            threshold=DEFAULT_THRESHOLD if threshold is None else threshold,
             merge_threshold=DEFAULT_MERGE_THRESHOLD if merge_threshold is None else merge_threshold,
         )
         if not report.groups:
@@ -160,21 +218,37 @@ def register(app: typer.Typer) -> None:
 
             history = _history(library_path, history_dir)
             with open_library(library_path, history) as library:  # the file may have changed meanwhile
-                result = apply_operations(library, report.merges, step=library.step, provenance={"operation": "merge"}, max_words=None)
+                result = apply_operations(
+                    library, report.merges, step=library.step, provenance={"operation": "merge"}, max_words=None
+                )
                 _commit(library_path, library, result, history_dir)
-            typer.echo(f"merged {len(result.applied)} near-exact group(s); {library_path} is now version {result.library.version}")
+            typer.echo(
+                f"merged {len(result.applied)} near-exact group(s); {library_path} is now version {result.library.version}"
+            )
         elif report.merges:
             typer.echo(f"{len(report.merges)} group(s) are near-exact (>= merge threshold); --merge merges them")
 
     @library_app.command("apply")
     def apply(
         library_path: LibArg,
-        reply_path: Annotated[Path, typer.Argument(help="A raw LLM reply (text file) with operations.", show_default=False)],
-        max_words: Annotated[Optional[int], typer.Option("--max-words", help="Word limit per experience (default 32).")] = None,
-        max_items: Annotated[Optional[int], typer.Option("--max-items", help="Library budget: most experiences kept (lowest value evicted).")] = None,
-        max_tokens: Annotated[Optional[int], typer.Option("--max-prompt-tokens", help="Library budget: most tokens of the rendered library.")] = None,
-        step: Annotated[Optional[int], typer.Option("--step", help="Engine step to record (provenance).")] = None,
-        dry_run: Annotated[Optional[bool], typer.Option("--dry-run", help="Show what would happen; save nothing.")] = None,
+        reply_path: Annotated[
+            Path, typer.Argument(help="A raw LLM reply (text file) with operations.", show_default=False)
+        ],
+        max_words: Annotated[
+            int | None, typer.Option("--max-words", help="Word limit per experience (default 32).")
+        ] = None,
+        max_items: Annotated[
+            int | None,
+            typer.Option("--max-items", help="Library budget: most experiences kept (lowest value evicted)."),
+        ] = None,
+        max_tokens: Annotated[
+            int | None,
+            typer.Option("--max-prompt-tokens", help="Library budget: most tokens of the rendered library."),
+        ] = None,
+        step: Annotated[int | None, typer.Option("--step", help="Engine step to record (provenance).")] = None,
+        dry_run: Annotated[
+            bool | None, typer.Option("--dry-run", help="Show what would happen; save nothing.")
+        ] = None,
         history_dir: HistoryOpt = None,
     ) -> None:
         """Parse a raw reply, apply the valid operations, save LIB as the next version; print applied and rejected."""
@@ -185,13 +259,24 @@ def register(app: typer.Typer) -> None:
             raise ExperienceError(f"reply file not found: {reply_path}")
         # the whole read-modify-write under the library's lock: a concurrent apply waits, no update is lost
         with open_library(library_path, _history(library_path, history_dir)) as library:
-            _apply_reply(library_path, library, reply_path, max_words, max_items, max_tokens, step, dry_run, history_dir)
+            _apply_reply(
+                library_path, library, reply_path, max_words, max_items, max_tokens, step, dry_run, history_dir
+            )
 
     library_trust.register(library_app)  # check, ablate, prune (docs/trust.md)
 
 
-def _apply_reply(library_path: Path, library, reply_path: Path, max_words, max_items, max_tokens, step, dry_run,
-                 history_dir: Path | None) -> None:
+def _apply_reply(
+    library_path: Path,
+    library,
+    reply_path: Path,
+    max_words,
+    max_items,
+    max_tokens,
+    step,
+    dry_run,
+    history_dir: Path | None,
+) -> None:
     from experiences import Budget, apply_operations, parse_operations
     from experiences.errors import ExperienceError
     from tfgrpo.core.textfile import read_text
@@ -200,7 +285,11 @@ def _apply_reply(library_path: Path, library, reply_path: Path, max_words, max_i
     parsed = parse_operations(read_text(reply_path, error=ExperienceError), library, max_words=words)
     budget = Budget(max_items=max_items, max_prompt_tokens=max_tokens) if (max_items or max_tokens) else None
     result = apply_operations(
-        library, parsed.operations, step=step, max_words=words, budget=budget,
+        library,
+        parsed.operations,
+        step=step,
+        max_words=words,
+        budget=budget,
         provenance={"step": step},
     )
     result.rejected[:0] = parsed.rejected  # parser rejections first, then apply-time ones
@@ -215,11 +304,15 @@ def _apply_reply(library_path: Path, library, reply_path: Path, max_words, max_i
     if parsed.skipped:
         typer.echo(f"skipped  {parsed.skipped} no-op item(s)")
     if dry_run or not result.changed:
-        typer.echo(f"{library_path} unchanged (version {library.version})" + (" [dry run]" if dry_run and result.changed else ""))
+        typer.echo(
+            f"{library_path} unchanged (version {library.version})"
+            + (" [dry run]" if dry_run and result.changed else "")
+        )
         return
     _commit(library_path, library, result, history_dir, step=step)
-    typer.echo(f"{library_path}: version {library.version} -> {result.library.version} ({len(result.library)} experiences)")
-
+    typer.echo(
+        f"{library_path}: version {library.version} -> {result.library.version} ({len(result.library)} experiences)"
+    )
 
 
 def _history(library_path: Path, history_dir: Path | None):

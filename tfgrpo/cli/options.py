@@ -2,30 +2,54 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
 from tfgrpo.llm.config import LLMConfig
 
-ConfigOpt = Annotated[Optional[str], typer.Option("--config", "-c", help="YAML file with any of the options; the command line overrides it.")]
-BackendOpt = Annotated[Optional[str], typer.Option("--backend", help="transformers | llamacpp | openai | litellm | vllm (default: transformers on the embedded SmolLM2).")]
-ModelOpt = Annotated[Optional[str], typer.Option("--model", "-m", help="Model name (API) or local path / GGUF file.")]
-BaseUrlOpt = Annotated[Optional[list[str]], typer.Option("--base-url", help="OpenAI-compatible base URL; repeat for several replicas (least-busy routing).")]
-ApiKeyOpt = Annotated[Optional[str], typer.Option("--api-key", help="API key (else OPENAI_API_KEY or the provider's usual variable).")]
-AdapterOpt = Annotated[Optional[str], typer.Option("--adapter", help="LoRA adapter directory (transformers / vllm backends).")]
-ConcurrencyOpt = Annotated[Optional[int], typer.Option("--concurrency", help="Requests in flight at once per endpoint.")]
-CacheOpt = Annotated[Optional[str], typer.Option("--cache", help="SQLite response-cache file.")]
-TimeoutOpt = Annotated[Optional[float], typer.Option("--timeout", help="Per-request timeout in seconds (llm.timeout_s; default 600). A timed-out request is retried and counted as a timeout retry.")]
-BudgetOpt = Annotated[Optional[float], typer.Option("--budget-usd", help="Stop cleanly once this many USD were spent.")]
-StructuredOutputOpt = Annotated[
-    Optional[str],
-    typer.Option("--structured-output", help=f"auto | on | off. {LLMConfig.model_fields['structured_output'].description}"),
+ConfigOpt = Annotated[
+    str | None,
+    typer.Option("--config", "-c", help="YAML file with any of the options; the command line overrides it."),
 ]
-TemperatureOpt = Annotated[Optional[float], typer.Option("--temperature", help="Sampling temperature.")]
-TopPOpt = Annotated[Optional[float], typer.Option("--top-p", help="Nucleus sampling mass.")]
-MaxTokensOpt = Annotated[Optional[int], typer.Option("--max-tokens", help="Maximum new tokens per completion.")]
-SeedOpt = Annotated[Optional[int], typer.Option("--seed", help="Random seed.")]
+BackendOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--backend",
+        help="transformers | llamacpp | openai | litellm | vllm (default: transformers on the embedded SmolLM2).",
+    ),
+]
+ModelOpt = Annotated[str | None, typer.Option("--model", "-m", help="Model name (API) or local path / GGUF file.")]
+BaseUrlOpt = Annotated[
+    list[str] | None,
+    typer.Option("--base-url", help="OpenAI-compatible base URL; repeat for several replicas (least-busy routing)."),
+]
+ApiKeyOpt = Annotated[
+    str | None, typer.Option("--api-key", help="API key (else OPENAI_API_KEY or the provider's usual variable).")
+]
+AdapterOpt = Annotated[
+    str | None, typer.Option("--adapter", help="LoRA adapter directory (transformers / vllm backends).")
+]
+ConcurrencyOpt = Annotated[int | None, typer.Option("--concurrency", help="Requests in flight at once per endpoint.")]
+CacheOpt = Annotated[str | None, typer.Option("--cache", help="SQLite response-cache file.")]
+TimeoutOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--timeout",
+        help="Per-request timeout in seconds (llm.timeout_s; default 600). A timed-out request is retried and counted as a timeout retry.",
+    ),
+]
+BudgetOpt = Annotated[float | None, typer.Option("--budget-usd", help="Stop cleanly once this many USD were spent.")]
+StructuredOutputOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--structured-output", help=f"auto | on | off. {LLMConfig.model_fields['structured_output'].description}"
+    ),
+]
+TemperatureOpt = Annotated[float | None, typer.Option("--temperature", help="Sampling temperature.")]
+TopPOpt = Annotated[float | None, typer.Option("--top-p", help="Nucleus sampling mass.")]
+MaxTokensOpt = Annotated[int | None, typer.Option("--max-tokens", help="Maximum new tokens per completion.")]
+SeedOpt = Annotated[int | None, typer.Option("--seed", help="Random seed.")]
 
 
 def llm_overrides(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -27,12 +27,24 @@ def _parse_params(pairs: list[str] | None) -> dict[str, object]:
 def register(app: typer.Typer) -> None:
     @app.command("score")
     def score(
-        input_path: Annotated[str, typer.Argument(metavar="INPUT.jsonl", help="Rows with a completion and a reference answer.")],
-        reward_name: Annotated[str, typer.Option("--reward", "-r", help="math | exact | choice | numeric | format | code | judge | majority.")] = "math",
-        out: Annotated[Optional[str], typer.Option("--out", "-o", help="Output JSONL (default: stdout).")] = None,
-        completion_key: Annotated[str, typer.Option("--completion-key", help="Key of the completion in each row.")] = "completion",
-        answer_key: Annotated[str, typer.Option("--answer-key", help="Key of the reference answer in each row.")] = "answer",
-        param: Annotated[Optional[list[str]], typer.Option("--param", "-p", help="Reward parameter KEY=VALUE (repeatable), e.g. rel_tol=0.01.")] = None,
+        input_path: Annotated[
+            str, typer.Argument(metavar="INPUT.jsonl", help="Rows with a completion and a reference answer.")
+        ],
+        reward_name: Annotated[
+            str,
+            typer.Option("--reward", "-r", help="math | exact | choice | numeric | format | code | judge | majority."),
+        ] = "math",
+        out: Annotated[str | None, typer.Option("--out", "-o", help="Output JSONL (default: stdout).")] = None,
+        completion_key: Annotated[
+            str, typer.Option("--completion-key", help="Key of the completion in each row.")
+        ] = "completion",
+        answer_key: Annotated[
+            str, typer.Option("--answer-key", help="Key of the reference answer in each row.")
+        ] = "answer",
+        param: Annotated[
+            list[str] | None,
+            typer.Option("--param", "-p", help="Reward parameter KEY=VALUE (repeatable), e.g. rel_tol=0.01."),
+        ] = None,
         backend: opt.BackendOpt = None,
         model: opt.ModelOpt = None,
         base_url: opt.BaseUrlOpt = None,
@@ -47,10 +59,10 @@ def register(app: typer.Typer) -> None:
 
         from rich.console import Console
 
-        from tfgrpo.core.textfile import iter_lines
         from rewards import get_reward
         from rewards.errors import RewardError
         from rewards.jsonl import ScoreSummary, score_lines
+        from tfgrpo.core.textfile import iter_lines
 
         params = _parse_params(param)
         if reward_name == "judge" and "complete" not in params:
@@ -64,8 +76,9 @@ def register(app: typer.Typer) -> None:
         lines = (line for _number, line in iter_lines(source, error=RewardError))  # bad bytes / huge rows: one line
         sink = open(out, "w", encoding="utf-8") if out else sys.stdout  # noqa: SIM115
         try:
-            for row in score_lines(lines, reward, source=input_path, completion_key=completion_key,
-                                   answer_key=answer_key, summary=summary):
+            for row in score_lines(
+                lines, reward, source=input_path, completion_key=completion_key, answer_key=answer_key, summary=summary
+            ):
                 sink.write(json.dumps(row, ensure_ascii=False) + "\n")
         finally:
             if out:
@@ -83,10 +96,11 @@ def _judge_callable(backend, model, base_url, api_key, timeout=None):  # type: i
     from tfgrpo.core.config import build_config
     from tfgrpo.llm.config import LLMConfig
     from tfgrpo.llm.factory import build_client
-
     from tfgrpo.rollout.scoring import JUDGE_SAMPLING, daemon_loop
 
-    client = build_client(build_config(LLMConfig, None, opt.llm_overrides(backend, model, base_url, api_key, timeout_s=timeout)))
+    client = build_client(
+        build_config(LLMConfig, None, opt.llm_overrides(backend, model, base_url, api_key, timeout_s=timeout))
+    )
     # One loop for every judge call of this command: async clients must not hop between event loops.
     loop, _ = daemon_loop()
     return client.completer(loop, sampling=JUDGE_SAMPLING, tag="judge")

@@ -44,7 +44,9 @@ _THOUSANDS = re.compile(r"^[+-]?\d{1,3}(?:(?:,|\{,\}|\\,)\d{3})+(?:\.\d+)?$")
 _INTEGER = re.compile(r"^[+-]?\d+$")
 _DECIMAL = re.compile(r"^[+-]?(?:\d+\.\d*|\.\d+)$")
 _SLASH_FRACTION = re.compile(r"^(?P<sign>[+-]?)(?P<num>\d+)\s*/\s*(?P<den>\d+)$")
-_LATEX_FRACTION = re.compile(r"^(?P<sign>[+-]?)\\[dt]?frac\s*(?:\{\s*(?P<num>\d+)\s*\}|(?P<num1>\d))\s*(?:\{\s*(?P<den>\d+)\s*\}|(?P<den1>\d))$")
+_LATEX_FRACTION = re.compile(
+    r"^(?P<sign>[+-]?)\\[dt]?frac\s*(?:\{\s*(?P<num>\d+)\s*\}|(?P<num1>\d))\s*(?:\{\s*(?P<den>\d+)\s*\}|(?P<den1>\d))$"
+)
 
 MAX_FAST_DIGITS = 4000  # beyond this, Fraction(...) would trip Python's int-string conversion limit
 

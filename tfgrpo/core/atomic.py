@@ -24,7 +24,6 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-
 CRASH_ENV = "TFGRPO_TEST_CRASH_AT"
 CRASH_EXIT_CODE = 86
 LOCK_TIMEOUT_S = 60.0
@@ -60,8 +59,10 @@ def locked(path: str | Path, *, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[N
         lock.acquire(timeout=timeout_s)
     except Timeout:
         waited = f" after waiting {timeout_s:g} s" if timeout_s > 0 else ""
-        raise LockTimeoutError(f"{path} is being changed by another process (lock {target} is held){waited}; "
-                               "try again when it has finished") from None
+        raise LockTimeoutError(
+            f"{path} is being changed by another process (lock {target} is held){waited}; "
+            "try again when it has finished"
+        ) from None
     try:
         yield
     finally:

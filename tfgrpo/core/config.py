@@ -13,7 +13,6 @@ from typing import Annotated, Any, TypeVar
 import yaml
 from pydantic import BaseModel, BeforeValidator, SecretStr, ValidationError
 
-
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
@@ -147,7 +146,11 @@ def reject_bools_as_numbers(model_cls: type[BaseModel], data: Any, *, source: st
 def _annotation_types(annotation: Any) -> set[Any]:
     """The plain types an annotation admits (`int | None` -> {int, NoneType})."""
     args = getattr(annotation, "__args__", None)
-    if args and getattr(annotation, "__origin__", None) is not list and getattr(annotation, "__origin__", None) is not dict:
+    if (
+        args
+        and getattr(annotation, "__origin__", None) is not list
+        and getattr(annotation, "__origin__", None) is not dict
+    ):
         found: set[Any] = set()
         for arg in args:
             found |= _annotation_types(arg)

@@ -127,7 +127,12 @@ def load_dataset_rows(
         if limit is not None and len(problems) >= limit:
             break
         problem = _row_to_problem(
-            row, index=index, where=where, problem_key=problem_key, answer_key=answer_key, id_key=id_key,
+            row,
+            index=index,
+            where=where,
+            problem_key=problem_key,
+            answer_key=answer_key,
+            id_key=id_key,
             require_answer=require_answer,
         )
         if problem.id in first_seen:
@@ -139,8 +144,9 @@ def load_dataset_rows(
     return problems
 
 
-def iter_jsonl_objects(path: Path, *, error: type[Exception] = DatasetError,
-                       max_row_bytes: int = MAX_ROW_BYTES) -> Iterator[tuple[int, dict[str, Any]]]:
+def iter_jsonl_objects(
+    path: Path, *, error: type[Exception] = DatasetError, max_row_bytes: int = MAX_ROW_BYTES
+) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line number, object) of each non-empty line; a line that is not a JSON object raises `error`
     naming the file and line (eval, compare and finetune read their JSONL through this)."""
     for line_number, line in iter_lines(path, error=error, max_row_bytes=max_row_bytes):
@@ -191,7 +197,14 @@ def _iter_with_hf_datasets(path: Path, suffix: str) -> Iterator[tuple[str, dict[
 
 
 def _row_to_problem(
-    row: dict[str, Any], *, index: int, where: str, problem_key: str, answer_key: str, id_key: str, require_answer: bool = True
+    row: dict[str, Any],
+    *,
+    index: int,
+    where: str,
+    problem_key: str,
+    answer_key: str,
+    id_key: str,
+    require_answer: bool = True,
 ) -> Problem:
     if problem_key not in row:
         raise DatasetError(f"{where}: missing key {problem_key!r} (keys: {', '.join(map(str, row)) or 'none'})")

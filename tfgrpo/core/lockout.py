@@ -48,7 +48,9 @@ def text_hash(text: str) -> str:
     return hashlib.sha256(normalized.encode("utf-8")).hexdigest()
 
 
-def find_test_overlap(data: Mapping[str, Sequence[Problem]], test_sets: Mapping[str, Sequence[Problem]]) -> list[Overlap]:
+def find_test_overlap(
+    data: Mapping[str, Sequence[Problem]], test_sets: Mapping[str, Sequence[Problem]]
+) -> list[Overlap]:
     """Every (learning problem, test problem) pair that matches by id or by text, in data order."""
     overlaps: list[Overlap] = []
     for test_name, test_problems in test_sets.items():
@@ -58,15 +60,23 @@ def find_test_overlap(data: Mapping[str, Sequence[Problem]], test_sets: Mapping[
             for problem in problems:
                 same_id = None if _GENERATED_ID.match(problem.id) else by_id.get(problem.id)
                 if same_id is not None:
-                    overlaps.append(Overlap(data=data_name, data_id=problem.id, test_set=test_name, test_id=same_id.id, by="id"))
+                    overlaps.append(
+                        Overlap(data=data_name, data_id=problem.id, test_set=test_name, test_id=same_id.id, by="id")
+                    )
                     continue
                 same_text = by_text.get(text_hash(problem.problem))
                 if same_text is not None:
-                    overlaps.append(Overlap(data=data_name, data_id=problem.id, test_set=test_name, test_id=same_text.id, by="text"))
+                    overlaps.append(
+                        Overlap(
+                            data=data_name, data_id=problem.id, test_set=test_name, test_id=same_text.id, by="text"
+                        )
+                    )
     return overlaps
 
 
-def load_test_sets(declared: Sequence[str] = (), *, include_benchmarks: bool = True, **keys: str) -> dict[str, list[Problem]]:
+def load_test_sets(
+    declared: Sequence[str] = (), *, include_benchmarks: bool = True, **keys: str
+) -> dict[str, list[Problem]]:
     """The bundled benchmarks plus the declared sets (names or files), by name; `keys` are the column names."""
     names = [*(BENCHMARKS if include_benchmarks else ()), *declared]
     return {name: load_dataset_rows(name, require_answer=False, **keys) for name in dict.fromkeys(names)}
@@ -87,4 +97,12 @@ def check_no_test_overlap(data: Mapping[str, Sequence[Problem]], test_sets: Mapp
     )
 
 
-__all__ = ["BENCHMARKS", "Overlap", "TestSetOverlapError", "check_no_test_overlap", "find_test_overlap", "load_test_sets", "text_hash"]
+__all__ = [
+    "BENCHMARKS",
+    "Overlap",
+    "TestSetOverlapError",
+    "check_no_test_overlap",
+    "find_test_overlap",
+    "load_test_sets",
+    "text_hash",
+]

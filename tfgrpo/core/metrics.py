@@ -67,7 +67,9 @@ def majority_answer(answers: Sequence[str | None]) -> tuple[str | None, list[int
     return (None, []) if vote is None else (vote.key, list(vote.indices))
 
 
-def bootstrap_ci(values: Sequence[float], *, seed: int = 0, n_bootstrap: int = N_BOOTSTRAP, level: float = 0.95) -> list[float]:
+def bootstrap_ci(
+    values: Sequence[float], *, seed: int = 0, n_bootstrap: int = N_BOOTSTRAP, level: float = 0.95
+) -> list[float]:
     """Percentile bootstrap CI of the mean of `values` (one value per problem), via `scipy.stats.bootstrap`."""
     data = np.asarray(values, dtype=np.float64)
     if data.size == 0:

@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from scipy import stats as scipy_stats
 from pydantic import BaseModel, ConfigDict
+from scipy import stats as scipy_stats
 
 from tfgrpo.core.metrics import N_BOOTSTRAP, bootstrap_ci
 
@@ -120,4 +120,11 @@ def _differences(a: Sequence[float], b: Sequence[float]) -> np.ndarray:
     return second - first
 
 
-__all__ = ["EXACT_MAX", "N_PERMUTATIONS", "PairedComparison", "compare_paired", "paired_bootstrap_ci", "sign_flip_p_value"]
+__all__ = [
+    "EXACT_MAX",
+    "N_PERMUTATIONS",
+    "PairedComparison",
+    "compare_paired",
+    "paired_bootstrap_ci",
+    "sign_flip_p_value",
+]

@@ -1,8 +1,8 @@
 """Reading user files as bounded, decoded text: one clear error (file, line, column) instead of a traceback.
 
-    read_text(path, error=LibraryFileError)            UTF-8 or a one-line error naming the first bad byte
-    loads_json(text, source=..., error=...)            JSON with a nesting-depth limit (no RecursionError)
-    iter_lines(path, error=DatasetError)               decoded lines of a JSONL file, each size-checked
+read_text(path, error=LibraryFileError)            UTF-8 or a one-line error naming the first bad byte
+loads_json(text, source=..., error=...)            JSON with a nesting-depth limit (no RecursionError)
+iter_lines(path, error=DatasetError)               decoded lines of a JSONL file, each size-checked
 """
 
 from __future__ import annotations
@@ -33,8 +33,10 @@ def read_text(path: str | Path, *, error: type[Exception], max_bytes: int = MAX_
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
         column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
-        raise error(f"{path}: line {line}, column {column}: byte 0x{data[exc.start]:02x} is not valid UTF-8 "
-                    "(save the file as UTF-8)") from None
+        raise error(
+            f"{path}: line {line}, column {column}: byte 0x{data[exc.start]:02x} is not valid UTF-8 "
+            "(save the file as UTF-8)"
+        ) from None
 
 
 def loads_json(text: str, *, source: str, error: type[Exception], max_depth: int = MAX_JSON_DEPTH) -> Any:
@@ -65,7 +67,9 @@ def _depth(value: Any) -> int:
     return deepest
 
 
-def iter_lines(path: str | Path, *, error: type[Exception], max_row_bytes: int = MAX_ROW_BYTES) -> Iterator[tuple[int, str]]:
+def iter_lines(
+    path: str | Path, *, error: type[Exception], max_row_bytes: int = MAX_ROW_BYTES
+) -> Iterator[tuple[int, str]]:
     """(line number, text) of each line, streamed: a line over `max_row_bytes` or with bytes that are
     not UTF-8 raises `error` naming file, line (and column) without reading the rest into memory."""
     with Path(path).open("rb") as handle:
@@ -73,8 +77,10 @@ def iter_lines(path: str | Path, *, error: type[Exception], max_row_bytes: int =
             try:
                 yield number, raw.decode("utf-8")
             except UnicodeDecodeError as exc:
-                raise error(f"{path}:{number}: column {exc.start + 1}: byte 0x{raw[exc.start]:02x} is not valid UTF-8 "
-                            "(save the file as UTF-8)") from None
+                raise error(
+                    f"{path}:{number}: column {exc.start + 1}: byte 0x{raw[exc.start]:02x} is not valid UTF-8 "
+                    "(save the file as UTF-8)"
+                ) from None
 
 
 def _bounded_lines(handle: Any, max_row_bytes: int, path: str | Path, error: type[Exception]) -> Iterator[bytes]:

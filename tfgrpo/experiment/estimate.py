@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from tfgrpo.core.datasets import load_dataset_rows
-from tfgrpo.llm.config import LLMConfig
 from tfgrpo.experiment.plan import Step
 from tfgrpo.experiment.recipe import EstimateSpec
 from tfgrpo.learn.loop import load_problems
 from tfgrpo.llm.accounting import resolve_pricing
+from tfgrpo.llm.config import LLMConfig
 from tfgrpo.llm.factory import LOCAL_BACKENDS
 
 
@@ -56,8 +56,14 @@ def _trajectories(count: float, prompt: float, completion: float, cap: int, agen
     if not agent.tools:
         return Calls(count, prompt, completion, cap)
     turns, most = est.tool_turns, agent.max_turns
-    return Calls(count * turns, prompt + completion * (turns - 1) / 2, completion, cap,
-                 ceiling_count=count * most, ceiling_prompt=prompt + cap * (most - 1) / 2)
+    return Calls(
+        count * turns,
+        prompt + completion * (turns - 1) / 2,
+        completion,
+        cap,
+        ceiling_count=count * most,
+        ceiling_prompt=prompt + cap * (most - 1) / 2,
+    )
 
 
 def _mean_problem_tokens(problems: list[Any]) -> float:
@@ -76,24 +82,54 @@ def _learn_calls(step: Step, est: EstimateSpec) -> list[Calls]:
     calls = [
         _trajectories(n * epochs * group, base + library + problem, rollout, rollout_cap, config.agent, est),
         Calls(n * epochs * group, base + problem + rollout, min(est.summary_completion_tokens, stage_cap), stage_cap),
-        Calls(n * epochs, base + library + group * est.summary_completion_tokens, min(est.advantage_completion_tokens, stage_cap), stage_cap),
-        Calls(batches, base + library + (n * epochs / batches) * est.advantage_completion_tokens,
-              min(est.consolidate_completion_tokens, stage_cap), stage_cap),
+        Calls(
+            n * epochs,
+            base + library + group * est.summary_completion_tokens,
+            min(est.advantage_completion_tokens, stage_cap),
+            stage_cap,
+        ),
+        Calls(
+            batches,
+            base + library + (n * epochs / batches) * est.advantage_completion_tokens,
+            min(est.consolidate_completion_tokens, stage_cap),
+            stage_cap,
+        ),
     ]
     if config.val_data:
         val = load_problems(config, config.val_data, training=False)
-        calls.append(_trajectories(epochs * len(val) * config.val_samples, base + library + _mean_problem_tokens(val), rollout,
-                                   rollout_cap, config.agent, est))
+        calls.append(
+            _trajectories(
+                epochs * len(val) * config.val_samples,
+                base + library + _mean_problem_tokens(val),
+                rollout,
+                rollout_cap,
+                config.agent,
+                est,
+            )
+        )
     return calls
 
 
 def _eval_calls(step: Step, est: EstimateSpec) -> list[Calls]:
     config = step.config
-    problems = load_dataset_rows(config.data, problem_key=config.problem_key, answer_key=config.answer_key,
-                                 id_key=config.id_key, limit=config.limit)
-    prompt = est.template_prompt_tokens + (est.library_prompt_tokens if config.library else 0) + _mean_problem_tokens(problems)
+    problems = load_dataset_rows(
+        config.data,
+        problem_key=config.problem_key,
+        answer_key=config.answer_key,
+        id_key=config.id_key,
+        limit=config.limit,
+    )
+    prompt = (
+        est.template_prompt_tokens
+        + (est.library_prompt_tokens if config.library else 0)
+        + _mean_problem_tokens(problems)
+    )
     cap = config.sampling.max_tokens
-    return [_trajectories(len(problems) * config.samples, prompt, min(est.eval_completion_tokens, cap), cap, config.agent, est)]
+    return [
+        _trajectories(
+            len(problems) * config.samples, prompt, min(est.eval_completion_tokens, cap), cap, config.agent, est
+        )
+    ]
 
 
 def _llm_of(step: Step) -> LLMConfig | None:
@@ -109,12 +145,17 @@ def estimate_step(step: Step, est: EstimateSpec) -> StepEstimate:
     else:
         return StepEstimate()
     llm = _llm_of(step)
-    pricing = resolve_pricing(llm.model, llm.price_input_per_1m, llm.price_output_per_1m, local=llm.backend in LOCAL_BACKENDS)
+    pricing = resolve_pricing(
+        llm.model, llm.price_input_per_1m, llm.price_output_per_1m, local=llm.backend in LOCAL_BACKENDS
+    )
     prompt = sum(c.count * c.prompt for c in calls)
     completion = sum(c.count * c.completion for c in calls)
     ceiling_counts = [c.count if c.ceiling_count is None else c.ceiling_count for c in calls]
-    ceiling_prompt = sum(n * (c.prompt if c.ceiling_prompt is None else c.ceiling_prompt) for n, c in zip(ceiling_counts, calls))
-    ceiling_completion = sum(n * c.ceiling for n, c in zip(ceiling_counts, calls))
+    ceiling_prompt = sum(
+        n * (c.prompt if c.ceiling_prompt is None else c.ceiling_prompt)
+        for n, c in zip(ceiling_counts, calls, strict=False)
+    )
+    ceiling_completion = sum(n * c.ceiling for n, c in zip(ceiling_counts, calls, strict=False))
     return StepEstimate(
         calls=int(sum(c.count for c in calls)),
         prompt_tokens=int(prompt),

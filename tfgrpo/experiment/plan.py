@@ -23,13 +23,25 @@ from typing import Any
 
 from eval.runner import EvalConfig
 from tfgrpo.core.config import ConfigError, build_config
-from tfgrpo.llm.config import LLMConfig
 from tfgrpo.experiment.recipe import FinetuneSpec, Recipe
 from tfgrpo.learn.config import LearnConfig
+from tfgrpo.llm.config import LLMConfig
 
 # LLM settings that decide where and how fast requests go, never what comes back.
-_VOLATILE_LLM_KEYS = ("api_key", "budget_usd", "concurrency", "max_retries", "timeout_s", "base_url", "cache", "batch_size")
-_RESERVED = {"learn": ("data", "out", "seed", "llm", "resume"), "eval": ("data", "out", "samples", "library", "llm", "label")}
+_VOLATILE_LLM_KEYS = (
+    "api_key",
+    "budget_usd",
+    "concurrency",
+    "max_retries",
+    "timeout_s",
+    "base_url",
+    "cache",
+    "batch_size",
+)
+_RESERVED = {
+    "learn": ("data", "out", "seed", "llm", "resume"),
+    "eval": ("data", "out", "samples", "library", "llm", "label"),
+}
 
 
 @dataclass
@@ -61,8 +73,11 @@ def _file_hashes(settings: dict[str, Any]) -> dict[str, str]:
 
 
 def _fingerprint(kind: str, settings: dict[str, Any], dep_fingerprints: list[str]) -> str:
-    payload = json.dumps({"kind": kind, "settings": settings, "files": _file_hashes(settings), "inputs": dep_fingerprints},
-                         sort_keys=True, default=str)
+    payload = json.dumps(
+        {"kind": kind, "settings": settings, "files": _file_hashes(settings), "inputs": dep_fingerprints},
+        sort_keys=True,
+        default=str,
+    )
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
@@ -97,10 +112,25 @@ def learn_steps(recipe: Recipe, out: Path) -> list[Step]:
     steps = []
     for seed in recipe.learn.seeds:
         run = out / "learn" / f"seed-{seed}"
-        overrides = {**recipe.learn.settings, "data": recipe.learn.data, "out": str(run), "seed": seed, "llm": _llm_dict(recipe.model)}
+        overrides = {
+            **recipe.learn.settings,
+            "data": recipe.learn.data,
+            "out": str(run),
+            "seed": seed,
+            "llm": _llm_dict(recipe.model),
+        }
         config = build_config(LearnConfig, None, overrides)
-        steps.append(Step(f"learn/seed-{seed}", "learn", run, f"learn seed {seed}", config=config, seed=seed,
-                          settings=_stable_settings(config, ("out", "resume"))))
+        steps.append(
+            Step(
+                f"learn/seed-{seed}",
+                "learn",
+                run,
+                f"learn seed {seed}",
+                config=config,
+                seed=seed,
+                settings=_stable_settings(config, ("out", "resume")),
+            )
+        )
     return steps
 
 
@@ -110,7 +140,9 @@ def _finetune_data(spec: FinetuneSpec, recipe: Recipe, out: Path, name: str) -> 
             raise ConfigError(f"recipe finetunes.{name}.data = {spec.data!r} needs a `learn:` section")
         seed = recipe.learn.seeds[0] if spec.data == "learn" else int(spec.data.split(":", 1)[1])
         if seed not in recipe.learn.seeds:
-            raise ConfigError(f"recipe finetunes.{name}.data: seed {seed} is not among learn.seeds {recipe.learn.seeds}")
+            raise ConfigError(
+                f"recipe finetunes.{name}.data: seed {seed} is not among learn.seeds {recipe.learn.seeds}"
+            )
         return str(out / "learn" / f"seed-{seed}"), [f"learn/seed-{seed}"]
     return spec.data, []
 
@@ -124,9 +156,22 @@ def finetune_steps(recipe: Recipe, out: Path) -> list[Step]:
     for name, spec in recipe.finetunes.items():
         data, deps = _finetune_data(spec, recipe, out, name)
         arguments = {"method": spec.method, "model": spec.model, "data": data, "options": dict(spec.options)}
-        settings = {**arguments, "data": spec.data}  # the learn run's folder is an input (hashed via deps), not a setting
-        steps.append(Step(f"finetune/{name}", "finetune", out / "finetune" / name, _finetune_label(name, spec),
-                          deps=deps, config=arguments, settings=settings, system=name))
+        settings = {
+            **arguments,
+            "data": spec.data,
+        }  # the learn run's folder is an input (hashed via deps), not a setting
+        steps.append(
+            Step(
+                f"finetune/{name}",
+                "finetune",
+                out / "finetune" / name,
+                _finetune_label(name, spec),
+                deps=deps,
+                config=arguments,
+                settings=settings,
+                system=name,
+            )
+        )
     return steps
 
 
@@ -137,10 +182,21 @@ def _eval_systems(recipe: Recipe, out: Path) -> list[tuple[str, str, dict[str, A
         systems.append(("base", "base", {"llm": _llm_dict(recipe.model)}, []))
     for seed in recipe.learn.seeds if recipe.learn else []:
         library = out / "learn" / f"seed-{seed}" / "library.json"
-        systems.append((f"library-seed-{seed}", f"library seed {seed}", {"library": str(library), "llm": _llm_dict(recipe.model)},
-                        [f"learn/seed-{seed}"]))
+        systems.append(
+            (
+                f"library-seed-{seed}",
+                f"library seed {seed}",
+                {"library": str(library), "llm": _llm_dict(recipe.model)},
+                [f"learn/seed-{seed}"],
+            )
+        )
     for name, spec in recipe.finetunes.items():
-        llm = {"backend": "transformers", "model": spec.model, "adapter": str(out / "finetune" / name), **spec.eval_llm}
+        llm = {
+            "backend": "transformers",
+            "model": spec.model,
+            "adapter": str(out / "finetune" / name),
+            **spec.eval_llm,
+        }
         systems.append((name, _finetune_label(name, spec), {"llm": llm}, [f"finetune/{name}"]))
     return systems
 
@@ -152,12 +208,30 @@ def eval_steps(recipe: Recipe, out: Path) -> list[Step]:
         _check_reserved("eval", f"evals.{set_name}.settings", spec.settings)
         for system, label, overrides, deps in _eval_systems(recipe, out):
             run = out / "eval" / set_name / system
-            merged = {**recipe.eval_defaults, **spec.settings, **overrides, "data": spec.data, "samples": spec.samples,
-                      "limit": spec.limit, "out": str(run), "label": label}
+            merged = {
+                **recipe.eval_defaults,
+                **spec.settings,
+                **overrides,
+                "data": spec.data,
+                "samples": spec.samples,
+                "limit": spec.limit,
+                "out": str(run),
+                "label": label,
+            }
             config = build_config(EvalConfig, None, merged)
-            steps.append(Step(f"eval/{set_name}/{system}", "eval", run, f"{label} on {set_name} (K={spec.samples})",
-                              deps=deps, config=config, settings=_stable_settings(config, ("out",)),
-                              eval_set=set_name, system=system))
+            steps.append(
+                Step(
+                    f"eval/{set_name}/{system}",
+                    "eval",
+                    run,
+                    f"{label} on {set_name} (K={spec.samples})",
+                    deps=deps,
+                    config=config,
+                    settings=_stable_settings(config, ("out",)),
+                    eval_set=set_name,
+                    system=system,
+                )
+            )
     return steps
 
 
@@ -165,8 +239,18 @@ def build_plan(recipe: Recipe, out: str | Path) -> list[Step]:
     """Every step in run order with its fingerprint; bad settings fail here, before anything runs."""
     out = Path(out)
     steps = [*learn_steps(recipe, out), *finetune_steps(recipe, out), *eval_steps(recipe, out)]
-    report = Step("report", "report", out / "report", "paper-style table", deps=[s.id for s in steps if s.kind == "eval"],
-                  settings={"report": recipe.report.model_dump(), "name": recipe.name, "pooled_seeds": recipe.learn.seeds if recipe.learn else []})
+    report = Step(
+        "report",
+        "report",
+        out / "report",
+        "paper-style table",
+        deps=[s.id for s in steps if s.kind == "eval"],
+        settings={
+            "report": recipe.report.model_dump(),
+            "name": recipe.name,
+            "pooled_seeds": recipe.learn.seeds if recipe.learn else [],
+        },
+    )
     steps.append(report)
     fingerprints: dict[str, str] = {}
     for step in steps:

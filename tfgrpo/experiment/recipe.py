@@ -16,7 +16,6 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from tfgrpo.core.config import ConfigError, format_validation_error, read_yaml
-
 from tfgrpo.llm.config import LLMConfig
 
 BUNDLED_RECIPES = ("paper-math", "quickstart", "baselines-local")
@@ -30,7 +29,8 @@ class LearnSpec(BaseModel):
     data: str = Field(description="Training problems: a bundled name (easy, dapo100, ...) or a file.")
     seeds: list[int] = Field(default_factory=lambda: [42], min_length=1, description="One learn run per seed.")
     settings: dict[str, Any] = Field(
-        default_factory=dict, description="Any `tfgrpo learn` config field (group_size, epochs, rollout_sampling, ...)."
+        default_factory=dict,
+        description="Any `tfgrpo learn` config field (group_size, epochs, rollout_sampling, ...).",
     )
 
 
@@ -42,7 +42,9 @@ class EvalSetSpec(BaseModel):
     data: str = Field(description="A bundled eval set (aime24, aime25, amc23, easy, ...) or a file.")
     samples: int = Field(4, ge=1, description="K samples per problem (Mean@K).")
     limit: int | None = Field(None, ge=1, description="Evaluate only the first N problems.")
-    settings: dict[str, Any] = Field(default_factory=dict, description="Any other `tfgrpo eval` config field for this set.")
+    settings: dict[str, Any] = Field(
+        default_factory=dict, description="Any other `tfgrpo eval` config field for this set."
+    )
 
 
 class FinetuneSpec(BaseModel):
@@ -53,9 +55,12 @@ class FinetuneSpec(BaseModel):
     method: str = Field(description="sft | dpo | ipo | cdpo | kto | orpo | ppo | grpo | gspo.")
     model: str | None = Field(None, description="Local base model (HF folder or GGUF); None = the embedded SmolLM2.")
     data: str = Field(
-        "learn", description="'learn' = the first seed's learn run (its rollouts), 'learn:SEED', or a dataset name/file."
+        "learn",
+        description="'learn' = the first seed's learn run (its rollouts), 'learn:SEED', or a dataset name/file.",
     )
-    options: dict[str, Any] = Field(default_factory=dict, description="Any `tfgrpo finetune` config field (--set keys).")
+    options: dict[str, Any] = Field(
+        default_factory=dict, description="Any `tfgrpo finetune` config field (--set keys)."
+    )
     eval_llm: dict[str, Any] = Field(
         default_factory=dict,
         description="`llm:` fields for evaluating the adapter; default: transformers backend, this model, the adapter.",
@@ -74,7 +79,9 @@ class EstimateSpec(BaseModel):
     consolidate_completion_tokens: int = Field(600, ge=1, description="Stage 3 consolidation reply.")
     template_prompt_tokens: int = Field(400, ge=0, description="Prompt tokens of a template without its inputs.")
     library_prompt_tokens: int = Field(600, ge=0, description="Prompt tokens of an injected library.")
-    tool_turns: float = Field(3.0, ge=1, description="Average model turns of a trajectory with tools (ceiling: max_turns).")
+    tool_turns: float = Field(
+        3.0, ge=1, description="Average model turns of a trajectory with tools (ceiling: max_turns)."
+    )
 
 
 class ReportSpec(BaseModel):
@@ -91,12 +98,15 @@ class Recipe(BaseModel):
 
     name: str = Field("experiment", description="Shown in the report title.")
     description: str = Field("", description="What the experiment reproduces.")
-    model: LLMConfig = Field(default_factory=LLMConfig, description="The frozen model: learn runs and base/library evals.")
+    model: LLMConfig = Field(
+        default_factory=LLMConfig, description="The frozen model: learn runs and base/library evals."
+    )
     learn: LearnSpec | None = Field(None, description="Training-Free GRPO runs; None = no library rows.")
     baseline: bool = Field(True, description="Evaluate the base model (the table's reference row).")
     evals: dict[str, EvalSetSpec] = Field(description="Eval sets by name (the table's columns).", min_length=1)
     eval_defaults: dict[str, Any] = Field(
-        default_factory=dict, description="`tfgrpo eval` config fields shared by every eval set (sampling, reward, ...)."
+        default_factory=dict,
+        description="`tfgrpo eval` config fields shared by every eval set (sampling, reward, ...).",
     )
     finetunes: dict[str, FinetuneSpec] = Field(default_factory=dict, description="Fine-tuned baselines by name.")
     report: ReportSpec = Field(default_factory=ReportSpec)

@@ -34,8 +34,15 @@ def render_markdown(table: Table, description: str, sets: list[str]) -> str:
     lines.append("| " + " | ".join(_md_cell(h) for h in table.headers) + " |")
     lines.append("|" + "|".join("---" for _ in table.headers) + "|")
     lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in table.rows]
-    lines += ["", table.note or "", "", "Full compare report per eval set: " + ", ".join(f"[{s}]({s}/report.md)" for s in sets), "",
-              "![Mean@K by system](accuracy.png)", ""]
+    lines += [
+        "",
+        table.note or "",
+        "",
+        "Full compare report per eval set: " + ", ".join(f"[{s}]({s}/report.md)" for s in sets),
+        "",
+        "![Mean@K by system](accuracy.png)",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -52,10 +59,17 @@ def plot_systems(comparisons: dict[str, Comparison], path: Path) -> Path:
     width = 0.8 / len(names)
     for index, name in enumerate(names):
         means = [100 * comparisons[s].systems[index].mean_at_k for s in sets]
-        lower = [m - 100 * comparisons[s].systems[index].ci95[0] for m, s in zip(means, sets)]
-        upper = [100 * comparisons[s].systems[index].ci95[1] - m for m, s in zip(means, sets)]
+        lower = [m - 100 * comparisons[s].systems[index].ci95[0] for m, s in zip(means, sets, strict=False)]
+        upper = [100 * comparisons[s].systems[index].ci95[1] - m for m, s in zip(means, sets, strict=False)]
         positions = [i + (index - (len(names) - 1) / 2) * width for i in range(len(sets))]
-        axes.bar(positions, means, width, yerr=[[max(v, 0) for v in lower], [max(v, 0) for v in upper]], capsize=3, label=name)
+        axes.bar(
+            positions,
+            means,
+            width,
+            yerr=[[max(v, 0) for v in lower], [max(v, 0) for v in upper]],
+            capsize=3,
+            label=name,
+        )
     axes.set_xticks(range(len(sets)), [f"{s} (Mean@{comparisons[s].systems[0].k})" for s in sets])
     axes.set_ylabel("Mean@K (%)")
     axes.set_ylim(0, 100)
@@ -66,7 +80,9 @@ def plot_systems(comparisons: dict[str, Comparison], path: Path) -> Path:
     return path
 
 
-def write_table_report(table: Table, comparisons: dict[str, Comparison], out: Path, *, title: str, description: str) -> dict[str, Path]:
+def write_table_report(
+    table: Table, comparisons: dict[str, Comparison], out: Path, *, title: str, description: str
+) -> dict[str, Path]:
     import jinja2
 
     sets = list(comparisons)
@@ -75,7 +91,12 @@ def write_table_report(table: Table, comparisons: dict[str, Comparison], out: Pa
     atomic_write_text(markdown, render_markdown(table, description, sets))
     image = base64.b64encode(png.read_bytes()).decode("ascii")
     environment = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
-    atomic_write_text(html, environment.from_string(_HTML).render(title=title, description=description, table=table, sets=sets, image=image))
+    atomic_write_text(
+        html,
+        environment.from_string(_HTML).render(
+            title=title, description=description, table=table, sets=sets, image=image
+        ),
+    )
     return {"markdown": markdown, "html": html, "png": png}
 
 

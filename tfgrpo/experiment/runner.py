@@ -57,17 +57,32 @@ def print_plan(plan: list[Step], state: ExperimentState, estimates: dict[str, St
     for index, step in enumerate(plan, start=1):
         estimate = estimates[step.id]
         status = _status(step, state)
-        cost = "local" if step.kind in ("finetune", "report") else f"${estimate.cost_usd:.2f}" if estimate.price_known else "no price"
-        table.add_row(str(index), step.id, step.label, f"[green]{status}[/]" if status == "done" else status,
-                      str(estimate.calls or "–"), cost, f"${estimate.ceiling_usd:.2f}" if estimate.calls else "–")
+        cost = (
+            "local"
+            if step.kind in ("finetune", "report")
+            else f"${estimate.cost_usd:.2f}"
+            if estimate.price_known
+            else "no price"
+        )
+        table.add_row(
+            str(index),
+            step.id,
+            step.label,
+            f"[green]{status}[/]" if status == "done" else status,
+            str(estimate.calls or "–"),
+            cost,
+            f"${estimate.ceiling_usd:.2f}" if estimate.calls else "–",
+        )
     console.print(table)
 
 
 def _estimate_line(pending: list[StepEstimate], budget_usd: float | None, spent: float) -> str:
     expected, ceiling = sum(e.cost_usd for e in pending), sum(e.ceiling_usd for e in pending)
     tokens = sum(e.prompt_tokens for e in pending), sum(e.completion_tokens for e in pending)
-    line = (f"estimate for the steps still to run: ${expected:.2f} expected, ${ceiling:.2f} ceiling "
-            f"(~{tokens[0]:,} prompt + {tokens[1]:,} completion tokens)")
+    line = (
+        f"estimate for the steps still to run: ${expected:.2f} expected, ${ceiling:.2f} ceiling "
+        f"(~{tokens[0]:,} prompt + {tokens[1]:,} completion tokens)"
+    )
     if any(not e.price_known for e in pending):
         line += "; no price is known for some model: set model.price_input_per_1m / price_output_per_1m"
     if budget_usd is not None:
@@ -78,7 +93,12 @@ def _estimate_line(pending: list[StepEstimate], budget_usd: float | None, spent:
 
 
 def run_experiment(
-    recipe: Recipe, out: str | Path, *, budget_usd: float | None = None, dry_run: bool = False, console: Any | None = None
+    recipe: Recipe,
+    out: str | Path,
+    *,
+    budget_usd: float | None = None,
+    dry_run: bool = False,
+    console: Any | None = None,
 ) -> ExperimentResult:
     """Plan, estimate, then run (or resume) every step; returns how it ended."""
     console = console or Console(stderr=True, soft_wrap=True)
@@ -90,27 +110,45 @@ def run_experiment(
     pending = [estimates[s.id] for s in plan if not state.is_done(s.id, s.fingerprint)]
     step_ids = [step.id for step in plan]
     console.print(_estimate_line(pending, budget_usd, state.spent_usd(step_ids)), highlight=False)
-    result = ExperimentResult("planned", out, estimate_usd=sum(e.cost_usd for e in pending),
-                              ceiling_usd=sum(e.ceiling_usd for e in pending), spent_usd=state.spent_usd(step_ids))
+    result = ExperimentResult(
+        "planned",
+        out,
+        estimate_usd=sum(e.cost_usd for e in pending),
+        ceiling_usd=sum(e.ceiling_usd for e in pending),
+        spent_usd=state.spent_usd(step_ids),
+    )
     if dry_run:
         return result
     out.mkdir(parents=True, exist_ok=True)
-    (out / "recipe.yaml").write_text(dump_config(recipe), encoding="utf-8")  # as run, overrides applied, secrets scrubbed
+    (out / "recipe.yaml").write_text(
+        dump_config(recipe), encoding="utf-8"
+    )  # as run, overrides applied, secrets scrubbed
     state.recipe = recipe.name
     result.status = _run_steps(recipe, plan, state, result, budget_usd, console)
     result.spent_usd = state.spent_usd(step_ids)
-    state.runs.append({"ended": time.strftime("%Y-%m-%dT%H:%M:%S"), "status": result.status, "actions": result.actions})
+    state.runs.append(
+        {"ended": time.strftime("%Y-%m-%dT%H:%M:%S"), "status": result.status, "actions": result.actions}
+    )
     state.save(out)
     if result.status == "completed":
         result.report = out / "report" / "report.md"
         ran = sum(action == "ran" for action in result.actions.values())
-        console.print(f"[green]done[/]: {ran} steps ran, {len(result.actions) - ran} skipped (complete with the same settings); "
-                      f"{result.report} (and report.html, accuracy.png); ${result.spent_usd:.4f} spent", highlight=False)
+        console.print(
+            f"[green]done[/]: {ran} steps ran, {len(result.actions) - ran} skipped (complete with the same settings); "
+            f"{result.report} (and report.html, accuracy.png); ${result.spent_usd:.4f} spent",
+            highlight=False,
+        )
     return result
 
 
-def _run_steps(recipe: Recipe, plan: list[Step], state: ExperimentState, result: ExperimentResult,
-               budget_usd: float | None, console: Console) -> str:
+def _run_steps(
+    recipe: Recipe,
+    plan: list[Step],
+    state: ExperimentState,
+    result: ExperimentResult,
+    budget_usd: float | None,
+    console: Console,
+) -> str:
     for index, step in enumerate(plan, start=1):
         if state.is_done(step.id, step.fingerprint):
             result.actions[step.id] = "skipped"
@@ -131,8 +169,10 @@ def _run_steps(recipe: Recipe, plan: list[Step], state: ExperimentState, result:
         state.save(result.out)
         if outcome.status != "done":
             result.message = outcome.message or outcome.status
-            console.print(f"[yellow]{step.id} stopped: {result.message}[/]. Finished steps are kept; "
-                          "rerun the same command to continue.")
+            console.print(
+                f"[yellow]{step.id} stopped: {result.message}[/]. Finished steps are kept; "
+                "rerun the same command to continue."
+            )
             return outcome.status
         state.mark_done(step.id, wall_s=round(outcome.wall_s, 3))
         state.save(result.out)

@@ -29,7 +29,9 @@ class StepRecord(BaseModel):
 class ExperimentState(BaseModel):
     recipe: str = ""
     steps: dict[str, StepRecord] = Field(default_factory=dict)
-    runs: list[dict[str, Any]] = Field(default_factory=list, description="One entry per invocation: what ran, what was skipped.")
+    runs: list[dict[str, Any]] = Field(
+        default_factory=list, description="One entry per invocation: what ran, what was skipped."
+    )
 
     @classmethod
     def load(cls, out: Path) -> ExperimentState:
@@ -49,7 +51,9 @@ class ExperimentState(BaseModel):
         keep_started = previous is not None and previous.fingerprint == fingerprint
         # Same settings: what earlier attempts of this step spent still counts against the budget.
         self.steps[step_id] = StepRecord(
-            fingerprint=fingerprint, status="started", started=previous.started if keep_started else _now(),
+            fingerprint=fingerprint,
+            status="started",
+            started=previous.started if keep_started else _now(),
             cost_usd=previous.cost_usd if keep_started else 0.0,
         )
 

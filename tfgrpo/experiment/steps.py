@@ -84,7 +84,9 @@ def run_eval_step(step: Step, budget_usd: float | None, console: Any) -> StepOut
     except BudgetExceededError as exc:
         return StepOutcome("budget_exceeded", client.accounting.cost_usd, time.perf_counter() - started, str(exc))
     except KeyboardInterrupt:
-        return StepOutcome("interrupted", client.accounting.cost_usd, time.perf_counter() - started, "interrupted by the user")
+        return StepOutcome(
+            "interrupted", client.accounting.cost_usd, time.perf_counter() - started, "interrupted by the user"
+        )
     return StepOutcome("done", client.accounting.cost_usd, time.perf_counter() - started)
 
 
@@ -93,11 +95,18 @@ def run_finetune_step(step: Step, budget_usd: float | None, console: Any) -> Ste
     if step.out.exists():
         shutil.rmtree(step.out)
     arguments = step.config
-    console.print(f"finetune {arguments['method']} model={arguments['model'] or 'embedded SmolLM2'} data={arguments['data']}",
-                  highlight=False)
+    console.print(
+        f"finetune {arguments['method']} model={arguments['model'] or 'embedded SmolLM2'} data={arguments['data']}",
+        highlight=False,
+    )
     started = time.perf_counter()
-    run_finetune(arguments["method"], data=arguments["data"], out=step.out, model=arguments["model"],
-                 options=dict(arguments["options"]))
+    run_finetune(
+        arguments["method"],
+        data=arguments["data"],
+        out=step.out,
+        model=arguments["model"],
+        options=dict(arguments["options"]),
+    )
     return StepOutcome("done", 0.0, time.perf_counter() - started)
 
 

@@ -39,7 +39,9 @@ def pooled_run(runs: list[EvalRun], label: str) -> EvalRun:
     by_id: dict[str, dict[str, Any]] = {}
     for run in runs:
         for item in run.per_problem:
-            pooled = by_id.setdefault(str(item["id"]), {"id": item["id"], "n": 0, "correct": 0, "maj_votes": 0, "failed": 0})
+            pooled = by_id.setdefault(
+                str(item["id"]), {"id": item["id"], "n": 0, "correct": 0, "maj_votes": 0, "failed": 0}
+            )
             pooled["n"] += item["n"]
             pooled["correct"] += item["correct"]
             pooled["maj_votes"] += bool(item.get("maj_correct"))
@@ -50,10 +52,18 @@ def pooled_run(runs: list[EvalRun], label: str) -> EvalRun:
         "label": label,
         "cost_usd": sum(float(run.metrics.get("cost_usd") or 0.0) for run in runs),
         "wall_time_s": sum(float(run.metrics.get("wall_time_s") or 0.0) for run in runs),
-        "tokens": {key: sum(int((run.metrics.get("tokens") or {}).get(key) or 0) for run in runs) for key in ("prompt", "completion")},
-        "provenance": {"method": f"Training-Free GRPO, {len(runs)} seeds pooled", "model": runs[0].provenance.get("model")},
+        "tokens": {
+            key: sum(int((run.metrics.get("tokens") or {}).get(key) or 0) for run in runs)
+            for key in ("prompt", "completion")
+        },
+        "provenance": {
+            "method": f"Training-Free GRPO, {len(runs)} seeds pooled",
+            "model": runs[0].provenance.get("model"),
+        },
     }
-    return EvalRun(name=label, path=str(Path(runs[0].path).parent / POOLED), metrics=metrics, per_problem=list(by_id.values()))
+    return EvalRun(
+        name=label, path=str(Path(runs[0].path).parent / POOLED), metrics=metrics, per_problem=list(by_id.values())
+    )
 
 
 def _system_rows(recipe: Recipe, plan: list[Step]) -> list[SystemRow]:
@@ -68,9 +78,20 @@ def _system_rows(recipe: Recipe, plan: list[Step]) -> list[SystemRow]:
             row.training_cost, row.training_wall = training_numbers(by_id[dep])
         rows.append(row)
         seeds = [r for r in rows if r.system.startswith("library-seed-")]
-        if recipe.report.pooled and len(seeds) > 1 and len(seeds) == len(recipe.learn.seeds) and step.system == seeds[-1].system:
-            rows.append(SystemRow(POOLED, f"library pooled ({len(seeds)} seeds)",
-                                  sum(r.training_cost or 0.0 for r in seeds), sum(r.training_wall or 0.0 for r in seeds)))
+        if (
+            recipe.report.pooled
+            and len(seeds) > 1
+            and len(seeds) == len(recipe.learn.seeds)
+            and step.system == seeds[-1].system
+        ):
+            rows.append(
+                SystemRow(
+                    POOLED,
+                    f"library pooled ({len(seeds)} seeds)",
+                    sum(r.training_cost or 0.0 for r in seeds),
+                    sum(r.training_wall or 0.0 for r in seeds),
+                )
+            )
     return rows
 
 
@@ -107,7 +128,13 @@ def _usd(value: float | None) -> str:
 def _duration(seconds: float | None) -> str:
     if seconds is None:
         return "–"
-    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
+    return (
+        f"{seconds:.0f} s"
+        if seconds < 90
+        else f"{seconds / 60:.1f} min"
+        if seconds < 5400
+        else f"{seconds / 3600:.1f} h"
+    )
 
 
 def paper_table(recipe: Recipe, rows: list[SystemRow], comparisons: dict[str, Comparison]) -> Table:
@@ -130,9 +157,11 @@ def paper_table(recipe: Recipe, rows: list[SystemRow], comparisons: dict[str, Co
         wall = (row.training_wall or 0.0) + row.eval_wall
         cells += [_usd(row.training_cost), _usd(row.eval_cost), _duration(wall)]
         table_rows.append(cells)
-    note = ("Mean@K in %, 95% CI: percentile bootstrap over problems. Δ: paired difference in percentage points "
-            "against the first row, p: two-sided paired sign-flip permutation test. Pooled: every seed's samples of a "
-            "problem together. Wall time: training (learn or fine-tune) plus evals.")
+    note = (
+        "Mean@K in %, 95% CI: percentile bootstrap over problems. Δ: paired difference in percentage points "
+        "against the first row, p: two-sided paired sign-flip permutation test. Pooled: every seed's samples of a "
+        "problem together. Wall time: training (learn or fine-tune) plus evals."
+    )
     return Table(key="paper", title=f"{recipe.name}: Mean@K by system", headers=headers, rows=table_rows, note=note)
 
 

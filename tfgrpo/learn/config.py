@@ -13,8 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from tfgrpo.core.textfile import MAX_ROW_BYTES
 from tfgrpo.llm.config import LLMConfig
-from tfgrpo.rollout.agent import AgentConfig
 from tfgrpo.llm.types import SamplingParams
+from tfgrpo.rollout.agent import AgentConfig
 
 _TOPK = re.compile(r"^topk:[1-9]\d*$")
 
@@ -25,12 +25,15 @@ class StageTemplates(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     rollout_system: str | None = Field(
-        None, description="System prompt of a rollout (receives `experiences`); None = experiences' system-prompt template, the one export ships."
+        None,
+        description="System prompt of a rollout (receives `experiences`); None = experiences' system-prompt template, the one export ships.",
     )
     rollout_user: str = Field("rollout_user", description="User prompt of a rollout; receives `problem`.")
     summarize: str = Field("summarize", description="Stage 1: summarise one trajectory step by step.")
     group_advantage: str = Field("group_advantage", description="Stage 2: compare a group's rollouts → operations.")
-    consolidate: str = Field("consolidate", description="Stage 3: merge a batch's proposed operations → final operations.")
+    consolidate: str = Field(
+        "consolidate", description="Stage 3: merge a batch's proposed operations → final operations."
+    )
 
 
 class LearnConfig(BaseModel):
@@ -39,15 +42,23 @@ class LearnConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     # -- data ---------------------------------------------------------------------------------------
-    data: str = Field(description="Training problems: a bundled name (easy, dapo100, ...) or a JSONL/JSON/CSV/parquet file.")
-    val_data: str | None = Field(None, description="Validation problems; after each epoch Mean@k picks the best library.")
-    out: str = Field("runs/learn", description="Run directory (library.json, steps/, rollouts.jsonl, metrics.json, ...).")
+    data: str = Field(
+        description="Training problems: a bundled name (easy, dapo100, ...) or a JSONL/JSON/CSV/parquet file."
+    )
+    val_data: str | None = Field(
+        None, description="Validation problems; after each epoch Mean@k picks the best library."
+    )
+    out: str = Field(
+        "runs/learn", description="Run directory (library.json, steps/, rollouts.jsonl, metrics.json, ...)."
+    )
     problem_key: str = Field("problem", description="Column holding the problem text.")
     answer_key: str = Field("answer", description="Column holding the gold answer.")
     id_key: str = Field("id", description="Column holding the problem id (optional in the data; row-NNNN otherwise).")
     limit: int | None = Field(None, ge=1, description="Use only the first N training problems.")
     max_row_bytes: int = Field(
-        MAX_ROW_BYTES, ge=1024, description="Longest dataset row accepted, in bytes (a longer row is an error naming its line)."
+        MAX_ROW_BYTES,
+        ge=1024,
+        description="Longest dataset row accepted, in bytes (a longer row is an error naming its line).",
     )
     init_library: str | None = Field(None, description="Start from this library JSON instead of an empty library.")
 
@@ -55,18 +66,26 @@ class LearnConfig(BaseModel):
     llm: LLMConfig = Field(default_factory=LLMConfig)
 
     # -- the algorithm ------------------------------------------------------------------------------
-    group_size: int = Field(5, ge=1, description="G: rollouts per query (1 works, as an ablation: no group to compare).")
+    group_size: int = Field(
+        5, ge=1, description="G: rollouts per query (1 works, as an ablation: no group to compare)."
+    )
     epochs: int = Field(3, ge=1, description="Passes over the training data; reshuffled each epoch with the seed.")
     batch_size: int | None = Field(
         None, ge=1, description="Queries per step (one consolidation + library update each). None = the whole dataset."
     )
     seed: int = Field(42, description="Shuffling seed; a rerun with the same seed replays the same requests.")
     reward: str = Field("math", description="Reward name from rewards.get_reward.")
-    ground_truth: bool = Field(True, description="False = score against each group's majority answer (no gold labels).")
-    std_threshold: float = Field(
-        0.0, ge=0.0, description="A group whose reward std is <= this is homogeneous and skipped (0 = all rewards equal)."
+    ground_truth: bool = Field(
+        True, description="False = score against each group's majority answer (no gold labels)."
     )
-    max_ops_per_group: int = Field(3, ge=1, description="K: at most this many operations proposed per group (stage 2).")
+    std_threshold: float = Field(
+        0.0,
+        ge=0.0,
+        description="A group whose reward std is <= this is homogeneous and skipped (0 = all rewards equal).",
+    )
+    max_ops_per_group: int = Field(
+        3, ge=1, description="K: at most this many operations proposed per group (stage 2)."
+    )
     max_words: int = Field(32, ge=1, description="Longest experience, in words; longer proposals are rejected.")
     trajectory_token_budget: int = Field(
         2048, ge=64, description="Trajectories longer than this (approx. tokens) are cut in the middle before stage 1."
@@ -75,43 +94,65 @@ class LearnConfig(BaseModel):
     dedup_threshold: float = Field(
         # 0.75: precision 0.86, recall 0.62 on tests/data/lesson_pairs.jsonl; at 0.90 MiniLM flags 5% of real
         # paraphrases (benchmarks/embedders.py). A false hint costs one prompt line; stage 3 decides.
-        0.75, gt=0.0, le=1.0, description="Cosine similarity above which library items are shown to stage 3 as near-duplicates."
+        0.75,
+        gt=0.0,
+        le=1.0,
+        description="Cosine similarity above which library items are shown to stage 3 as near-duplicates.",
     )
     max_experiences: int | None = Field(
         None, ge=1, description="Library size cap; beyond it the lowest-value experiences are evicted (None = no cap)."
     )
     max_library_tokens: int | None = Field(
-        None, ge=1, description="Library budget in prompt tokens (≈ chars/4); the lowest-value experiences are evicted beyond it."
+        None,
+        ge=1,
+        description="Library budget in prompt tokens (≈ chars/4); the lowest-value experiences are evicted beyond it.",
     )
     dedup: bool = Field(True, description="Look up near-duplicate experiences with the vector store before stage 3.")
     rollout_sampling: SamplingParams = Field(default_factory=lambda: SamplingParams(temperature=0.7, max_tokens=2048))
     stage_sampling: SamplingParams = Field(default_factory=lambda: SamplingParams(temperature=0.0, max_tokens=2048))
     templates: StageTemplates = Field(default_factory=StageTemplates)
-    system_prompt: str | None = Field(None, description="A fixed system-prompt file instead of the rollout_system template.")
+    system_prompt: str | None = Field(
+        None, description="A fixed system-prompt file instead of the rollout_system template."
+    )
 
     # -- tools, validation --------------------------------------------------------------------------
-    agent: AgentConfig = Field(default_factory=AgentConfig, description="Multi-turn tool use (tools: [python], max_turns, protocol).")
+    agent: AgentConfig = Field(
+        default_factory=AgentConfig, description="Multi-turn tool use (tools: [python], max_turns, protocol)."
+    )
     val_samples: int = Field(4, ge=1, description="k of the validation Mean@k.")
 
     # -- trust: leakage and test-set guards (docs/trust.md) ---------------------------------------
     leakage: Literal["reject", "flag", "off"] = Field(
-        "reject", description="Operations whose text contains a gold answer of a training, validation or test problem: reject, flag (apply and list) or off."
+        "reject",
+        description="Operations whose text contains a gold answer of a training, validation or test problem: reject, flag (apply and list) or off.",
     )
     leakage_copy: Literal["reject", "flag", "off"] = Field(
-        "flag", description="Operations whose text copies a training, validation or test problem (word n-gram overlap): reject, flag or off."
+        "flag",
+        description="Operations whose text copies a training, validation or test problem (word n-gram overlap): reject, flag or off.",
     )
     leakage_ngram: int = Field(6, ge=3, description="n of the word n-grams compared for copied problems.")
-    leakage_copy_threshold: float = Field(0.5, gt=0.0, le=1.0, description="Shared n-gram fraction from which a text copies a problem.")
-    test_data: list[str] = Field(
-        default_factory=list, description="Your test sets (names or files): learn refuses data sharing problems with them or the bundled aime24/aime25."
+    leakage_copy_threshold: float = Field(
+        0.5, gt=0.0, le=1.0, description="Shared n-gram fraction from which a text copies a problem."
     )
-    allow_test_overlap: bool = Field(False, description="Learn even when --data / --val-data share problems with a test set.")
-    seeds: int = Field(1, ge=1, description="Learn once per seed (seed, seed+1, ...) into out/seed-S, a seed set for eval and compare.")
+    test_data: list[str] = Field(
+        default_factory=list,
+        description="Your test sets (names or files): learn refuses data sharing problems with them or the bundled aime24/aime25.",
+    )
+    allow_test_overlap: bool = Field(
+        False, description="Learn even when --data / --val-data share problems with a test set."
+    )
+    seeds: int = Field(
+        1,
+        ge=1,
+        description="Learn once per seed (seed, seed+1, ...) into out/seed-S, a seed set for eval and compare.",
+    )
     select_by: Literal["epoch", "step"] = Field(
-        "epoch", description="With --val-data: validate and pick the best library per epoch, or per step (every step validated)."
+        "epoch",
+        description="With --val-data: validate and pick the best library per epoch, or per step (every step validated).",
     )
     gate: bool = Field(
-        False, description="With --val-data: keep a step's library only if validation does not drop beyond noise (bootstrap CI of Δ below 0)."
+        False,
+        description="With --val-data: keep a step's library only if validation does not drop beyond noise (bootstrap CI of Δ below 0).",
     )
 
     # -- run control --------------------------------------------------------------------------------
@@ -137,11 +178,41 @@ class LearnConfig(BaseModel):
 
 # Settings whose change would make a resumed run differ from an uninterrupted one.
 RESUME_LOCKED_KEYS = (
-    "data", "problem_key", "answer_key", "id_key", "limit", "init_library", "group_size", "batch_size", "seed",
-    "reward", "ground_truth", "std_threshold", "max_ops_per_group", "max_words", "trajectory_token_budget", "inject",
-    "dedup_threshold", "dedup", "rollout_sampling", "stage_sampling", "templates", "system_prompt", "agent",
-    "on_consolidation_failure", "max_experiences", "max_library_tokens", "leakage", "leakage_copy", "leakage_ngram",
-    "leakage_copy_threshold", "test_data", "gate", "llm.backend", "llm.model", "llm.adapter",
+    "data",
+    "problem_key",
+    "answer_key",
+    "id_key",
+    "limit",
+    "init_library",
+    "group_size",
+    "batch_size",
+    "seed",
+    "reward",
+    "ground_truth",
+    "std_threshold",
+    "max_ops_per_group",
+    "max_words",
+    "trajectory_token_budget",
+    "inject",
+    "dedup_threshold",
+    "dedup",
+    "rollout_sampling",
+    "stage_sampling",
+    "templates",
+    "system_prompt",
+    "agent",
+    "on_consolidation_failure",
+    "max_experiences",
+    "max_library_tokens",
+    "leakage",
+    "leakage_copy",
+    "leakage_ngram",
+    "leakage_copy_threshold",
+    "test_data",
+    "gate",
+    "llm.backend",
+    "llm.model",
+    "llm.adapter",
 )
 
 

@@ -13,11 +13,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tfgrpo.core.datasets import Problem
-from tfgrpo.core.lockout import check_no_test_overlap, find_test_overlap, load_test_sets
 from experiences.leakage import LeakageChecker, LeakFinding
 from experiences.model import Library
 from experiences.ops import Operation
+from tfgrpo.core.datasets import Problem
+from tfgrpo.core.lockout import check_no_test_overlap, find_test_overlap, load_test_sets
 from tfgrpo.learn.config import LearnConfig
 
 
@@ -26,8 +26,12 @@ def load_declared_test_sets(config: LearnConfig) -> dict[str, list[Problem]]:
     return load_test_sets(config.test_data, **keys)
 
 
-def check_learning_data(config: LearnConfig, problems: Sequence[Problem], val_problems: Sequence[Problem],
-                        test_sets: dict[str, list[Problem]]) -> str | None:
+def check_learning_data(
+    config: LearnConfig,
+    problems: Sequence[Problem],
+    val_problems: Sequence[Problem],
+    test_sets: dict[str, list[Problem]],
+) -> str | None:
     """Raise on overlap with a test set; with `allow_test_overlap`, return a warning line instead (None: clean)."""
     data = {f"--data {config.data}": problems}
     if val_problems:
@@ -57,8 +61,13 @@ class LeakageGuard:
         self.checker = LeakageChecker(sets, ngram=config.leakage_ngram, copy_threshold=config.leakage_copy_threshold)
 
     @classmethod
-    def for_run(cls, config: LearnConfig, problems: Sequence[Problem], val_problems: Sequence[Problem],
-                test_sets: dict[str, list[Problem]]) -> LeakageGuard | None:
+    def for_run(
+        cls,
+        config: LearnConfig,
+        problems: Sequence[Problem],
+        val_problems: Sequence[Problem],
+        test_sets: dict[str, list[Problem]],
+    ) -> LeakageGuard | None:
         if config.leakage == "off" and config.leakage_copy == "off":
             return None
         declared = {name: test_sets[name] for name in config.test_data if name in test_sets}
@@ -76,15 +85,20 @@ class LeakageGuard:
             wire = op.to_wire()
             for finding in findings:
                 action = "rejected" if reject else "flagged"
-                screened.records.append({"action": action, **finding.model_dump(exclude={"experience_id"}), "op": wire})
+                screened.records.append(
+                    {"action": action, **finding.model_dump(exclude={"experience_id"}), "op": wire}
+                )
             if not reject:
                 screened.kept.append(op)
         return screened
 
     def initial_warnings(self, library: Library) -> list[str]:
         """The starting library (--init-library) is the user's: its leaks are reported, never removed."""
-        return [f"--init-library: {finding.describe()}" for finding in self.checker.check_library(library)
-                if self.modes[finding.kind] != "off"]
+        return [
+            f"--init-library: {finding.describe()}"
+            for finding in self.checker.check_library(library)
+            if self.modes[finding.kind] != "off"
+        ]
 
     def _per_item(self, texts: list[str]) -> list[list[LeakFinding]]:
         keyed = self.checker.check((str(i), text) for i, text in enumerate(texts))
@@ -100,9 +114,13 @@ def history_records(screened: Screened) -> list[dict[str, Any]]:
     ops: dict[int, dict[str, Any]] = {}
     for record in screened.records:
         if record["action"] == "rejected":
-            reasons.setdefault(id(record["op"]), []).append(f"{record['kind']} of {record['source']}:{record['problem_id']}")
+            reasons.setdefault(id(record["op"]), []).append(
+                f"{record['kind']} of {record['source']}:{record['problem_id']}"
+            )
             ops[id(record["op"])] = record["op"]
-    return [{"kind": "rejected", "op": ops[key], "reason": "leakage: " + "; ".join(why)} for key, why in reasons.items()]
+    return [
+        {"kind": "rejected", "op": ops[key], "reason": "leakage: " + "; ".join(why)} for key, why in reasons.items()
+    ]
 
 
 __all__ = ["LeakageGuard", "Screened", "check_learning_data", "history_records", "load_declared_test_sets"]

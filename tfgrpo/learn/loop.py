@@ -28,24 +28,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from tfgrpo.core.answers import is_correct, majority_vote
-from tfgrpo.core.datasets import Problem, load_dataset_rows
 from experiences.apply import Budget, apply_operations
 from experiences.model import Library
 from experiences.store import ExperienceStore
-from tfgrpo.rollout.injection import Injector
+from tfgrpo.core.answers import is_correct, majority_vote
+from tfgrpo.core.datasets import Problem, load_dataset_rows
 from tfgrpo.learn.config import LearnConfig
 from tfgrpo.learn.guards import LeakageGuard, Screened, check_learning_data, history_records, load_declared_test_sets
 from tfgrpo.learn.metrics import StepCounters, run_metrics
-from tfgrpo.learn.selection import INITIAL, gate_decision, reference_step, select_best_step, selection_metrics
-from tfgrpo.llm.client import LLMClient
-from tfgrpo.llm.errors import AllRequestsFailedError, BudgetExceededError
-from tfgrpo.rollout.sampling import PromptSpec, Rollout, sample_group, score_group
 from tfgrpo.learn.rundir import RunDir, RunState
+from tfgrpo.learn.selection import INITIAL, gate_decision, reference_step, select_best_step, selection_metrics
 from tfgrpo.learn.stages import gather_all
 from tfgrpo.learn.stages.advantage import GroupAnalysis, GroupRequest, analyze_group
 from tfgrpo.learn.stages.consolidate import NearDuplicate, consolidate
 from tfgrpo.learn.stages.summarize import Summary, SummaryRequest, summarize_rollouts
+from tfgrpo.llm.client import LLMClient
+from tfgrpo.llm.errors import AllRequestsFailedError, BudgetExceededError
+from tfgrpo.rollout.injection import Injector
+from tfgrpo.rollout.sampling import PromptSpec, Rollout, sample_group, score_group
 
 T = TypeVar("T")
 
@@ -96,11 +96,19 @@ def learn(config: LearnConfig, *, client: LLMClient | None = None, console: Any 
         run = RunDir(config.out)
         library = Library.load(run.library_path) if run.library_path.is_file() else Library()
         metrics = json.loads(run.metrics_path.read_text(encoding="utf-8")) if run.metrics_path.is_file() else {}
-        return LearnResult(out=run.root, status="interrupted", library=library, best_epoch=metrics.get("best_epoch"),
-                           metrics=metrics, message="interrupted by the user")
+        return LearnResult(
+            out=run.root,
+            status="interrupted",
+            library=library,
+            best_epoch=metrics.get("best_epoch"),
+            metrics=metrics,
+            message="interrupted by the user",
+        )
 
 
-async def learn_async(config: LearnConfig, *, client: LLMClient | None = None, console: Any | None = None) -> LearnResult:
+async def learn_async(
+    config: LearnConfig, *, client: LLMClient | None = None, console: Any | None = None
+) -> LearnResult:
     run = RunDir(config.out)
     try:
         return await _learn_in(run, config, client=client, console=console)
@@ -138,11 +146,16 @@ async def _learn_in(run: RunDir, config: LearnConfig, *, client: LLMClient | Non
         client.budget_usd = max(config.llm.budget_usd - spent_before, 0.0)
     session = {"started": time.strftime("%Y-%m-%dT%H:%M:%S"), "from_step": state.completed_step}
     run.log(f"{'resumed' if config.resume else 'started'} at step {state.completed_step}; {len(plans)} steps planned")
-    for warning in [overlap_warning, *(guard.initial_warnings(initial) if guard and state.completed_step == 0 else [])]:
+    for warning in [
+        overlap_warning,
+        *(guard.initial_warnings(initial) if guard and state.completed_step == 0 else []),
+    ]:
         if warning:
             run.log(warning)
             console.print(f"warning: {warning}", style="yellow", highlight=False, markup=False)
-    engine = Engine(config, client, reward, run, console, guard=guard, val_problems=val_problems, steps_planned=len(plans))
+    engine = Engine(
+        config, client, reward, run, console, guard=guard, val_problems=val_problems, steps_planned=len(plans)
+    )
     started = time.perf_counter()
     status, message = "failed", "crashed"  # until the loop finishes or stops cleanly
     try:
@@ -153,7 +166,9 @@ async def _learn_in(run: RunDir, config: LearnConfig, *, client: LLMClient | Non
                 if plan.last_in_epoch:
                     state.epoch_end_step[plan.epoch] = plan.step
                     if val_problems and plan.epoch not in state.validation:
-                        epoch_library = library if plan.step == state.completed_step else run.load_step_library(plan.step)
+                        epoch_library = (
+                            library if plan.step == state.completed_step else run.load_step_library(plan.step)
+                        )
                         state.validation[plan.epoch] = await engine.validate(plan.epoch, epoch_library, val_problems)
                     run.save_state(state)
         status, message = "completed", ""
@@ -190,7 +205,9 @@ async def _learn_in(run: RunDir, config: LearnConfig, *, client: LLMClient | Non
     metrics.update(selection_metrics(state.step_validation, select_by=config.select_by))
     run.write_metrics(metrics)
     run.log(f"{status} at step {state.completed_step}{': ' + message if message else ''}")
-    result = LearnResult(out=run.root, status=status, library=final, best_epoch=best_epoch, metrics=metrics, message=message)
+    result = LearnResult(
+        out=run.root, status=status, library=final, best_epoch=best_epoch, metrics=metrics, message=message
+    )
     if status != "completed":
         console.print(f"[yellow]{message}[/]. Progress is saved; continue with: [bold]{result.resume_command}[/]")
     return result
@@ -199,8 +216,12 @@ async def _learn_in(run: RunDir, config: LearnConfig, *, client: LLMClient | Non
 def load_problems(config: LearnConfig, spec: str, *, training: bool = True) -> list[Problem]:
     """Training data needs no answers without ground truth (majority-vote pseudo-labels); validation does."""
     return load_dataset_rows(
-        spec, problem_key=config.problem_key, answer_key=config.answer_key, id_key=config.id_key,
-        limit=config.limit if training else None, require_answer=config.ground_truth or not training,
+        spec,
+        problem_key=config.problem_key,
+        answer_key=config.answer_key,
+        id_key=config.id_key,
+        limit=config.limit if training else None,
+        require_answer=config.ground_truth or not training,
         max_row_bytes=config.max_row_bytes,
     )
 
@@ -220,15 +241,29 @@ def plan_steps(problems: list[Problem], config: LearnConfig) -> list[StepPlan]:
 
 def select_best_epoch(state: RunState) -> int | None:
     """Highest validation Mean@k; ties go to the earlier epoch."""
-    scored = [(result["mean_at_k"], -epoch, epoch) for epoch, result in state.validation.items() if result.get("mean_at_k") is not None]
+    scored = [
+        (result["mean_at_k"], -epoch, epoch)
+        for epoch, result in state.validation.items()
+        if result.get("mean_at_k") is not None
+    ]
     return max(scored)[2] if scored else None
 
 
 class Engine:
     """The stages of one step, wired to the client, the reward, the run directory and the progress display."""
 
-    def __init__(self, config: LearnConfig, client: LLMClient, reward: Any, run: RunDir, console: Any, *,
-                 guard: LeakageGuard | None = None, val_problems: list[Problem] | None = None, steps_planned: int = 0):
+    def __init__(
+        self,
+        config: LearnConfig,
+        client: LLMClient,
+        reward: Any,
+        run: RunDir,
+        console: Any,
+        *,
+        guard: LeakageGuard | None = None,
+        val_problems: list[Problem] | None = None,
+        steps_planned: int = 0,
+    ):
         from tfgrpo.core.progress import stage_progress
 
         self.config = config
@@ -289,13 +324,18 @@ class Engine:
         for group in groups:
             for rollout in group.rollouts:
                 if rollout.ok:
-                    library.record_usage(group.injected_ids, correct=None if rollout.reward is None else is_correct(rollout.reward))
+                    library.record_usage(
+                        group.injected_ids, correct=None if rollout.reward is None else is_correct(rollout.reward)
+                    )
         counters.count_groups(groups)
         counters.lap("rollouts")
 
         # Stage 1: every valid rollout of every kept group summarised at once.
         requests = [
-            SummaryRequest(r, g.problem.problem, g.experiences, g.gold, g.gold_is_pseudo) for g in kept for r in g.rollouts if r.ok
+            SummaryRequest(r, g.problem.problem, g.experiences, g.gold, g.gold_is_pseudo)
+            for g in kept
+            for r in g.rollouts
+            if r.ok
         ]
         summaries = await self.summaries(f"{label} · summaries", requests)
         counters.count_summaries(summaries)
@@ -307,15 +347,23 @@ class Engine:
         for group in kept:
             usable = [s for s in summaries if s.rollout.query_id == group.problem.id and s.text]
             if len(usable) >= min(2, config.group_size):
-                group_requests.append(GroupRequest(group.problem.id, group.problem.problem, group.gold, group.gold_is_pseudo, usable))
+                group_requests.append(
+                    GroupRequest(group.problem.id, group.problem.problem, group.gold, group.gold_is_pseudo, usable)
+                )
             else:
                 counters.groups_skipped_no_summaries += 1
         analyses = await self.tracked(
             f"{label} · group advantage",
             [
                 analyze_group(
-                    self.client, request, library=library, library_text=library_text, template=config.templates.group_advantage,
-                    sampling=config.stage_sampling, max_ops=config.max_ops_per_group, max_words=config.max_words,
+                    self.client,
+                    request,
+                    library=library,
+                    library_text=library_text,
+                    template=config.templates.group_advantage,
+                    sampling=config.stage_sampling,
+                    max_ops=config.max_ops_per_group,
+                    max_words=config.max_words,
                 )
                 for request in group_requests
             ],
@@ -330,24 +378,40 @@ class Engine:
                 f"{label} · consolidation",
                 [
                     consolidate(
-                        self.client, analyses, library=library, library_text=library_text, near_duplicates=near,
-                        template=config.templates.consolidate, sampling=config.stage_sampling, max_words=config.max_words,
+                        self.client,
+                        analyses,
+                        library=library,
+                        library_text=library_text,
+                        near_duplicates=near,
+                        template=config.templates.consolidate,
+                        sampling=config.stage_sampling,
+                        max_words=config.max_words,
                         on_failure=config.on_consolidation_failure,
                     )
                 ],
             )
         )[0]
         # Leakage guard: operations that contain a gold answer or copy a problem are rejected or flagged.
-        screened = await asyncio.to_thread(self.guard.screen, consolidation.final) if self.guard else Screened(list(consolidation.final))
+        screened = (
+            await asyncio.to_thread(self.guard.screen, consolidation.final)
+            if self.guard
+            else Screened(list(consolidation.final))
+        )
         applied = apply_operations(
             library,
             screened.kept,
             step=plan.step,
-            provenance={"run": self.run.root.name, "epoch": plan.epoch, "step": plan.step, "batch": plan.batch,
-                        "query_ids": [a.query_id for a in analyses if a.reply.operations]},
+            provenance={
+                "run": self.run.root.name,
+                "epoch": plan.epoch,
+                "step": plan.step,
+                "batch": plan.batch,
+                "query_ids": [a.query_id for a in analyses if a.reply.operations],
+            },
             max_words=config.max_words,
             budget=Budget(max_items=config.max_experiences, max_prompt_tokens=config.max_library_tokens)
-            if config.max_experiences or config.max_library_tokens else None,
+            if config.max_experiences or config.max_library_tokens
+            else None,
         )
         counters.count_consolidation(consolidation, applied)
         counters.count_leakage(screened.records)
@@ -367,7 +431,9 @@ class Engine:
             stage_rows={
                 "summaries": [{**context, **s.to_row()} for s in summaries],
                 "group_ops": [{**context, **a.to_row()} for a in analyses],
-                "consolidation": [{**context, **consolidation.to_row(), "apply": applied.log_records()}] if consolidation.reply else [],
+                "consolidation": [{**context, **consolidation.to_row(), "apply": applied.log_records()}]
+                if consolidation.reply
+                else [],
             },
             step_metrics=counters.as_dict(),
             library_records=history_records(screened) + (gate_records or applied.log_records()),
@@ -378,14 +444,21 @@ class Engine:
 
     async def rollouts(self, plan: StepPlan, library: Library, label: str) -> list[Group]:
         config = self.config
-        injector = Injector(library=library, spec=config.inject, store=await self.store(library) if config.inject != "all" else None)
+        injector = Injector(
+            library=library, spec=config.inject, store=await self.store(library) if config.inject != "all" else None
+        )
 
         async def one(problem: Problem) -> Group:
             chosen = injector.select(problem.problem)
             experiences = injector.text_for(problem.problem, chosen)
             messages = self.prompt.messages(problem.problem, experiences)
             rollouts = await sample_group(
-                self.client, problem.id, messages, n=config.group_size, sampling=config.rollout_sampling, tag="rollout",
+                self.client,
+                problem.id,
+                messages,
+                n=config.group_size,
+                sampling=config.rollout_sampling,
+                tag="rollout",
                 agent=self.agent,
                 # each epoch draws fresh samples of a prompt (cache keys include the index); a rerun the same ones
                 sample_offset=(plan.epoch - 1) * config.group_size,
@@ -411,6 +484,7 @@ class Engine:
             group.gold = group.problem.answer
         else:
             from rewards.extraction import extract_answer
+
             # the shared majority rule (ties to the answer voted first), so the pseudo-label is maj@k's answer
             vote = majority_vote([extract_answer(r.completion) for r in valid])
             group.gold, group.gold_is_pseudo = (None if vote is None else vote.first), True
@@ -431,15 +505,20 @@ class Engine:
         task_id = self.progress.add_task(description, total=len(requests))
         try:
             return await summarize_rollouts(
-                self.client, requests, template=self.config.templates.summarize, sampling=self.config.stage_sampling,
-                token_budget=self.config.trajectory_token_budget, on_done=lambda k: self.progress.advance(task_id, k),
+                self.client,
+                requests,
+                template=self.config.templates.summarize,
+                sampling=self.config.stage_sampling,
+                token_budget=self.config.trajectory_token_budget,
+                on_done=lambda k: self.progress.advance(task_id, k),
             )
         finally:
             self.progress.remove_task(task_id)
 
     # -- validation ------------------------------------------------------------------------------------
-    async def validate_step(self, plan: StepPlan, before: Library, applied: Any, state: RunState,
-                            counters: StepCounters) -> tuple[Library, list[dict[str, Any]]]:
+    async def validate_step(
+        self, plan: StepPlan, before: Library, applied: Any, state: RunState, counters: StepCounters
+    ) -> tuple[Library, list[dict[str, Any]]]:
         """Validate the step's candidate library; with the gate, keep it only if validation did not drop beyond noise."""
         candidate = await self.validate(plan.epoch, applied.library, self.val_problems, label=f"step {plan.step}")
         record = {**candidate, "step": plan.step}
@@ -449,8 +528,13 @@ class Engine:
             if ref_step is None:  # the starting library, validated once (free on a rerun: cached)
                 ref_step = INITIAL
                 start = self.run.load_step_library(INITIAL)
-                state.step_validation[INITIAL] = {**await self.validate(0, start, self.val_problems, label="start"), "step": INITIAL}
-            decision = gate_decision(state.step_validation[ref_step]["per_problem"], candidate["per_problem"], seed=self.config.seed)
+                state.step_validation[INITIAL] = {
+                    **await self.validate(0, start, self.val_problems, label="start"),
+                    "step": INITIAL,
+                }
+            decision = gate_decision(
+                state.step_validation[ref_step]["per_problem"], candidate["per_problem"], seed=self.config.seed
+            )
             record.update(gate=decision["decision"], gate_reference_step=ref_step)
             counters.gate = {**decision, "reference_step": ref_step}
             self.run.log(f"gate after step {plan.step}: {decision['decision']} ({decision['reason']})")
@@ -459,20 +543,32 @@ class Engine:
             return applied.library, []
         before.next_id = max(before.next_id, applied.library.next_id)  # ids of rejected lessons are never reused
         reason = f"gate: {counters.gate['reason']}, Δ {counters.gate['diff']:+.3f} CI {counters.gate['ci95']}"
-        return before, [{"kind": "rejected", "op": item.operation.to_wire(), "reason": reason} for item in applied.applied]
+        return before, [
+            {"kind": "rejected", "op": item.operation.to_wire(), "reason": reason} for item in applied.applied
+        ]
 
-    async def validate(self, epoch: int, library: Library, problems: list[Problem], *, label: str | None = None) -> dict[str, Any]:
+    async def validate(
+        self, epoch: int, library: Library, problems: list[Problem], *, label: str | None = None
+    ) -> dict[str, Any]:
         """Mean@k of this epoch's library on the validation problems (failed calls left out)."""
         from tfgrpo.core.metrics import mean_at_k
 
         config = self.config
-        injector = Injector(library=library, spec=config.inject, store=await self.store(library) if config.inject != "all" else None)
+        injector = Injector(
+            library=library, spec=config.inject, store=await self.store(library) if config.inject != "all" else None
+        )
         before = self.client.accounting.total.cost_usd
 
         async def one(problem: Problem) -> list[Rollout]:
             messages = self.prompt.messages(problem.problem, injector.text_for(problem.problem))
             rollouts = await sample_group(
-                self.client, problem.id, messages, n=config.val_samples, sampling=config.rollout_sampling, tag="validation", agent=self.agent
+                self.client,
+                problem.id,
+                messages,
+                n=config.val_samples,
+                sampling=config.rollout_sampling,
+                tag="validation",
+                agent=self.agent,
             )
             await asyncio.to_thread(score_group, self.reward, rollouts, problem.answer, {"problem": problem.problem})
             return rollouts
@@ -491,7 +587,7 @@ class Engine:
             "library_size": len(library),
             "cost_usd": self.client.accounting.total.cost_usd - before,
             # each problem's share of correct samples: the gate's paired test and the Pareto view use it
-            "per_problem": {p.id: c / n for p, (n, c) in zip(problems, pairs) if n > 0},
+            "per_problem": {p.id: c / n for p, (n, c) in zip(problems, pairs, strict=False) if n > 0},
         }
         self.run.log(f"validation after {label}: Mean@{config.val_samples} = {result['mean_at_k']}")
         return result
@@ -536,16 +632,24 @@ class Engine:
         matches = await self.on_store_thread(store.query_many, texts, k=1)
         return [
             NearDuplicate(text=text, id=found[0].id, similarity=round(found[0].similarity, 2))
-            for text, found in zip(texts, matches)
+            for text, found in zip(texts, matches, strict=False)
             if found and found[0].similarity >= self.config.dedup_threshold
         ]
 
     def rollout_row(self, group: Group, rollout: Rollout, library: Library, plan: StepPlan) -> dict[str, Any]:
         return {
-            "run": self.run.root.name, "epoch": plan.epoch, "step": plan.step, "batch": plan.batch,
-            "problem": group.problem.problem, "answer": group.problem.answer, **rollout.to_row(),
-            "library_version": library.version, "group_mean": group.mean, "group_std": group.std,
-            "group_status": group.status, "pseudo_label": group.gold if group.gold_is_pseudo else None,
+            "run": self.run.root.name,
+            "epoch": plan.epoch,
+            "step": plan.step,
+            "batch": plan.batch,
+            "problem": group.problem.problem,
+            "answer": group.problem.answer,
+            **rollout.to_row(),
+            "library_version": library.version,
+            "group_mean": group.mean,
+            "group_std": group.std,
+            "group_status": group.status,
+            "pseudo_label": group.gold if group.gold_is_pseudo else None,
         }
 
 

@@ -1,18 +1,18 @@
 """What a learn run counts, per step, per epoch and in total: the keys of its `metrics.json`.
 
-    steps[]:   step, epoch, batch, queries, rollouts, rollouts_failed, rollouts_unscored, rollouts_scored, accuracy,
-               groups_{total,kept,skipped_homogeneous,skipped_too_few_valid,skipped_no_majority,skipped_no_summaries},
-               summaries, summaries_failed, group_calls_failed, ops_proposed, ops_final, ops_applied,
-               ops_rejected, ops_evicted, parse_retries, parse_failures, consolidation_failed,
-               api_failures, prompt_tokens, cached_prompt_tokens (provider prompt cache),
-               uncached_prompt_tokens, completion_tokens, cached_samples (our response cache), cost_usd, wall_time_s,
-               retries_{rate_limit,server_error,timeout,bad_body,connection} (transient failures retried),
-               stage_seconds {rollouts, summaries, group_advantage, consolidation}, library_version, library_size,
-               leaks_rejected, leaks_flagged, leakage [{action, kind, problem_id, source, evidence, text, op}],
-               stage_replies {group, consolidate: {replies, enforced, parsed, repaired, retried, lost}}
-    epochs[]:  epoch, steps, accuracy (over the epoch's scored rollouts), library_size, val_mean_at_k
-    leakage:   every leakage finding of the run, with its step (see tfgrpo.learn.guards)
-    totals:    sums of the step counters + validation cost, rollouts, cost_usd, wall_time_s (all sessions)
+steps[]:   step, epoch, batch, queries, rollouts, rollouts_failed, rollouts_unscored, rollouts_scored, accuracy,
+           groups_{total,kept,skipped_homogeneous,skipped_too_few_valid,skipped_no_majority,skipped_no_summaries},
+           summaries, summaries_failed, group_calls_failed, ops_proposed, ops_final, ops_applied,
+           ops_rejected, ops_evicted, parse_retries, parse_failures, consolidation_failed,
+           api_failures, prompt_tokens, cached_prompt_tokens (provider prompt cache),
+           uncached_prompt_tokens, completion_tokens, cached_samples (our response cache), cost_usd, wall_time_s,
+           retries_{rate_limit,server_error,timeout,bad_body,connection} (transient failures retried),
+           stage_seconds {rollouts, summaries, group_advantage, consolidation}, library_version, library_size,
+           leaks_rejected, leaks_flagged, leakage [{action, kind, problem_id, source, evidence, text, op}],
+           stage_replies {group, consolidate: {replies, enforced, parsed, repaired, retried, lost}}
+epochs[]:  epoch, steps, accuracy (over the epoch's scored rollouts), library_size, val_mean_at_k
+leakage:   every leakage finding of the run, with its step (see tfgrpo.learn.guards)
+totals:    sums of the step counters + validation cost, rollouts, cost_usd, wall_time_s (all sessions)
 """
 
 from __future__ import annotations
@@ -25,12 +25,38 @@ from tfgrpo.core.answers import is_correct
 from tfgrpo.llm.accounting import RETRY_CAUSES, retries_line
 
 SUMMED = (
-    "queries", "rollouts", "rollouts_failed", "rollouts_unscored", "rollouts_scored", "correct", "groups_total", "groups_kept",
-    "groups_skipped_homogeneous", "groups_skipped_too_few_valid", "groups_skipped_no_majority",
-    "groups_skipped_no_summaries", "summaries", "summaries_failed", "group_calls_failed", "ops_proposed", "ops_final",
-    "ops_applied", "ops_rejected", "ops_evicted", "parse_retries", "parse_failures", "consolidation_failed",
-    "api_failures", "prompt_tokens", "cached_prompt_tokens", "uncached_prompt_tokens", "completion_tokens", "cached_samples",
-    "leaks_rejected", "leaks_flagged", *(f"retries_{cause}" for cause in RETRY_CAUSES),
+    "queries",
+    "rollouts",
+    "rollouts_failed",
+    "rollouts_unscored",
+    "rollouts_scored",
+    "correct",
+    "groups_total",
+    "groups_kept",
+    "groups_skipped_homogeneous",
+    "groups_skipped_too_few_valid",
+    "groups_skipped_no_majority",
+    "groups_skipped_no_summaries",
+    "summaries",
+    "summaries_failed",
+    "group_calls_failed",
+    "ops_proposed",
+    "ops_final",
+    "ops_applied",
+    "ops_rejected",
+    "ops_evicted",
+    "parse_retries",
+    "parse_failures",
+    "consolidation_failed",
+    "api_failures",
+    "prompt_tokens",
+    "cached_prompt_tokens",
+    "uncached_prompt_tokens",
+    "completion_tokens",
+    "cached_samples",
+    "leaks_rejected",
+    "leaks_flagged",
+    *(f"retries_{cause}" for cause in RETRY_CAUSES),
 )
 #: How the structured replies of stages 2 and 3 fared: generated under the schema (enforced), used as they
 #: came (parsed: strict JSON, first try), fixed by the tolerant parser (repaired), asked again (retried),
@@ -73,7 +99,9 @@ class StepCounters:
     consolidation_failed: bool = False
     api_failures: int = 0
     prompt_tokens: int = 0
-    cached_prompt_tokens: int = 0  # of prompt_tokens: served from the provider's prompt cache, billed at its cached rate
+    cached_prompt_tokens: int = (
+        0  # of prompt_tokens: served from the provider's prompt cache, billed at its cached rate
+    )
     uncached_prompt_tokens: int = 0
     completion_tokens: int = 0
     cached_samples: int = 0

@@ -45,9 +45,12 @@ class RunState(BaseModel):
     epoch_end_step: dict[int, int] = Field(default_factory=dict, description="Epoch → step after which it ended.")
     validation: dict[int, dict[str, Any]] = Field(default_factory=dict, description="Epoch → validation result.")
     step_validation: dict[int, dict[str, Any]] = Field(
-        default_factory=dict, description="Step → validation of its candidate library (select_by: step, or gate); 0 = the start."
+        default_factory=dict,
+        description="Step → validation of its candidate library (select_by: step, or gate); 0 = the start.",
     )
-    sessions: list[dict[str, Any]] = Field(default_factory=list, description="One entry per process that worked on the run.")
+    sessions: list[dict[str, Any]] = Field(
+        default_factory=list, description="One entry per process that worked on the run."
+    )
     status: str = Field("running", description="running | completed | interrupted | budget_exceeded | failed.")
 
 

@@ -31,7 +31,10 @@ def gate_decision(before: dict[str, float], after: dict[str, float], *, seed: in
     rejected = high < 0
     return {
         "decision": "rejected" if rejected else "kept",
-        "val_before": statistics.fmean(a), "val_after": statistics.fmean(b), "diff": diff, "ci95": [low, high],
+        "val_before": statistics.fmean(a),
+        "val_after": statistics.fmean(b),
+        "diff": diff,
+        "ci95": [low, high],
         "problems": len(ids),
         "reason": "validation dropped beyond noise (95% CI of Δ below 0)" if rejected else "no drop beyond noise",
     }
@@ -46,7 +49,8 @@ def reference_step(step_validation: dict[int, dict[str, Any]], step: int) -> int
 def select_best_step(step_validation: dict[int, dict[str, Any]]) -> int | None:
     """Highest Mean@k among kept libraries (step 0 included); ties go to the earlier step."""
     scored = [
-        (v["mean_at_k"], -step, step) for step, v in step_validation.items()
+        (v["mean_at_k"], -step, step)
+        for step, v in step_validation.items()
         if v.get("mean_at_k") is not None and v.get("gate", "kept") == "kept"
     ]
     return max(scored)[2] if scored else None
@@ -59,17 +63,20 @@ def pareto_view(candidates: dict[str, dict[str, float]]) -> list[dict[str, Any]]
     rows = []
     for name, scores in candidates.items():
         dominators = [
-            other for other, theirs in candidates.items()
+            other
+            for other, theirs in candidates.items()
             if other != name and all(theirs[i] >= scores[i] for i in ids) and any(theirs[i] > scores[i] for i in ids)
         ]
-        rows.append({
-            "candidate": name,
-            "mean": statistics.fmean(scores[i] for i in ids) if ids else None,
-            "best_on": sum(scores[i] == best[i] for i in ids),
-            "problems": len(ids),
-            "on_front": not dominators,
-            "dominated_by": dominators[:3],
-        })
+        rows.append(
+            {
+                "candidate": name,
+                "mean": statistics.fmean(scores[i] for i in ids) if ids else None,
+                "best_on": sum(scores[i] == best[i] for i in ids),
+                "problems": len(ids),
+                "on_front": not dominators,
+                "dominated_by": dominators[:3],
+            }
+        )
     return rows
 
 
@@ -82,7 +89,8 @@ def selection_metrics(step_validation: dict[int, dict[str, Any]], *, select_by: 
     return {
         "best_step": select_best_step(step_validation) if select_by == "step" else None,
         "step_validation": [
-            {"step": s, **{k: v for k, v in result.items() if k != "per_problem"}} for s, result in sorted(step_validation.items())
+            {"step": s, **{k: v for k, v in result.items() if k != "per_problem"}}
+            for s, result in sorted(step_validation.items())
         ],
         "gate": {"kept": decisions.count("kept"), "rejected": decisions.count("rejected")},
         "pareto": pareto_view(candidates),

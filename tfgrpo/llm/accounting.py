@@ -27,7 +27,9 @@ class Pricing:
         cached = min(max(cached_prompt_tokens, 0), prompt_tokens)
         cached_rate = self.input_per_1m if self.cached_input_per_1m is None else self.cached_input_per_1m
         return (
-            (prompt_tokens - cached) * self.input_per_1m + cached * cached_rate + completion_tokens * self.output_per_1m
+            (prompt_tokens - cached) * self.input_per_1m
+            + cached * cached_rate
+            + completion_tokens * self.output_per_1m
         ) / 1_000_000
 
 
@@ -130,7 +132,14 @@ class Accounting:
         return self.by_tag.setdefault(tag or "untagged", TagTotals())
 
     def record_call(
-        self, tag: str, *, samples: int, prompt_tokens: int, completion_tokens: int, cost_usd: float, latency_s: float,
+        self,
+        tag: str,
+        *,
+        samples: int,
+        prompt_tokens: int,
+        completion_tokens: int,
+        cost_usd: float,
+        latency_s: float,
         cached_prompt_tokens: int = 0,
     ) -> None:
         totals = self._tag(tag)
@@ -172,8 +181,13 @@ class Accounting:
         return {"total": as_dict(self.total), "by_tag": {k: as_dict(v) for k, v in sorted(self.by_tag.items())}}
 
 
-RETRY_LABELS = {"rate_limit": "429", "server_error": "5xx", "timeout": "timeout", "bad_body": "bad body",
-                "connection": "connection"}
+RETRY_LABELS = {
+    "rate_limit": "429",
+    "server_error": "5xx",
+    "timeout": "timeout",
+    "bad_body": "bad body",
+    "connection": "connection",
+}
 
 
 def retries_line(counts: dict[str, Any]) -> str:
@@ -183,4 +197,3 @@ def retries_line(counts: dict[str, Any]) -> str:
     if not total:
         return "retried calls: 0"
     return f"retried calls: {total} (" + ", ".join(f"{label} ×{n}" for label, n in by_cause.items() if n) + ")"
-

@@ -19,7 +19,9 @@ class ChatConfig(BaseModel):
 
 def run_chat(config: ChatConfig, prompt: str) -> Completion:
     client = build_client(config.llm)
-    messages = ([{"role": "system", "content": config.system}] if config.system else []) + [{"role": "user", "content": prompt}]
+    messages = ([{"role": "system", "content": config.system}] if config.system else []) + [
+        {"role": "user", "content": prompt}
+    ]
     try:
         return client.chat_sync(messages, sampling=config.sampling, tag="chat")[0]
     finally:

@@ -144,8 +144,10 @@ class LLMClient:
                 sub = request if whole else request.model_copy(update={"n": len(run), "sample_offset": run[0]})
                 fresh = await self._call_with_retries(sub)  # numbered from sub.sample_offset, cached=False
                 if self.cache is not None:
-                    self.cache.put_many(self.model_name, [(keys[i], completion) for i, completion in zip(run, fresh)])
-                for i, completion in zip(run, fresh):
+                    self.cache.put_many(
+                        self.model_name, [(keys[i], completion) for i, completion in zip(run, fresh, strict=False)]
+                    )
+                for i, completion in zip(run, fresh, strict=False):
                     results[i] = completion
                     promises[i].set_result(completion)
         except BaseException as exc:
@@ -331,8 +333,12 @@ class LLMClient:
 
 def retry_cause(error: TransientError) -> str:
     """The accounting bucket of a retried failure (RETRY_CAUSES)."""
-    for kind, cause in ((RateLimitError, "rate_limit"), (ServerError, "server_error"), (RequestTimeoutError, "timeout"),
-                        (MalformedResponseError, "bad_body")):
+    for kind, cause in (
+        (RateLimitError, "rate_limit"),
+        (ServerError, "server_error"),
+        (RequestTimeoutError, "timeout"),
+        (MalformedResponseError, "bad_body"),
+    ):
         if isinstance(error, kind):
             return cause
     return "connection"

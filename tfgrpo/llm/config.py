@@ -18,8 +18,9 @@ class LLMConfig(BaseModel):
 
     backend: BackendName = Field("transformers", description="Which backend serves the model.")
     model: str | None = Field(
-        None, description="Model name (API), local path / GGUF file (transformers, llamacpp, vllm). "
-        "None = the embedded SmolLM2-135M-Instruct."
+        None,
+        description="Model name (API), local path / GGUF file (transformers, llamacpp, vllm). "
+        "None = the embedded SmolLM2-135M-Instruct.",
     )
     base_url: list[str] = Field(default_factory=list, description="One or more OpenAI-compatible base URLs.")
     api_key: SecretKey = Field(None, description="API key; else OPENAI_API_KEY or the provider's variable.")
@@ -30,10 +31,14 @@ class LLMConfig(BaseModel):
     cache: str | None = Field(
         None, description="SQLite response cache path; None = the run directory's cache.sqlite (or none for chat)."
     )
-    price_input_per_1m: float | None = Field(None, ge=0, description="USD per 1M prompt tokens (else litellm's table).")
+    price_input_per_1m: float | None = Field(
+        None, ge=0, description="USD per 1M prompt tokens (else litellm's table)."
+    )
     price_output_per_1m: float | None = Field(None, ge=0, description="USD per 1M completion tokens.")
     price_cached_input_per_1m: float | None = Field(
-        None, ge=0, description="USD per 1M prompt tokens served from the provider's prompt cache (else the input price)."
+        None,
+        ge=0,
+        description="USD per 1M prompt tokens served from the provider's prompt cache (else the input price).",
     )
     budget_usd: float | None = Field(None, gt=0, description="Stop cleanly once this much has been spent.")
     batch_size: int = Field(32, ge=1, description="Prompts per forward pass for local backends.")

@@ -103,4 +103,6 @@ class Completion(BaseModel):
     latency_s: float = 0.0
     cached: bool = False
     index: int = 0
-    schema_enforced: bool = Field(False, description="The backend generated this reply under the request's JSON schema.")
+    schema_enforced: bool = Field(
+        False, description="The backend generated this reply under the request's JSON schema."
+    )

@@ -111,9 +111,13 @@ class Trajectory(BaseModel):
     def to_jsonable(self) -> dict[str, Any]:
         """The `trajectory` field of a rollouts.jsonl row (totals included for readers without this class)."""
         data = self.model_dump(mode="json")
-        data.update(num_tool_calls=self.num_tool_calls, num_tool_errors=self.num_tool_errors,
-                    prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens,
-                    cost_usd=round(self.cost_usd, 8))
+        data.update(
+            num_tool_calls=self.num_tool_calls,
+            num_tool_errors=self.num_tool_errors,
+            prompt_tokens=self.prompt_tokens,
+            completion_tokens=self.completion_tokens,
+            cost_usd=round(self.cost_usd, 8),
+        )
         return data
 
     @classmethod
@@ -133,8 +137,11 @@ class Trajectory(BaseModel):
                 if call.error:
                     body = f"{body}\nError: {call.error}".strip()
                 parts.append((f"[tool result: {call.name}, {status}, {call.elapsed_s:.2f} s]", body or "(no output)"))
-        ending = {"final_answer": "[end: final answer given]", "max_turns": "[end: turn limit reached without a final answer]",
-                  "error": f"[end: stopped by an error: {self.error}]"}[self.stop_reason]
+        ending = {
+            "final_answer": "[end: final answer given]",
+            "max_turns": "[end: turn limit reached without a final answer]",
+            "error": f"[end: stopped by an error: {self.error}]",
+        }[self.stop_reason]
         return _fit(parts, ending, max_chars)
 
 
@@ -179,20 +186,28 @@ class AgentConfig(BaseModel):
     tools: list[str] = Field(default_factory=list, description="Tool names, e.g. ['python'].")
     max_turns: int = Field(6, ge=1, description="Assistant turns per trajectory.")
     protocol: Protocol = Field("auto", description="native tool calling, text (fenced code blocks), or auto.")
-    tool_options: dict[str, dict[str, Any]] = Field(default_factory=dict, description="Per-tool options, e.g. {python: {timeout_s: 5}}.")
+    tool_options: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="Per-tool options, e.g. {python: {timeout_s: 5}}."
+    )
     tool_timeout_s: float = Field(300.0, gt=0, description="Backstop wall time of any one tool call.")
 
     def build(self) -> Agent:
         from tfgrpo.rollout.tools import get_tools
 
-        return Agent(get_tools(self.tools, options=self.tool_options), max_turns=self.max_turns,
-                     protocol=self.protocol, tool_timeout_s=self.tool_timeout_s)
+        return Agent(
+            get_tools(self.tools, options=self.tool_options),
+            max_turns=self.max_turns,
+            protocol=self.protocol,
+            tool_timeout_s=self.tool_timeout_s,
+        )
 
 
 class Agent:
     """`run_agent` with its tools bound: `await agent(client, messages, sampling=..., tag=..., sample_index=i)`."""
 
-    def __init__(self, tools: Sequence[Tool], *, max_turns: int = 6, protocol: Protocol = "auto", tool_timeout_s: float = 300.0):
+    def __init__(
+        self, tools: Sequence[Tool], *, max_turns: int = 6, protocol: Protocol = "auto", tool_timeout_s: float = 300.0
+    ):
         self.tools = list(tools)
         self.max_turns = max_turns
         self.protocol = protocol
@@ -240,8 +255,9 @@ async def run_agent(
         runner = _ToolRunner(bound, tool_timeout_s)
         for index in range(max_turns):
             try:
-                (completion,) = await client.chat(conversation, n=1, sampling=sampling, tools=schemas, tag=tag,
-                                                  sample_offset=sample_index)
+                (completion,) = await client.chat(
+                    conversation, n=1, sampling=sampling, tools=schemas, tag=tag, sample_offset=sample_index
+                )
             except PER_REQUEST_FAILURES as exc:
                 trajectory.stop_reason, trajectory.error = "error", f"{type(exc).__name__}: {exc}"
                 break
@@ -251,8 +267,9 @@ async def run_agent(
             if chosen == "native":
                 done = await _native_step(completion, turn, conversation, runner, last_turn)
             else:
-                done = await _text_step(completion, turn, conversation, runner, last_turn=last_turn,
-                                        warn_last=index == max_turns - 2)
+                done = await _text_step(
+                    completion, turn, conversation, runner, last_turn=last_turn, warn_last=index == max_turns - 2
+                )
             trajectory.final_text = turn.assistant
             if done:
                 trajectory.stop_reason = "final_answer"
@@ -265,10 +282,17 @@ async def run_agent(
 
 
 def _turn(index: int, completion: Completion) -> Turn:
-    return Turn(index=index, assistant=completion.text or "", finish_reason=completion.finish_reason,
-                prompt_tokens=completion.usage.prompt_tokens, completion_tokens=completion.usage.completion_tokens,
-                cached_prompt_tokens=completion.usage.cached_prompt_tokens,
-                cost_usd=completion.cost_usd, latency_s=completion.latency_s, cached=completion.cached)
+    return Turn(
+        index=index,
+        assistant=completion.text or "",
+        finish_reason=completion.finish_reason,
+        prompt_tokens=completion.usage.prompt_tokens,
+        completion_tokens=completion.usage.completion_tokens,
+        cached_prompt_tokens=completion.usage.cached_prompt_tokens,
+        cost_usd=completion.cost_usd,
+        latency_s=completion.latency_s,
+        cached=completion.cached,
+    )
 
 
 class _ToolRunner:
@@ -323,15 +347,21 @@ def _parse_arguments(raw: Any) -> tuple[str, dict[str, Any] | None, str | None]:
     return text, parsed, None
 
 
-async def _native_step(completion: Completion, turn: Turn, conversation: list[dict[str, Any]],
-                       runner: _ToolRunner, last_turn: bool) -> bool:
+async def _native_step(
+    completion: Completion, turn: Turn, conversation: list[dict[str, Any]], runner: _ToolRunner, last_turn: bool
+) -> bool:
     calls = completion.tool_calls or []
     wire_calls = []
     for position, call in enumerate(calls):
         function = call.get("function") or {}
         raw, arguments, error = _parse_arguments(function.get("arguments", ""))
-        record = ToolCallRecord(id=str(call.get("id") or f"call_{turn.index}_{position}"),
-                                name=str(function.get("name") or ""), raw_arguments=raw, arguments=arguments, error=error)
+        record = ToolCallRecord(
+            id=str(call.get("id") or f"call_{turn.index}_{position}"),
+            name=str(function.get("name") or ""),
+            raw_arguments=raw,
+            arguments=arguments,
+            error=error,
+        )
         turn.tool_calls.append(record)
         wire_calls.append({"id": record.id, "type": "function", "function": {"name": record.name, "arguments": raw}})
     message: dict[str, Any] = {"role": "assistant", "content": completion.text or ""}
@@ -345,7 +375,9 @@ async def _native_step(completion: Completion, turn: Turn, conversation: list[di
             record.error = record.error or "not run: the turn limit was reached"
             continue
         await runner.run(record)
-        conversation.append({"role": "tool", "tool_call_id": record.id, "name": record.name, "content": observation(record)})
+        conversation.append(
+            {"role": "tool", "tool_call_id": record.id, "name": record.name, "content": observation(record)}
+        )
     return False
 
 
@@ -355,8 +387,11 @@ def with_text_protocol(conversation: list[dict[str, Any]], tools: Sequence[Tool]
     instructions = render_prompt(
         "agent_text_protocol",
         python=any(tool.name == "python" for tool in tools),
-        other_tools=[{"name": t.name, "description": t.description, "parameters": t.parameters}
-                     for t in tools if t.name != "python"],
+        other_tools=[
+            {"name": t.name, "description": t.description, "parameters": t.parameters}
+            for t in tools
+            if t.name != "python"
+        ],
     )
     conversation = [dict(m) for m in conversation]
     if conversation and conversation[0].get("role") == "system":
@@ -397,7 +432,9 @@ def _text_call(match: re.Match, turn_index: int, position: int) -> ToolCallRecor
         return ToolCallRecord(id=call_id, name="tool_call", raw_arguments=raw, error=error)
     name = parsed.get("name")
     if not isinstance(name, str):
-        return ToolCallRecord(id=call_id, name="tool_call", raw_arguments=raw, error='a tool_call block needs "name" and "arguments"')
+        return ToolCallRecord(
+            id=call_id, name="tool_call", raw_arguments=raw, error='a tool_call block needs "name" and "arguments"'
+        )
     arguments = parsed.get("arguments", {})
     if not isinstance(arguments, dict):
         return ToolCallRecord(id=call_id, name=name, raw_arguments=raw, error='"arguments" must be a JSON object')
@@ -409,8 +446,15 @@ def has_final_answer(reply: str) -> bool:
     return BOXED.search(FENCED_BLOCK.sub("", reply)) is not None
 
 
-async def _text_step(completion: Completion, turn: Turn, conversation: list[dict[str, Any]],
-                     runner: _ToolRunner, *, last_turn: bool, warn_last: bool) -> bool:
+async def _text_step(
+    completion: Completion,
+    turn: Turn,
+    conversation: list[dict[str, Any]],
+    runner: _ToolRunner,
+    *,
+    last_turn: bool,
+    warn_last: bool,
+) -> bool:
     reply, calls = parse_text_calls(completion.text or "", turn_index=turn.index)
     turn.assistant = reply
     conversation.append({"role": "assistant", "content": reply})
@@ -424,6 +468,7 @@ async def _text_step(completion: Completion, turn: Turn, conversation: list[dict
     for record in calls:
         await runner.run(record)
     results = [{"name": record.name, "observation": observation(record)} for record in calls]
-    conversation.append({"role": "user", "content": render_prompt("agent_text_observation", results=results,
-                                                                  last_turn=warn_last)})
+    conversation.append(
+        {"role": "user", "content": render_prompt("agent_text_observation", results=results, last_turn=warn_last)}
+    )
     return False

@@ -18,7 +18,9 @@ class Injector:
     store: Any | None = None  # experiences.store.ExperienceStore, only for topk
 
     @classmethod
-    def from_paths(cls, library_path: str | Path, spec: str = "all", *, store_dir: str | Path | None = None) -> Injector:
+    def from_paths(
+        cls, library_path: str | Path, spec: str = "all", *, store_dir: str | Path | None = None
+    ) -> Injector:
         library = Library.load(library_path)
         store = None
         if Injection.parse(spec).mode == "topk":

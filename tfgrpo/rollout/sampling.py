@@ -154,7 +154,7 @@ def score_group(reward: Any, rollouts: list[Rollout], gold: str | None, columns:
     if gold is not None:
         extra["answer"] = [gold] * len(valid)
     scores = reward.score([r.completion for r in valid], **extra)
-    for rollout, score in zip(valid, scores):
+    for rollout, score in zip(valid, scores, strict=False):
         rollout.reward = score.value
         rollout.extracted = score.extracted
         rollout.reason = score.reason

@@ -20,7 +20,9 @@ from tfgrpo.llm.types import SamplingParams
 JUDGE_SAMPLING = SamplingParams(temperature=0.0, max_tokens=512)
 
 
-def build_reward(name: str, client: LLMClient | None = None, *, loop: asyncio.AbstractEventLoop | None = None, **params: Any):
+def build_reward(
+    name: str, client: LLMClient | None = None, *, loop: asyncio.AbstractEventLoop | None = None, **params: Any
+):
     """`rewards.get_reward(name, **params)`, with the judge's `complete` made from `client` on `loop`
     (default: the running loop; call this from inside it)."""
     from rewards import get_reward

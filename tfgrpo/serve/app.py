@@ -66,7 +66,11 @@ def create_app(config: ServeConfig) -> FastAPI:
 
     @app.exception_handler(Exception)
     async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
-        return _error(500, f"internal error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}", "internal_error")
+        return _error(
+            500,
+            f"internal error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
+            "internal_error",
+        )
 
     _add_openai_routes(app, state)
     _add_service_routes(app, state)
@@ -130,9 +134,13 @@ def _add_service_routes(app: FastAPI, state: ServeState) -> None:
     @app.post("/v1/feedback")
     async def feedback(request: Request) -> Response:
         try:
-            exchange_id, reward, gold = await asyncio.to_thread(score_feedback, await request.body(), state.traces, _reward_for(config))
+            exchange_id, reward, gold = await asyncio.to_thread(
+                score_feedback, await request.body(), state.traces, _reward_for(config)
+            )
         except FeedbackError as exc:
-            return _error(exc.status, str(exc), {400: "invalid_request_error", 404: "not_found"}.get(exc.status, "conflict"))
+            return _error(
+                exc.status, str(exc), {400: "invalid_request_error", 404: "not_found"}.get(exc.status, "conflict")
+            )
         return JSONResponse({"id": exchange_id, "reward": reward, "gold": gold})
 
     @app.get("/", response_class=HTMLResponse)
@@ -141,7 +149,9 @@ def _add_service_routes(app: FastAPI, state: ServeState) -> None:
         return HTMLResponse(render_page(state.live.current.library, summary, holdout=config.holdout))
 
 
-def _reward_for(config: ServeConfig):  # -> a callable(gold, reply) scoring one reply, built per call (rewards are cheap)
+def _reward_for(
+    config: ServeConfig,
+):  # -> a callable(gold, reply) scoring one reply, built per call (rewards are cheap)
     def score(reply: str, gold: str) -> float | None:
         return get_reward(config.reward).score([reply], answer=[gold])[0].value
 
@@ -158,17 +168,33 @@ async def _complete(state: ServeState, exchange: Exchange) -> Response:
     except UpstreamFailure as failure:
         return _failed(state, exchange, failure)
     except (aiohttp.ClientError, asyncio.TimeoutError) as exc:  # the body broke off after a 2xx status line
-        return _failed(state, exchange, UpstreamFailure(502, _error_bytes(f"upstream reply broke off: {type(exc).__name__}", "upstream_error")))
+        return _failed(
+            state,
+            exchange,
+            UpstreamFailure(502, _error_bytes(f"upstream reply broke off: {type(exc).__name__}", "upstream_error")),
+        )
     reply, usage = reply_from_json(content)
     _trace(state, exchange, status=response.status, reply=reply, usage=usage, upstream=url)
     return Response(content, status_code=response.status, media_type="application/json", headers=exchange.headers())
 
 
-def _trace(state: ServeState, exchange: Exchange, *, status: int, reply: str | None, usage: dict[str, Any] | None, upstream: str | None) -> None:
+def _trace(
+    state: ServeState,
+    exchange: Exchange,
+    *,
+    status: int,
+    reply: str | None,
+    usage: dict[str, Any] | None,
+    upstream: str | None,
+) -> None:
     # Queued, not written: the trace writer thread stores it, off the request's path.
     row = exchange.trace_row(status=status, reply=reply, usage=usage, upstream=upstream)
     if reply is not None:
-        state.upstream.record(prompt_tokens=row["prompt_tokens"] or 0, completion_tokens=row["completion_tokens"] or 0, latency_s=row["latency_ms"] / 1000)
+        state.upstream.record(
+            prompt_tokens=row["prompt_tokens"] or 0,
+            completion_tokens=row["completion_tokens"] or 0,
+            latency_s=row["latency_ms"] / 1000,
+        )
     state.traces.add(row)
 
 
@@ -193,7 +219,9 @@ async def _stream(state: ServeState, exchange: Exchange) -> Response:
             _trace(state, exchange, status=status, reply=reply, usage=usage, upstream=url)
 
     media_type = response.headers.get("content-type", "text/event-stream")
-    return StreamingResponse(passthrough(), status_code=response.status, media_type=media_type, headers=exchange.headers())
+    return StreamingResponse(
+        passthrough(), status_code=response.status, media_type=media_type, headers=exchange.headers()
+    )
 
 
 def _failed(state: ServeState, exchange: Exchange, failure: UpstreamFailure) -> Response:

@@ -42,9 +42,15 @@ class Exchange:
         return json.dumps(self.body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
     def headers(self) -> dict[str, str]:
-        return {"x-tfgrpo-arm": self.arm, "x-tfgrpo-library-version": str(self.library_version), "x-tfgrpo-exchange-id": self.id}
+        return {
+            "x-tfgrpo-arm": self.arm,
+            "x-tfgrpo-library-version": str(self.library_version),
+            "x-tfgrpo-exchange-id": self.id,
+        }
 
-    def trace_row(self, *, status: int, reply: str | None, usage: dict[str, Any] | None, upstream: str | None) -> dict[str, Any]:
+    def trace_row(
+        self, *, status: int, reply: str | None, usage: dict[str, Any] | None, upstream: str | None
+    ) -> dict[str, Any]:
         usage = usage if isinstance(usage, dict) else {}
         return {
             "id": self.id,
@@ -84,7 +90,14 @@ def parse_body(raw: bytes) -> dict[str, Any]:
 
 
 def prepare(
-    body: dict[str, Any], *, live: LiveLibrary, holdout: float, arm_key: str | None, inject: str | None, default_inject: str, model: str | None
+    body: dict[str, Any],
+    *,
+    live: LiveLibrary,
+    holdout: float,
+    arm_key: str | None,
+    inject: str | None,
+    default_inject: str,
+    model: str | None,
 ) -> Exchange:
     """Arm, injection and the upstream body for one validated request (`inject`: the per-request header)."""
     try:
@@ -132,7 +145,9 @@ def content_text(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "\n".join(part.get("text", "") for part in content if isinstance(part, dict) and isinstance(part.get("text"), str))
+        return "\n".join(
+            part.get("text", "") for part in content if isinstance(part, dict) and isinstance(part.get("text"), str)
+        )
     return ""
 
 

@@ -16,30 +16,40 @@ class FeedbackError(ValueError):
         self.status = status
 
 
-def score_feedback(raw: bytes, traces: TraceStore, score: Callable[[str, str], float | None]) -> tuple[str, float, str | None]:
+def score_feedback(
+    raw: bytes, traces: TraceStore, score: Callable[[str, str], float | None]
+) -> tuple[str, float, str | None]:
     """Validate `{"id", "reward"}` or `{"id", "gold"}`, store the reward; (id, reward, gold)."""
     try:
         body = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         raise FeedbackError(f"feedback body is not valid JSON: {exc}") from None
     if not isinstance(body, dict) or not isinstance(body.get("id"), str):
-        raise FeedbackError('feedback must be a JSON object {"id": "<x-tfgrpo-exchange-id>", "reward": 1.0} or {"id": ..., "gold": "..."}')
+        raise FeedbackError(
+            'feedback must be a JSON object {"id": "<x-tfgrpo-exchange-id>", "reward": 1.0} or {"id": ..., "gold": "..."}'
+        )
     unknown = set(body) - {"id", "reward", "gold"}
     if unknown:
         raise FeedbackError(f"unknown feedback field(s): {', '.join(sorted(unknown))}")
     exchange_id, reward, gold = body["id"], body.get("reward"), body.get("gold")
     if (reward is None) == (gold is None):
-        raise FeedbackError("send exactly one of 'reward' (a number) or 'gold' (the right answer, scored by the server's reward)")
+        raise FeedbackError(
+            "send exactly one of 'reward' (a number) or 'gold' (the right answer, scored by the server's reward)"
+        )
     if gold is not None and not isinstance(gold, str):
         raise FeedbackError("'gold' must be a string")
-    if reward is not None and (isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward)):
+    if reward is not None and (
+        isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward)
+    ):
         raise FeedbackError("'reward' must be a finite number")
     if gold is not None:
         stored = traces.exchange(exchange_id)
         if stored is None:
             raise FeedbackError(f"no exchange with id {exchange_id!r}", status=404)
         if stored["reply"] is None:
-            raise FeedbackError(f"exchange {exchange_id!r} has no reply to score (status {stored['status']})", status=409)
+            raise FeedbackError(
+                f"exchange {exchange_id!r} has no reply to score (status {stored['status']})", status=409
+            )
         try:
             reward = score(stored["reply"], gold)
         except RewardError as exc:

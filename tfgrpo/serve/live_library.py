@@ -12,6 +12,7 @@ import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+
 from experiences import Experience, Injection, Library
 from experiences.errors import ExperienceError
 from experiences.render import render, render_system_text

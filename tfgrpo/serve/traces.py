@@ -162,7 +162,11 @@ class TraceStore:
         """Arm counts, mean reward per (library version, arm), and how often each experience was injected."""
         self.flush()
         by_group = sa.select(
-            EXCHANGES.c.library_version, EXCHANGES.c.arm, sa.func.count(), sa.func.count(EXCHANGES.c.reward), sa.func.avg(EXCHANGES.c.reward)
+            EXCHANGES.c.library_version,
+            EXCHANGES.c.arm,
+            sa.func.count(),
+            sa.func.count(EXCHANGES.c.reward),
+            sa.func.avg(EXCHANGES.c.reward),
         ).group_by(EXCHANGES.c.library_version, EXCHANGES.c.arm)
         usage: Counter[str] = Counter()
         arms: Counter[str] = Counter()
@@ -170,7 +174,11 @@ class TraceStore:
         with self.engine.connect() as connection:
             for version, arm, count, rewarded, mean in connection.execute(by_group):
                 arms[arm] += count
-                versions.setdefault(version, {})[arm] = {"exchanges": count, "rewarded": rewarded, "mean_reward": None if mean is None else float(mean)}
+                versions.setdefault(version, {})[arm] = {
+                    "exchanges": count,
+                    "rewarded": rewarded,
+                    "mean_reward": None if mean is None else float(mean),
+                }
             for (ids,) in connection.execute(sa.select(EXCHANGES.c.injected_ids)):
                 usage.update(json.loads(ids))
         return {"arms": dict(arms), "versions": versions, "usage": dict(usage)}

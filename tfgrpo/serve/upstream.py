@@ -49,11 +49,22 @@ class RetryCounters:
 
 
 class Upstream:
-    def __init__(self, urls: list[str], *, api_key: str | None, timeout_s: float, max_retries: int, backoff_s: float, retry_after_max_s: float = 60.0):
+    def __init__(
+        self,
+        urls: list[str],
+        *,
+        api_key: str | None,
+        timeout_s: float,
+        max_retries: int,
+        backoff_s: float,
+        retry_after_max_s: float = 60.0,
+    ):
         self.urls = urls
         self.accounting = Accounting()
         self.counters = RetryCounters()
-        self._headers = {"content-type": "application/json"} | ({"authorization": f"Bearer {api_key}"} if api_key else {})
+        self._headers = {"content-type": "application/json"} | (
+            {"authorization": f"Bearer {api_key}"} if api_key else {}
+        )
         self._timeout_s = timeout_s
         self._max_retries = max_retries
         self._backoff = wait_exponential_jitter(initial=backoff_s, max=max(backoff_s, 10.0)) if backoff_s > 0 else None
@@ -64,7 +75,9 @@ class Upstream:
     async def open(self) -> None:
         # No total deadline (a stream may run long); a timeout is `timeout_s` without a byte from the upstream.
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=self._timeout_s, sock_read=self._timeout_s)
-        self._session = aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=0), auto_decompress=False)
+        self._session = aiohttp.ClientSession(
+            timeout=timeout, connector=aiohttp.TCPConnector(limit=0), auto_decompress=False
+        )
 
     async def aclose(self) -> None:
         if self._session is not None:
@@ -86,14 +99,20 @@ class Upstream:
                 response = await self._send(url, path, body)
             except asyncio.TimeoutError:
                 self.counters.timeouts += 1
-                failure = UpstreamFailure(504, _error_body(f"upstream {url} did not answer within {self._timeout_s:g}s", "timeout"))
+                failure = UpstreamFailure(
+                    504, _error_body(f"upstream {url} did not answer within {self._timeout_s:g}s", "timeout")
+                )
             except aiohttp.ClientError as exc:
-                failure = UpstreamFailure(502, _error_body(f"upstream {url} unreachable: {type(exc).__name__}", "upstream_unreachable"))
+                failure = UpstreamFailure(
+                    502, _error_body(f"upstream {url} unreachable: {type(exc).__name__}", "upstream_unreachable")
+                )
             else:
                 if response.status < 400:
                     return response, url
                 failure = await self._failure(response)
-                error = map_status_error(response.status, failure.body[:500].decode(errors="replace"), response.headers)
+                error = map_status_error(
+                    response.status, failure.body[:500].decode(errors="replace"), response.headers
+                )
                 if not isinstance(error, TransientError):  # the request's own fault: retrying cannot help
                     failure.attempts = attempts
                     self.accounting.record_failure(TAG)
@@ -107,11 +126,22 @@ class Upstream:
             await asyncio.sleep(self._delay(retry_after, attempts))
 
     def record(self, *, prompt_tokens: int, completion_tokens: int, latency_s: float) -> None:
-        self.accounting.record_call(TAG, samples=1, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, cost_usd=0.0, latency_s=latency_s)
+        self.accounting.record_call(
+            TAG,
+            samples=1,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            cost_usd=0.0,
+            latency_s=latency_s,
+        )
 
     def snapshot(self) -> dict[str, Any]:
         totals = self.accounting.snapshot()["total"]
-        return totals | {"retries": self.counters.retries, "timeouts": self.counters.timeouts, "error_statuses": dict(self.counters.by_status)}
+        return totals | {
+            "retries": self.counters.retries,
+            "timeouts": self.counters.timeouts,
+            "error_statuses": dict(self.counters.by_status),
+        }
 
     async def _send(self, url: str, path: str, body: bytes) -> aiohttp.ClientResponse:
         self._in_flight[url] += 1

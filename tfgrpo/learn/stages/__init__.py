@@ -95,7 +95,11 @@ async def request_operations(
         return out
 
     out.retried = True
-    retry_messages = [*messages, {"role": "assistant", "content": reply}, {"role": "user", "content": first.feedback()}]
+    retry_messages = [
+        *messages,
+        {"role": "assistant", "content": reply},
+        {"role": "user", "content": first.feedback()},
+    ]
     second_reply = await _ask(client, retry_messages, sampling=sampling, tag=tag, out=out, schema=schema)
     if second_reply is None:  # the retry's call failed: keep what the first reply got right
         out.operations, out.rejected, out.malformed = list(first.operations), list(first.rejected), True
@@ -119,7 +123,13 @@ def operations_response_schema(
 
 
 async def _ask(
-    client: LLMClient, messages: list[dict[str, str]], *, sampling: SamplingParams, tag: str, out: OpsReply, schema: ResponseSchema
+    client: LLMClient,
+    messages: list[dict[str, str]],
+    *,
+    sampling: SamplingParams,
+    tag: str,
+    out: OpsReply,
+    schema: ResponseSchema,
 ) -> str | None:
     try:
         (completion,) = await client.chat(messages, sampling=sampling, tag=tag, response_schema=schema)

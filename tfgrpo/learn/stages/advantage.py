@@ -13,10 +13,10 @@ from typing import Any
 from experiences.model import Library
 from experiences.ops import Rejection
 from experiences.schemas import reply_format
-from tfgrpo.llm.client import LLMClient
-from tfgrpo.llm.types import SamplingParams
 from tfgrpo.learn.stages import OpsReply, render_stage_prompt, request_operations
 from tfgrpo.learn.stages.summarize import Summary, outcome_of
+from tfgrpo.llm.client import LLMClient
+from tfgrpo.llm.types import SamplingParams
 
 
 @dataclass
@@ -38,12 +38,23 @@ class GroupAnalysis:
 
 
 def group_messages(
-    request: GroupRequest, *, library_text: str, template: str, max_ops: int, max_words: int, ids: list[str] | None = None
+    request: GroupRequest,
+    *,
+    library_text: str,
+    template: str,
+    max_ops: int,
+    max_words: int,
+    ids: list[str] | None = None,
 ) -> list[dict[str, str]]:
     # Best attempts first, so the model reads what worked before what failed.
     ordered = sorted(request.summaries, key=lambda s: (-(s.rollout.reward or 0.0), s.rollout.sample))
     attempts = [
-        {"index": s.rollout.sample, "reward": s.rollout.reward, "outcome": outcome_of(s.rollout.reward), "summary": s.text}
+        {
+            "index": s.rollout.sample,
+            "reward": s.rollout.reward,
+            "outcome": outcome_of(s.rollout.reward),
+            "summary": s.text,
+        }
         for s in ordered
     ]
     prompt = render_stage_prompt(
@@ -80,7 +91,9 @@ async def analyze_group(
     if len(reply.operations) > max_ops:  # K is a hard cap: the first K proposals count
         extra = reply.operations[max_ops:]
         reply.operations = reply.operations[:max_ops]
-        reply.rejected += [Rejection(reason=f"over the limit of {max_ops} operations per group", item=op.to_wire()) for op in extra]
+        reply.rejected += [
+            Rejection(reason=f"over the limit of {max_ops} operations per group", item=op.to_wire()) for op in extra
+        ]
     return GroupAnalysis(query_id=request.query_id, reply=reply)
 
 

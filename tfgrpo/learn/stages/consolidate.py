@@ -13,10 +13,10 @@ from typing import Any
 from experiences.model import Library
 from experiences.ops import Operation
 from experiences.schemas import reply_format
-from tfgrpo.llm.client import LLMClient
-from tfgrpo.llm.types import SamplingParams
 from tfgrpo.learn.stages import OpsReply, render_stage_prompt, request_operations
 from tfgrpo.learn.stages.advantage import GroupAnalysis
+from tfgrpo.llm.client import LLMClient
+from tfgrpo.llm.types import SamplingParams
 
 
 @dataclass
@@ -93,11 +93,20 @@ async def consolidate(
     if not proposed:
         return Consolidation(proposed=[], reply=None)
     messages = consolidation_messages(
-        analyses, library_text=library_text, near_duplicates=near_duplicates, template=template, max_words=max_words,
+        analyses,
+        library_text=library_text,
+        near_duplicates=near_duplicates,
+        template=template,
+        max_words=max_words,
         ids=library.ids,
     )
     reply = await request_operations(
-        client, messages, library=library, sampling=sampling, tag="consolidate", max_words=max_words,
+        client,
+        messages,
+        library=library,
+        sampling=sampling,
+        tag="consolidate",
+        max_words=max_words,
         max_ops=final_ops_limit(analyses),
     )
     result = Consolidation(proposed=proposed, reply=reply, near_duplicates=near_duplicates)

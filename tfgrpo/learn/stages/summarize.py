@@ -13,11 +13,12 @@ from typing import Any
 
 from experiences.apply import approximate_tokens
 from tfgrpo.core.answers import is_correct
+from tfgrpo.learn.stages import gather_all, render_stage_prompt
 from tfgrpo.llm.client import LLMClient
 from tfgrpo.llm.errors import PER_REQUEST_FAILURES
 from tfgrpo.llm.types import SamplingParams
 from tfgrpo.rollout.sampling import Rollout
-from tfgrpo.learn.stages import gather_all, render_stage_prompt
+
 
 @dataclass
 class SummaryRequest:
@@ -52,7 +53,9 @@ def outcome_of(reward: float | None) -> str:
     return "correct" if is_correct(reward) else "wrong"
 
 
-def summary_messages(request: SummaryRequest, *, template: str, token_budget: int) -> tuple[list[dict[str, str]], bool]:
+def summary_messages(
+    request: SummaryRequest, *, template: str, token_budget: int
+) -> tuple[list[dict[str, str]], bool]:
     """The stage-1 prompt of one rollout, and whether its trajectory had to be cut."""
     trajectory, truncated = truncate_middle(trajectory_text(request.rollout, max_chars=token_budget * 4), token_budget)
     prompt = render_stage_prompt(
@@ -98,7 +101,7 @@ async def summarize_rollouts(
 
     replies = await gather_all(one(indices) for indices in unique.values())
     summaries: list[Summary | None] = [None] * len(requests)
-    for indices, (text, error) in zip(unique.values(), replies):
+    for indices, (text, error) in zip(unique.values(), replies, strict=False):
         for index in indices:
             summaries[index] = Summary(requests[index].rollout, text, error=error, truncated=prompts[index][1])
     return summaries  # type: ignore[return-value]
@@ -124,4 +127,12 @@ def truncate_middle(text: str, token_budget: int) -> tuple[str, bool]:
     return f"{text[:head]}\n[... {omitted} characters omitted ...]\n{text[-tail:]}", True
 
 
-__all__ = ["Summary", "SummaryRequest", "outcome_of", "summarize_rollouts", "summary_messages", "trajectory_text", "truncate_middle"]
+__all__ = [
+    "Summary",
+    "SummaryRequest",
+    "outcome_of",
+    "summarize_rollouts",
+    "summary_messages",
+    "trajectory_text",
+    "truncate_middle",
+]

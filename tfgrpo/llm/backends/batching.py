@@ -105,7 +105,9 @@ class MicroBatcher(Generic[ItemT, ResultT]):
             for batch in self._plan(pending):
                 await self._run(batch)
 
-    def _plan(self, pending: list[tuple[ItemT, asyncio.Future[ResultT]]]) -> list[list[tuple[ItemT, asyncio.Future[ResultT]]]]:
+    def _plan(
+        self, pending: list[tuple[ItemT, asyncio.Future[ResultT]]]
+    ) -> list[list[tuple[ItemT, asyncio.Future[ResultT]]]]:
         """Group by key (first-come order kept), then cut each group into batches of <= max_batch size."""
         groups: dict[Hashable, list[tuple[ItemT, asyncio.Future[ResultT]]]] = {}
         for entry in pending:

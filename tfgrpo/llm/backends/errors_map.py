@@ -15,9 +15,9 @@ from collections.abc import Mapping
 from tfgrpo.llm.errors import (
     ConnectionFailedError,
     ContextWindowExceededError,
+    InvalidRequestError,
     LLMError,
     MalformedResponseError,
-    InvalidRequestError,
     PermanentError,
     RateLimitError,
     RequestTimeoutError,
@@ -40,7 +40,9 @@ _MALFORMED_PATTERNS = re.compile(
 )
 
 # What SDKs say when no key was given (litellm wraps it as an InternalServerError).
-_MISSING_KEY_PATTERNS = re.compile(r"Missing credentials|api_key client option must be set|No API key provided", re.IGNORECASE)
+_MISSING_KEY_PATTERNS = re.compile(
+    r"Missing credentials|api_key client option must be set|No API key provided", re.IGNORECASE
+)
 
 
 def parse_retry_after(headers: Mapping[str, str] | None, *, now: float | None = None) -> float | None:
@@ -153,7 +155,9 @@ def map_litellm_error(exc: BaseException) -> LLMError:
     if isinstance(exc, litellm.ContextWindowExceededError):
         return ContextWindowExceededError(message)
     if _MISSING_KEY_PATTERNS.search(message):  # litellm reports a missing key as a "500"
-        return PermanentError(f"no API key: pass --api-key (any value for a local server) or set the provider's variable: {message}")
+        return PermanentError(
+            f"no API key: pass --api-key (any value for a local server) or set the provider's variable: {message}"
+        )
     if isinstance(exc, litellm.RateLimitError):
         return RateLimitError(message, retry_after=parse_retry_after(_headers_of(exc)), status=429)
     if isinstance(exc, litellm.Timeout):
@@ -213,4 +217,3 @@ __all__ = [
     "map_status_error",
     "parse_retry_after",
 ]
-

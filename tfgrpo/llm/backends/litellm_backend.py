@@ -41,7 +41,9 @@ class LiteLLMBackend(ChatCompletionsBackend):
         extra_body: dict[str, Any] | None = None,
     ) -> None:
         if not model:
-            raise BackendUnavailableError("the litellm backend needs a model string (--model), e.g. openai/gpt-4o-mini")
+            raise BackendUnavailableError(
+                "the litellm backend needs a model string (--model), e.g. openai/gpt-4o-mini"
+            )
         super().__init__(model, endpoint=(api_base or f"litellm:{model}").rstrip("/"), extra_body=extra_body)
         self.api_base = api_base
         self.api_key = api_key

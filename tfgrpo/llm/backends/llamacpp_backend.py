@@ -24,7 +24,12 @@ from tfgrpo.llm.backends.errors_map import is_context_window_message
 from tfgrpo.llm.backends.usage import cached_prompt_tokens, share_usage
 from tfgrpo.llm.base import Backend
 from tfgrpo.llm.embedded import EMBEDDED_MODEL_NAME, embedded_gguf_path
-from tfgrpo.llm.errors import BackendUnavailableError, ContextWindowExceededError, MalformedResponseError, PermanentError
+from tfgrpo.llm.errors import (
+    BackendUnavailableError,
+    ContextWindowExceededError,
+    MalformedResponseError,
+    PermanentError,
+)
 from tfgrpo.llm.types import ChatRequest, Completion, Usage
 
 INSTALL_HINT = 'CMAKE_ARGS="-DGGML_NATIVE=OFF" pip install "tfgrpo[llamacpp]"'

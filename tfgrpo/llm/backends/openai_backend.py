@@ -115,7 +115,9 @@ class ChatCompletionsBackend(Backend):
         if self.extra_body:
             arguments["extra_body"] = self.extra_body
         if request.response_schema is not None:
-            arguments["response_format"] = response_format(request.response_schema, RESPONSE_FORMATS[self.format_level])
+            arguments["response_format"] = response_format(
+                request.response_schema, RESPONSE_FORMATS[self.format_level]
+            )
         return arguments
 
     async def _call(self, request: ChatRequest, *, n: int, sample: int) -> list[Completion]:
@@ -202,7 +204,9 @@ class OpenAIBackend(ChatCompletionsBackend):
         await self._client.close()
 
 
-def _make_client(base_url: str | None, api_key: str | None, timeout_s: float, transport: str = DEFAULT_TRANSPORT) -> Any:
+def _make_client(
+    base_url: str | None, api_key: str | None, timeout_s: float, transport: str = DEFAULT_TRANSPORT
+) -> Any:
     import openai
 
     # The SDK's own HTTP stacks, both maintained by it: httpx (its default) or aiohttp (`DefaultAioHttpClient`).
@@ -211,7 +215,9 @@ def _make_client(base_url: str | None, api_key: str | None, timeout_s: float, tr
 
     try:
         # api_key=None lets the SDK read OPENAI_API_KEY, the usual place users keep it.
-        return openai.AsyncOpenAI(base_url=base_url, api_key=api_key, timeout=timeout_s, max_retries=0, http_client=http_client())
+        return openai.AsyncOpenAI(
+            base_url=base_url, api_key=api_key, timeout=timeout_s, max_retries=0, http_client=http_client()
+        )
     except openai.OpenAIError as exc:
         if base_url is None:
             raise BackendUnavailableError(
@@ -226,7 +232,10 @@ def _make_client(base_url: str | None, api_key: str | None, timeout_s: float, tr
 def response_format(schema: ResponseSchema, form: str = "json_schema") -> dict[str, Any]:
     """The `response_format` of a schema in one of RESPONSE_FORMATS."""
     if form == "json_schema":
-        return {"type": "json_schema", "json_schema": {"name": schema.name, "schema": schema.json_schema, "strict": True}}
+        return {
+            "type": "json_schema",
+            "json_schema": {"name": schema.name, "schema": schema.json_schema, "strict": True},
+        }
     if form == "json_object+schema":
         return {"type": "json_object", "schema": schema.json_schema}
     return {"type": "json_object"}

@@ -19,7 +19,9 @@ class ScriptedBackend(Backend):
 
     supports_tools = True
 
-    def __init__(self, respond: Responder, *, model_name: str = "scripted", endpoint: str = "scripted", latency_s: float = 0.0):
+    def __init__(
+        self, respond: Responder, *, model_name: str = "scripted", endpoint: str = "scripted", latency_s: float = 0.0
+    ):
         self.respond = respond
         self.model_name = model_name
         self.endpoint = endpoint
@@ -39,7 +41,9 @@ class ScriptedBackend(Backend):
             if isinstance(reply, Completion):
                 out.append(reply)
                 continue
-            usage = Usage(prompt_tokens=prompt_tokens if i == request.sample_offset else 0, completion_tokens=len(reply.split()))
+            usage = Usage(
+                prompt_tokens=prompt_tokens if i == request.sample_offset else 0, completion_tokens=len(reply.split())
+            )
             out.append(Completion(text=reply, finish_reason="stop", usage=usage, index=i))
         return out
 

@@ -245,7 +245,9 @@ class TransformersBackend(Backend):
         if loaded.constrained is None:
             vocab_size = max(loaded.model.config.vocab_size, len(loaded.tokenizer))
             loaded.constrained = build_engine(
-                self.constrained_decoding or DEFAULT_ENGINE, loaded.tokenizer, vocab_size=vocab_size,
+                self.constrained_decoding or DEFAULT_ENGINE,
+                loaded.tokenizer,
+                vocab_size=vocab_size,
                 stop_token_ids=sorted(loaded.eos_token_ids),
             )
         return loaded.constrained
@@ -311,8 +313,10 @@ def _with_adapter(model: Any, adapter: str) -> Any:
     if not Path(adapter).is_dir():
         raise BackendUnavailableError(f"adapter directory not found: {adapter}")
     if not (Path(adapter) / "adapter_config.json").is_file() and (Path(adapter) / "config.json").is_file():
-        raise BackendUnavailableError(f"{adapter} is a full fine-tune (a whole model, no adapter_config.json): "
-                                      f"evaluate it with --model {adapter} and no --adapter")
+        raise BackendUnavailableError(
+            f"{adapter} is a full fine-tune (a whole model, no adapter_config.json): "
+            f"evaluate it with --model {adapter} and no --adapter"
+        )
     try:
         with_adapter = PeftModel.from_pretrained(model, adapter)
     except (OSError, ValueError, KeyError) as exc:

@@ -15,7 +15,9 @@ def split_evenly(total: int, parts: int) -> list[int]:
     return [base + (1 if i < extra else 0) for i in range(parts)]
 
 
-def share_usage(prompt_tokens: int, completion_tokens: list[int] | int, parts: int, cached_prompt_tokens: int = 0) -> list[Usage]:
+def share_usage(
+    prompt_tokens: int, completion_tokens: list[int] | int, parts: int, cached_prompt_tokens: int = 0
+) -> list[Usage]:
     """Usage of each of `parts` samples.
 
     The prompt is billed once per request, so each sample carries an even share of it. Completion
@@ -41,7 +43,11 @@ def cached_prompt_tokens(usage: Any) -> int:
     keeps Anthropic's `cache_read_input_tokens`. The first one present wins; none means 0.
     """
     details = _field(usage, "prompt_tokens_details")
-    for value in (_field(details, "cached_tokens"), _field(usage, "prompt_cache_hit_tokens"), _field(usage, "cache_read_input_tokens")):
+    for value in (
+        _field(details, "cached_tokens"),
+        _field(usage, "prompt_cache_hit_tokens"),
+        _field(usage, "cache_read_input_tokens"),
+    ):
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             return value
     return 0

@@ -147,7 +147,9 @@ class VLLMBackend(Backend):
             if len(requests) > 1:  # so that only the offending request fails, run them one by one
                 return [self._run_batch([request])[0] for request in requests]
             error: BaseException = (
-                ContextWindowExceededError(str(exc)) if is_context_window_message(str(exc)) else PermanentError(str(exc))
+                ContextWindowExceededError(str(exc))
+                if is_context_window_message(str(exc))
+                else PermanentError(str(exc))
             )
             return [error] * len(requests)
         self.generate_calls += 1

@@ -92,18 +92,47 @@ def make_audit_hook(write_root: str, *, block_network: bool, block_processes: bo
     realpath, fsdecode, sep, getpid = os.path.realpath, os.fsdecode, os.sep, os.getpid
     allowed_files = frozenset({os.devnull})
     af_unix = 1
-    process_events = frozenset({
-        "os.fork", "os.forkpty", "os.exec", "os.posix_spawn", "os.spawn", "os.system",
-        "subprocess.Popen", "pty.spawn", "os.killpg",
-    })
-    network_events = frozenset({
-        "socket.connect", "socket.bind", "socket.sendto", "socket.sendmsg", "socket.getaddrinfo",
-        "socket.gethostbyname", "socket.gethostbyaddr",
-    })
-    path_events = frozenset({
-        "os.remove", "os.rmdir", "os.mkdir", "os.chmod", "os.chown", "os.truncate", "os.utime",
-        "os.chflags", "os.lchflags", "os.mkfifo", "os.mknod", "os.setxattr", "os.removexattr",
-    })
+    process_events = frozenset(
+        {
+            "os.fork",
+            "os.forkpty",
+            "os.exec",
+            "os.posix_spawn",
+            "os.spawn",
+            "os.system",
+            "subprocess.Popen",
+            "pty.spawn",
+            "os.killpg",
+        }
+    )
+    network_events = frozenset(
+        {
+            "socket.connect",
+            "socket.bind",
+            "socket.sendto",
+            "socket.sendmsg",
+            "socket.getaddrinfo",
+            "socket.gethostbyname",
+            "socket.gethostbyaddr",
+        }
+    )
+    path_events = frozenset(
+        {
+            "os.remove",
+            "os.rmdir",
+            "os.mkdir",
+            "os.chmod",
+            "os.chown",
+            "os.truncate",
+            "os.utime",
+            "os.chflags",
+            "os.lchflags",
+            "os.mkfifo",
+            "os.mknod",
+            "os.setxattr",
+            "os.removexattr",
+        }
+    )
     two_path_events = frozenset({"os.rename", "os.link", "os.symlink"})
 
     def inside(path) -> bool:
@@ -119,7 +148,9 @@ def make_audit_hook(write_root: str, *, block_network: bool, block_processes: bo
                 raise PermissionError(f"sandbox: writing outside the working directory is not allowed: {path}")
         elif event in path_events:
             if not inside(args[0]):
-                raise PermissionError(f"sandbox: changing files outside the working directory is not allowed: {args[0]}")
+                raise PermissionError(
+                    f"sandbox: changing files outside the working directory is not allowed: {args[0]}"
+                )
         elif event in two_path_events:
             if not (inside(args[0]) and inside(args[1])):
                 raise PermissionError("sandbox: changing files outside the working directory is not allowed")
@@ -226,11 +257,13 @@ def main() -> None:
     signal.signal(signal.SIGALRM, on_alarm)
     signal.signal(signal.SIGXCPU, on_cpu)
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # an oversized write then fails with EFBIG
-    sys.addaudithook(make_audit_hook(
-        os.path.realpath(config["workdir"]),
-        block_network=bool(config["block_network"]),
-        block_processes=bool(config["block_processes"]),
-    ))
+    sys.addaudithook(
+        make_audit_hook(
+            os.path.realpath(config["workdir"]),
+            block_network=bool(config["block_network"]),
+            block_processes=bool(config["block_processes"]),
+        )
+    )
     control_out.write(json.dumps({"ready": True}) + "\n")
     control_out.flush()
     serve(control_in, control_out)

@@ -76,9 +76,10 @@ class PythonSandboxConfig(BaseModel):
     max_processes: int = Field(32, ge=1, description="RLIMIT_NPROC of the private uid (root only).")
     persistent: bool = Field(True, description="Keep variables between the calls of one trajectory.")
     isolation: Literal["auto", "bubblewrap", "namespace", "process"] = Field(
-        "auto", description="bubblewrap: require bwrap (own /proc, read-only Python view, private workdir); "
+        "auto",
+        description="bubblewrap: require bwrap (own /proc, read-only Python view, private workdir); "
         "namespace: require unshare --net/--pid (host /proc and files stay readable); process: plain "
-        "process + audit hook; auto: the strongest available, with a warning when it is not bubblewrap."
+        "process + audit hook; auto: the strongest available, with a warning when it is not bubblewrap.",
     )
     block_processes: bool = Field(True, description="Refuse fork/exec/subprocess in the audit hook.")
     python: str | None = Field(None, description="Interpreter for the worker; None = the current one.")
@@ -171,8 +172,9 @@ class PythonSession:
                 if startup_error:
                     return ToolResult(error=startup_error, elapsed_s=time.monotonic() - started)
             output, truncated, error = await self._run_cell(code)
-            return ToolResult(output=notice + output, error=error, truncated=truncated,
-                              elapsed_s=time.monotonic() - started)
+            return ToolResult(
+                output=notice + output, error=error, truncated=truncated, elapsed_s=time.monotonic() - started
+            )
 
     async def _start(self) -> str | None:
         self._workdir = self._workdir or tempfile.mkdtemp(prefix="tfgrpo-sandbox-")
@@ -189,25 +191,41 @@ class PythonSession:
             "keep_read_access": uid is not None and not self.isolation.bubblewrap,
             "block_network": True,
             "block_processes": self.config.block_processes,
-            **self.config.model_dump(include={"memory_mb", "cpu_s", "session_cpu_s", "max_file_mb",
-                                              "max_open_files", "max_processes"}),
+            **self.config.model_dump(
+                include={"memory_mb", "cpu_s", "session_cpu_s", "max_file_mb", "max_open_files", "max_processes"}
+            ),
         }
         env = {
-            "PATH": os.defpath, "HOME": self._workdir, "TMPDIR": self._workdir, "LANG": "C.UTF-8",
-            "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "MPLBACKEND": "Agg",
+            "PATH": os.defpath,
+            "HOME": self._workdir,
+            "TMPDIR": self._workdir,
+            "LANG": "C.UTF-8",
+            "OMP_NUM_THREADS": "1",
+            "OPENBLAS_NUM_THREADS": "1",
+            "MKL_NUM_THREADS": "1",
+            "MPLBACKEND": "Agg",
         }
         python = self.config.python or sys.executable
         if self.isolation.bubblewrap:
-            prefix = bwrap_command(python, workdir=self._workdir, read_only={str(WORKER_SCRIPT): WORKER_INSIDE},
-                                   user_namespace=not self.isolation.private_uid)
+            prefix = bwrap_command(
+                python,
+                workdir=self._workdir,
+                read_only={str(WORKER_SCRIPT): WORKER_INSIDE},
+                user_namespace=not self.isolation.private_uid,
+            )
             worker = WORKER_INSIDE
         else:
             prefix, worker = self.isolation.unshare_prefix, str(WORKER_SCRIPT)
         command = [*prefix, python, "-I", "-B", worker, json.dumps(worker_config)]
         try:
             self._proc = await asyncio.create_subprocess_exec(
-                *command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE, env=env, cwd=self._workdir, start_new_session=True,
+                *command,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env=env,
+                cwd=self._workdir,
+                start_new_session=True,
             )
         except OSError as exc:  # a wrong `python` path: the user's configuration, not the model's code
             raise ToolError(f"python tool: cannot start the interpreter {python!r}: {exc}") from None
@@ -240,8 +258,9 @@ class PythonSession:
             line = await asyncio.wait_for(proc.stdout.readline(), self.config.timeout_s + KILL_GRACE_S)
         except asyncio.TimeoutError:
             await self._kill()
-            error = (f"execution timed out after {self.config.timeout_s:g} s and did not stop; "
-                     "the interpreter was killed")
+            error = (
+                f"execution timed out after {self.config.timeout_s:g} s and did not stop; the interpreter was killed"
+            )
         except (BrokenPipeError, ConnectionResetError):
             line = b""
         else:
@@ -264,8 +283,11 @@ class PythonSession:
         await self._kill()
         if returncode is not None and returncode < 0:
             name = signal.Signals(-returncode).name
-            reason = {"SIGKILL": "killed (CPU time or memory limit)", "SIGXCPU": "CPU time limit exceeded",
-                      "SIGSEGV": "crashed (segmentation fault)"}.get(name, f"killed by {name}")
+            reason = {
+                "SIGKILL": "killed (CPU time or memory limit)",
+                "SIGXCPU": "CPU time limit exceeded",
+                "SIGSEGV": "crashed (segmentation fault)",
+            }.get(name, f"killed by {name}")
         elif returncode is not None and returncode > 128:  # unshare reports a child's signal as 128+N
             reason = f"killed by {signal.Signals(returncode - 128).name}"
         else:

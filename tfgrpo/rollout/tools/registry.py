@@ -46,8 +46,10 @@ class ToolRegistry:
         elif ":" in spec:
             tool = _import_factory(spec)(**options)
         else:
-            raise ToolError(f"unknown tool '{spec}'; available: {', '.join(self.names())} "
-                            "(or 'package.module:ClassName' for your own)")
+            raise ToolError(
+                f"unknown tool '{spec}'; available: {', '.join(self.names())} "
+                "(or 'package.module:ClassName' for your own)"
+            )
         if not isinstance(tool, Tool):
             raise ToolError(f"tool '{spec}' built a {type(tool).__name__}, not a tfgrpo.rollout.tools.Tool")
         return tool
@@ -66,7 +68,7 @@ def _import_factory(spec: str) -> ToolFactory:
 
 
 def parse_tool_names(names: str | Iterable[str] | None) -> list[str]:
-    """"python,web_search" or ["python", "web_search"] → unique names in order ("none" / empty = no tools)."""
+    """ "python,web_search" or ["python", "web_search"] → unique names in order ("none" / empty = no tools)."""
     if names is None:
         return []
     items = names.split(",") if isinstance(names, str) else [part for name in names for part in name.split(",")]

@@ -40,15 +40,19 @@ class Isolation(BaseModel):
     def describe(self) -> str:
         if self.bubblewrap:
             uid = "private uid" if self.private_uid else "user namespace"
-            return (f"bubblewrap: own /proc and PID, network namespace, IPC namespaces; read-only /usr and Python "
-                    f"only; private working directory; {uid} + rlimits + audit hook")
+            return (
+                f"bubblewrap: own /proc and PID, network namespace, IPC namespaces; read-only /usr and Python "
+                f"only; private working directory; {uid} + rlimits + audit hook"
+            )
         network = "network namespace" if self.namespaces else "audit hook (no network namespace available)"
         writes = "private uid + audit hook" if self.private_uid else "audit hook only"
         processes = "PID namespace + process-group kill" if self.namespaces else "process-group kill"
         if self.private_uid:
             processes += " + RLIMIT_NPROC"
-        return (f"FALLBACK {self.level} (weaker than bubblewrap: host /proc and files readable); "
-                f"network: {network}; writes: {writes}; processes: {processes}")
+        return (
+            f"FALLBACK {self.level} (weaker than bubblewrap: host /proc and files readable); "
+            f"network: {network}; writes: {writes}; processes: {processes}"
+        )
 
 
 def probe_isolation(mode: str, python: str | None = None) -> Isolation:
@@ -67,8 +71,12 @@ def probe_isolation(mode: str, python: str | None = None) -> Isolation:
     isolation = _probe_fallback(mode, is_root)
     if mode == "auto":
         isolation.fallback_reason = reason
-        logger.warning("python sandbox: bubblewrap unavailable (%s); FALLING BACK to %s isolation: model code "
-                       "can read the host's /proc and files (see docs/security.md)", reason, isolation.level)
+        logger.warning(
+            "python sandbox: bubblewrap unavailable (%s); FALLING BACK to %s isolation: model code "
+            "can read the host's /proc and files (see docs/security.md)",
+            reason,
+            isolation.level,
+        )
     return isolation
 
 
@@ -86,8 +94,10 @@ def _probe_fallback(mode: str, is_root: bool) -> Isolation:
             if probe.returncode == 0:
                 return Isolation(unshare_prefix=prefix, private_uid=is_root)
     if mode == "namespace":
-        raise ToolError("python sandbox: isolation 'namespace' needs a working `unshare --net --pid` "
-                        "(root or unprivileged user namespaces); use isolation: auto or process")
+        raise ToolError(
+            "python sandbox: isolation 'namespace' needs a working `unshare --net --pid` "
+            "(root or unprivileged user namespaces); use isolation: auto or process"
+        )
     return Isolation(private_uid=is_root)
 
 

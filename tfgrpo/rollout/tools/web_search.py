@@ -26,8 +26,12 @@ class WebSearchConfig(BaseModel):
     auth_header: str = Field("Authorization", description="Header carrying the key.")
     auth_scheme: str = Field("Bearer", description="Prefix of the key in the header ('' for a bare key).")
     query_param: str = Field("q", description="Query-string parameter of the search terms.")
-    count_param: str | None = Field("count", description="Query-string parameter of the result count (None: not sent).")
-    extra_params: dict[str, str] = Field(default_factory=dict, description="Fixed extra query parameters (e.g. format=json).")
+    count_param: str | None = Field(
+        "count", description="Query-string parameter of the result count (None: not sent)."
+    )
+    extra_params: dict[str, str] = Field(
+        default_factory=dict, description="Fixed extra query parameters (e.g. format=json)."
+    )
     results_path: str = Field("results", description="Dotted path of the hit list in the JSON reply.")
     title_key: str = "title"
     url_key: str = "url"
@@ -72,15 +76,23 @@ class WebSearchTool(Tool):
             response.raise_for_status()
             payload = response.json()
         except httpx.HTTPStatusError as exc:
-            return ToolResult(error=f"search failed: HTTP {exc.response.status_code}", elapsed_s=time.monotonic() - started)
+            return ToolResult(
+                error=f"search failed: HTTP {exc.response.status_code}", elapsed_s=time.monotonic() - started
+            )
         except (httpx.HTTPError, ValueError) as exc:  # ValueError: a body that is not JSON
-            return ToolResult(error=f"search failed: {type(exc).__name__}: {exc}", elapsed_s=time.monotonic() - started)
+            return ToolResult(
+                error=f"search failed: {type(exc).__name__}: {exc}", elapsed_s=time.monotonic() - started
+            )
         hits = _dig(payload, config.results_path)
         if not isinstance(hits, list):
-            return ToolResult(error=f"search reply has no list at '{config.results_path}'", elapsed_s=time.monotonic() - started)
+            return ToolResult(
+                error=f"search reply has no list at '{config.results_path}'", elapsed_s=time.monotonic() - started
+            )
         text = self.format_hits(hits[: config.max_results])
         truncated = len(text) > config.max_output_chars
-        return ToolResult(output=text[: config.max_output_chars], truncated=truncated, elapsed_s=time.monotonic() - started)
+        return ToolResult(
+            output=text[: config.max_output_chars], truncated=truncated, elapsed_s=time.monotonic() - started
+        )
 
     def format_hits(self, hits: list[Any]) -> str:
         if not hits:
