@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# CI's test command (README's second line runs it after scripts/install.sh): the whole pytest suite,
-# then mypy on the lower layers, then the docs site built with --strict, so a broken link or a stale
-# config reference fails the run.
+# CI's test command (README's second line runs it after scripts/install.sh): ruff lint and format, the
+# whole pytest suite, the import-layer contract, mypy on the lower layers, then the docs site built with
+# --strict, so a broken link or a stale config reference fails the run.
 # Extra arguments go to pytest (e.g. `bash scripts/test.sh -m "not slow"`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
