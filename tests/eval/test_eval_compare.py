@@ -6,55 +6,15 @@ import base64
 import io
 import json
 from html.parser import HTMLParser
-from pathlib import Path
 
 import numpy as np
 import pytest
 from PIL import Image
 
 from eval.compare import build_comparison, compare_runs, load_eval_run
+from tests.helpers.eval_runs import STRONG, WEAK, synthetic_samples, write_eval_run
 from tfgrpo.core.errors import EvalError
-from tfgrpo.core.metrics import summarize
 from tfgrpo.core.stats import compare_paired, sign_flip_p_value
-
-
-def _samples(accuracies, *, k=8, seed=0, prefix="p"):
-    """Sample rows for problems whose true accuracy is given; the answer is right iff the reward is 1."""
-    rng = np.random.default_rng(seed)
-    rows = []
-    for index, accuracy in enumerate(accuracies):
-        for sample in range(k):
-            correct = bool(rng.random() < accuracy)
-            rows.append(
-                {
-                    "problem_id": f"{prefix}{index:02d}",
-                    "sample": sample,
-                    "reward": 1.0 if correct else 0.0,
-                    "extracted": "42" if correct else str(rng.integers(0, 3)),
-                    "gold": "42",
-                    "prompt_tokens": 30,
-                    "completion_tokens": 100,
-                    "cost_usd": 0.001,
-                    "error": None,
-                }
-            )
-    return rows
-
-
-def _write_run(run_dir: Path, rows, *, provenance=None, label=None, with_metrics=True) -> Path:
-    run_dir.mkdir(parents=True)
-    (run_dir / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    if with_metrics:
-        metrics = summarize(rows, n_bootstrap=1000)
-        metrics.update(provenance=provenance or {}, wall_time_s=12.5)
-        if label:
-            metrics["label"] = label
-        (run_dir / "metrics.json").write_text(json.dumps(metrics), encoding="utf-8")
-    return run_dir
-
-
-WEAK = [0.1, 0.2, 0.3, 0.15, 0.25] * 6  # 30 problems
-STRONG = [min(1.0, a + 0.5) for a in WEAK]
 
 
 class TestPairedStats:
@@ -112,10 +72,10 @@ class _HTMLCollector(HTMLParser):
 
 
 def test_compare_writes_a_report_that_renders(tmp_path):
-    base = _write_run(tmp_path / "base", _samples(WEAK, seed=1), label="baseline")
-    library = _write_run(
+    base = write_eval_run(tmp_path / "base", synthetic_samples(WEAK, seed=1), label="baseline")
+    library = write_eval_run(
         tmp_path / "lib",
-        _samples(STRONG, seed=2),
+        synthetic_samples(STRONG, seed=2),
         label="library",
         provenance={
             "library": "lib.json",
@@ -126,9 +86,9 @@ def test_compare_writes_a_report_that_renders(tmp_path):
             "model": "m",
         },
     )
-    tuned = _write_run(
+    tuned = write_eval_run(
         tmp_path / "tuned",
-        _samples(WEAK, seed=1),
+        synthetic_samples(WEAK, seed=1),
         label="lora",
         provenance={"finetune_method": "sft", "finetune_wall_s": 7200},
     )
@@ -170,8 +130,8 @@ def test_compare_writes_a_report_that_renders(tmp_path):
 
 
 def test_runs_on_different_problems_use_the_intersection(tmp_path):
-    a = _write_run(tmp_path / "a", _samples(WEAK[:10], seed=1))
-    b = _write_run(tmp_path / "b", _samples(WEAK[:6], seed=2))
+    a = write_eval_run(tmp_path / "a", synthetic_samples(WEAK[:10], seed=1))
+    b = write_eval_run(tmp_path / "b", synthetic_samples(WEAK[:6], seed=2))
     comparison = build_comparison([load_eval_run(a), load_eval_run(b)], n_bootstrap=500)
     assert comparison.problem_ids == [f"p{i:02d}" for i in range(6)]
     assert "6 problems common to all runs" in comparison.problems_note
@@ -180,14 +140,14 @@ def test_runs_on_different_problems_use_the_intersection(tmp_path):
 
 
 def test_no_common_problem_is_an_error(tmp_path):
-    a = _write_run(tmp_path / "a", _samples(WEAK[:3], prefix="x"))
-    b = _write_run(tmp_path / "b", _samples(WEAK[:3], prefix="y"))
+    a = write_eval_run(tmp_path / "a", synthetic_samples(WEAK[:3], prefix="x"))
+    b = write_eval_run(tmp_path / "b", synthetic_samples(WEAK[:3], prefix="y"))
     with pytest.raises(EvalError, match="share no problem"):
         compare_runs([a, b], tmp_path / "report")
 
 
 def test_run_without_metrics_is_summarised_from_samples(tmp_path):
-    run = _write_run(tmp_path / "only_samples", _samples(WEAK[:4]), with_metrics=False)
+    run = write_eval_run(tmp_path / "only_samples", synthetic_samples(WEAK[:4]), with_metrics=False)
     loaded = load_eval_run(run)
     assert loaded.name == "only_samples" and len(loaded.per_problem) == 4
 
@@ -200,13 +160,13 @@ def test_bad_run_directories(tmp_path):
         load_eval_run(tmp_path / "empty")
     broken = tmp_path / "broken"
     broken.mkdir()
-    (broken / "samples.jsonl").write_text(json.dumps(_samples([0.5], k=1)[0]) + "\n{oops\n", encoding="utf-8")
+    (broken / "samples.jsonl").write_text(json.dumps(synthetic_samples([0.5], k=1)[0]) + "\n{oops\n", encoding="utf-8")
     with pytest.raises(EvalError, match=r"samples.jsonl:2: not valid JSON"):
         load_eval_run(broken)
 
 
 def test_learn_run_without_steps_is_an_error(tmp_path):
-    run = _write_run(tmp_path / "run", _samples(WEAK[:3]))
+    run = write_eval_run(tmp_path / "run", synthetic_samples(WEAK[:3]))
     learn = tmp_path / "learn"
     learn.mkdir()
     (learn / "metrics.json").write_text(json.dumps({"steps": []}), encoding="utf-8")
@@ -215,8 +175,8 @@ def test_learn_run_without_steps_is_an_error(tmp_path):
 
 
 def test_same_folder_names_are_told_apart(tmp_path):
-    a = _write_run(tmp_path / "one" / "eval", _samples(WEAK[:3]))
-    b = _write_run(tmp_path / "two" / "eval", _samples(WEAK[:3]))
+    a = write_eval_run(tmp_path / "one" / "eval", synthetic_samples(WEAK[:3]))
+    b = write_eval_run(tmp_path / "two" / "eval", synthetic_samples(WEAK[:3]))
     comparison = build_comparison([load_eval_run(a), load_eval_run(b)], n_bootstrap=200)
     assert [s.name for s in comparison.systems] == ["one/eval", "two/eval"]
 
@@ -226,8 +186,8 @@ def test_cli_prints_the_table_and_errors_are_one_line(tmp_path, capsys):
 
     from tfgrpo.cli.app import app, main
 
-    a = _write_run(tmp_path / "a", _samples(WEAK[:5], seed=1))
-    b = _write_run(tmp_path / "b", _samples(STRONG[:5], seed=2))
+    a = write_eval_run(tmp_path / "a", synthetic_samples(WEAK[:5], seed=1))
+    b = write_eval_run(tmp_path / "b", synthetic_samples(STRONG[:5], seed=2))
     result = CliRunner().invoke(app, ["compare", str(a), str(b), "--out", str(tmp_path / "report"), "--seed", "1"])
     assert result.exit_code == 0, result.output
     assert "Paired difference" in result.output and (tmp_path / "report" / "report.html").is_file()

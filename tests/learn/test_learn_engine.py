@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from tests.helpers.learn_runs import rollout_requests, run_learn
 from tests.helpers.learn_world import World, read_jsonl, write_problems
 from tfgrpo.learn.config import LearnConfig
 from tfgrpo.learn.loop import learn, plan_steps
@@ -19,20 +20,6 @@ from tfgrpo.llm.factory import build_client
 from tfgrpo.rollout.agent import AgentConfig
 
 pytestmark = pytest.mark.timeout(120)
-
-
-def run_learn(tmp_path: Path, world: World, pairs: list[tuple[int, int]], **settings):
-    data = write_problems(tmp_path / "train.jsonl", pairs, answers=settings.pop("answers", None))
-    llm = {"max_retries": 0, **settings.pop("llm", {})}
-    config = LearnConfig(data=str(data), out=str(tmp_path / "run"), dedup=False, llm=llm, **settings)
-    backend = ScriptedBackend(world.respond)
-    client = build_client(config.llm, backends=[backend], cache_path=Path(config.out) / "cache.sqlite")
-    result = learn(config, client=client, console=Console(file=io.StringIO()))
-    return result, backend, config
-
-
-def rollout_requests(backend: ScriptedBackend):
-    return [r for r in backend.calls if r.tag == "rollout"]
 
 
 def test_group_size_epochs_and_batches_are_respected(tmp_path):

@@ -297,7 +297,7 @@ class FakeStructuredOutputsParams:
 
 
 async def test_vllm_gets_structured_outputs_params(monkeypatch):
-    from tests import test_backend_vllm as stand_in
+    from tests.helpers import vllm_stand_in as stand_in
 
     stand_in.FakeLLM.instances.clear()
     vllm = types.ModuleType("vllm")
@@ -336,8 +336,7 @@ def _sampling_params_with_structured_outputs(base: type) -> type:
 
 
 def test_learn_counts_stage_replies_per_stage(tmp_path):
-    from test_learn_engine import run_learn
-
+    from tests.helpers.learn_runs import run_learn
     from tests.helpers.learn_world import World
 
     result, _, _ = run_learn(tmp_path, World(group_mode="malformed_once"), [(1, 2), (3, 4)], group_size=2, epochs=1)
@@ -453,12 +452,11 @@ def test_string_bounds_fit_the_token_budget():
 
 
 def test_compare_report_lists_the_learned_experiences(tmp_path):
-    from test_eval_compare import STRONG, WEAK, _samples, _write_run
-
     from eval.compare import compare_runs
+    from tests.helpers.eval_runs import STRONG, WEAK, synthetic_samples, write_eval_run
 
-    base = _write_run(tmp_path / "base", _samples(WEAK, seed=1), label="baseline")
-    library = _write_run(tmp_path / "lib", _samples(STRONG, seed=2), label="library")
+    base = write_eval_run(tmp_path / "base", synthetic_samples(WEAK, seed=1), label="baseline")
+    library = write_eval_run(tmp_path / "lib", synthetic_samples(STRONG, seed=2), label="library")
     learn = tmp_path / "learn"
     learn.mkdir()
     steps = [{"step": 1, "epoch": 1, "accuracy": 0.5, "library_size": 1}]
