@@ -23,8 +23,14 @@ from pydantic import BaseModel
 from experiences.ops import OPTIONS, AddOp, DeleteOp, MergeOp, ModifyOp
 
 OPERATIONS_SCHEMA_NAME = "library_operations"
-#: Upper bound on a lesson's characters for a lesson of `max_words` words (grammars count characters).
-CHARS_PER_WORD = 8
+#: Upper bound on a lesson's characters for a lesson of `max_words` words (grammars count characters, the
+#: parser counts words). English averages ~5.7 characters per word with its space, so at 5 a lesson that
+#: fills its bound still has at most `max_words` words unless its words average under 4 letters; at 8, a
+#: run-on of short words ("the answer to the original question ...") passed the grammar with 47 words
+#: and was then refused by the word limit (a lost reply). A word-count `pattern` cannot replace this:
+#: xgrammar ignores maxLength when a pattern is given, and the bound on characters keeps the reply
+#: inside the stage's token budget.
+CHARS_PER_WORD = 5
 #: The free-text reasoning before the operations; bounded so a rambling model still closes the object.
 REASONING_MAX_CHARS = 200
 #: Token-budget arithmetic (worst case: degenerate text like "1.1.1." costs a token per 2-3 characters).

@@ -14,7 +14,7 @@ import pytest
 
 from experiences.model import Library
 from experiences.ops import AddOp, ModifyOp
-from experiences.schemas import allowed_options, operations_schema, reply_format
+from experiences.schemas import CHARS_PER_WORD, allowed_options, operations_schema, reply_format
 from tests.helpers.servers import FaultServer, Reply, ask
 from tfgrpo.learn.stages import operations_response_schema, render_stage_prompt, request_operations
 from tfgrpo.llm.backends.openai_backend import OpenAIBackend
@@ -44,7 +44,7 @@ def test_schema_of_an_empty_library_allows_only_add_and_caps_k():
     operations = schema["properties"]["operations"]
     assert operations["maxItems"] == 2
     assert operations["items"]["properties"]["option"] == {"type": "string", "enum": ["add"]}
-    assert operations["items"]["properties"]["experience"]["maxLength"] == 80
+    assert operations["items"]["properties"]["experience"]["maxLength"] == 10 * CHARS_PER_WORD
     assert schema["required"] == ["reasoning", "operations"] and schema["additionalProperties"] is False
 
 
@@ -448,7 +448,7 @@ def test_string_bounds_fit_the_token_budget():
     # a reply filling every string to its bound still ends within max_tokens (at the worst-case chars/token)
     assert reasoning + 2 * (lesson + OP_OVERHEAD_CHARS) + OP_OVERHEAD_CHARS <= 192 * CHARS_PER_TOKEN
     roomy = operations_schema(max_ops=2, ids=[], max_words=32, max_tokens=4096)
-    assert roomy["properties"]["operations"]["items"]["properties"]["experience"]["maxLength"] == 32 * 8
+    assert roomy["properties"]["operations"]["items"]["properties"]["experience"]["maxLength"] == 32 * CHARS_PER_WORD
 
 
 def test_compare_report_lists_the_learned_experiences(tmp_path):
