@@ -63,6 +63,8 @@ def sign_flip_p_value(
     nonzero = diffs[diffs != 0.0]
     if nonzero.size == 0:
         return 1.0, "exact (all differences are zero)"
+    if nonzero.size == 1:  # scipy needs two observations; both sign flips of one difference reach |d|
+        return 1.0, "exact (2 sign assignments)"
     # scipy also enumerates when the draws asked for would not be fewer than the 2^m assignments
     exact = nonzero.size <= exact_max or 2**nonzero.size <= n_permutations
     # one sample + permutation_type="samples" = every resample flips the sign of each d_i independently;
