@@ -48,9 +48,16 @@ def allowed_options(ids: Sequence[str]) -> tuple[str, ...]:
 
 
 def operations_schema(
-    *, max_ops: int | None = None, ids: Sequence[str] = (), max_words: int | None = None, max_tokens: int | None = None
+    *,
+    max_ops: int | None = None,
+    min_ops: int = 0,
+    ids: Sequence[str] = (),
+    max_words: int | None = None,
+    max_tokens: int | None = None,
 ) -> dict[str, Any]:
     """JSON schema of a stage-2/3 reply (strict-mode compatible: every property required, no extras).
+
+    `min_ops` > 0 requires that many operations (consolidation into an empty library must add something).
 
     With `max_tokens`, the string bounds are shrunk so that a reply filling every string to its bound
     still closes within the token budget: a constrained reply is then never cut off mid-object (down to
@@ -68,6 +75,8 @@ def operations_schema(
     operations: dict[str, Any] = {"type": "array", "items": items[0] if len(items) == 1 else {"anyOf": items}}
     if max_ops is not None:
         operations["maxItems"] = max_ops
+    if min_ops:
+        operations["minItems"] = min_ops if max_ops is None else min(min_ops, max_ops)
     return {
         "type": "object",
         "properties": {

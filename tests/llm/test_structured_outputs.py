@@ -168,6 +168,36 @@ async def test_litellm_backend_sends_the_schema(fault_server):
     assert reply.enforced and reply.strict and len(reply.operations) == 1
 
 
+async def test_consolidation_into_an_empty_library_must_keep_an_operation():
+    """The template allows an empty final list only when the library already has every proposed lesson: an
+    empty library cannot, so its schema requires one operation (SmolLM2 otherwise dropped every proposal)."""
+    from tfgrpo.learn.stages import OpsReply
+    from tfgrpo.learn.stages.advantage import GroupAnalysis
+    from tfgrpo.learn.stages.consolidate import consolidate
+
+    backend = ScriptedBackend(lambda request, i: VALID)
+    backend.supports_response_schema = True  # a scripted stand-in for a backend that enforces schemas
+    client = LLMClient(backend, max_retries=0)
+    proposals = OpsReply(operations=[AddOp(experience="Check carries."), AddOp(experience="Re-read the question.")])
+    analyses = [GroupAnalysis(query_id="q1", reply=proposals)]
+    try:
+        for library, min_items in ((library_with(), 1), (library_with("Check units."), None)):
+            await consolidate(
+                client,
+                analyses,
+                library=library,
+                library_text="\n".join(e.text for e in library),
+                near_duplicates=[],
+                template="consolidate",
+                sampling=GREEDY,
+                max_words=32,
+            )
+            operations = backend.calls[-1].response_schema.json_schema["properties"]["operations"]
+            assert operations.get("minItems") == min_items and operations["maxItems"] == 2
+    finally:
+        await client.aclose()
+
+
 # -- capability fallback -------------------------------------------------------------------------------
 
 

@@ -25,7 +25,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from scipy import stats as scipy_stats
 
 from tfgrpo.core.answers import CORRECT_THRESHOLD, is_correct, majority_vote
 
@@ -77,6 +76,8 @@ def bootstrap_ci(
     if data.size == 1 or np.all(data == data[0]):
         # scipy refuses degenerate data (one distinct value); its CI is that value
         return [float(data[0]), float(data[0])]
+    from scipy import stats as scipy_stats  # 0.8 s to import: only when a statistic is computed
+
     result = scipy_stats.bootstrap(
         (data,),
         np.mean,

@@ -19,7 +19,6 @@ from collections.abc import Sequence
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
-from scipy import stats as scipy_stats
 
 from tfgrpo.core.metrics import N_BOOTSTRAP, bootstrap_ci
 
@@ -69,6 +68,8 @@ def sign_flip_p_value(
     exact = nonzero.size <= exact_max or 2**nonzero.size <= n_permutations
     # one sample + permutation_type="samples" = every resample flips the sign of each d_i independently;
     # n_resamples=inf makes scipy enumerate all 2^m assignments (the observed one included)
+    from scipy import stats as scipy_stats  # 0.8 s to import: only when a statistic is computed
+
     result = scipy_stats.permutation_test(
         (nonzero,),
         _absolute_sum,

@@ -84,7 +84,7 @@ class LLMClient:
         self.accounting = Accounting()
         #: the model's context window where known: prompts that cannot fit are refused before sending
         self.context_tokens = context_tokens
-        self._backoff = wait_exponential_jitter(initial=backoff_initial_s, max=backoff_max_s)
+        self._backoff = wait_exponential_jitter(multiplier=backoff_initial_s, max=backoff_max_s)
         self._retry_after_max_s = retry_after_max_s
         self._concurrency = concurrency
         self._semaphores: dict[str, asyncio.Semaphore] = {}

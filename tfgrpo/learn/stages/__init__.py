@@ -75,6 +75,7 @@ async def request_operations(
     tag: str,
     max_words: int,
     max_ops: int | None = None,
+    min_ops: int = 0,
 ) -> OpsReply:
     """Ask for operations; on a malformed reply, retry once with the parser's feedback.
 
@@ -83,7 +84,9 @@ async def request_operations(
     JSON at all, the retry's).
     """
     out = OpsReply()
-    schema = operations_response_schema(library, max_ops=max_ops, max_words=max_words, max_tokens=sampling.max_tokens)
+    schema = operations_response_schema(
+        library, max_ops=max_ops, min_ops=min_ops, max_words=max_words, max_tokens=sampling.max_tokens
+    )
     reply = await _ask(client, messages, sampling=sampling, tag=tag, out=out, schema=schema)
     if reply is None:
         return out
@@ -114,11 +117,13 @@ async def request_operations(
 
 
 def operations_response_schema(
-    library: Library, *, max_ops: int | None, max_words: int, max_tokens: int | None = None
+    library: Library, *, max_ops: int | None, max_words: int, max_tokens: int | None = None, min_ops: int = 0
 ) -> ResponseSchema:
     """The schema of a stage-2/3 reply for this library (its ids are the only ones that may be named),
     with string bounds that fit `max_tokens`."""
-    schema = operations_schema(max_ops=max_ops, ids=library.ids, max_words=max_words, max_tokens=max_tokens)
+    schema = operations_schema(
+        max_ops=max_ops, min_ops=min_ops, ids=library.ids, max_words=max_words, max_tokens=max_tokens
+    )
     return ResponseSchema(name=OPERATIONS_SCHEMA_NAME, schema=schema)
 
 

@@ -108,6 +108,9 @@ async def consolidate(
         tag="consolidate",
         max_words=max_words,
         max_ops=final_ops_limit(analyses),
+        # The template's rule: an empty list only if the library already has every proposed lesson, which
+        # an empty library cannot; constrained backends are held to it (a 135M model otherwise drops all).
+        min_ops=0 if library.ids else 1,
     )
     result = Consolidation(proposed=proposed, reply=reply, near_duplicates=near_duplicates)
     failed = reply.error is not None or (reply.malformed and not reply.operations)
