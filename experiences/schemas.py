@@ -33,10 +33,18 @@ OPERATIONS_SCHEMA_NAME = "library_operations"
 CHARS_PER_WORD = 5
 #: The free-text reasoning before the operations; bounded so a rambling model still closes the object.
 REASONING_MAX_CHARS = 200
-#: Token-budget arithmetic (worst case: degenerate text like "1.1.1." costs a token per 2-3 characters).
-CHARS_PER_TOKEN = 3
+#: Token-budget arithmetic at the worst case, one token per character: SmolLM2 spells "1.1.1.1." a token
+#: per digit and per dot, and at 3 characters per token such loops overran the budget and were cut off
+#: mid-lesson (lost replies). Every ASCII token holds at least one character, so the bound below holds.
+CHARS_PER_TOKEN = 1
 OP_OVERHEAD_CHARS = 48  # '{"option": "modify", "id": "G12", "experience": ""}, ' and the like
-MIN_LESSON_CHARS = 48
+#: The shortest lesson bound the schema shrinks to; a budget that cannot hold K lessons this long gets a
+#: smaller maxItems instead (a reply cut off mid-lesson loses every lesson in it).
+MIN_LESSON_CHARS = 32
+#: The shortest lesson a constrained reply may hold: the templates ask for "a few words naming the situation
+#: it applies to" first, so "1.0" is not a lesson (SmolLM2 proposed exactly that). Only the schema says so:
+#: the parser keeps accepting short lessons from backends that cannot enforce a schema.
+MIN_LESSON_REPLY_CHARS = 12
 
 _MODELS: dict[str, type[BaseModel]] = {"add": AddOp, "modify": ModifyOp, "delete": DeleteOp, "merge": MergeOp}
 _NEEDS_IDS = {"modify", "delete", "merge"}
@@ -60,16 +68,19 @@ def operations_schema(
     `min_ops` > 0 requires that many operations (consolidation into an empty library must add something).
 
     With `max_tokens`, the string bounds are shrunk so that a reply filling every string to its bound
-    still closes within the token budget: a constrained reply is then never cut off mid-object (down to
-    MIN_LESSON_CHARS per lesson; below that a very small budget can still run out).
+    still closes within the token budget, even at one token per character: a constrained reply is then
+    never cut off mid-object. When K lessons of MIN_LESSON_CHARS do not fit, maxItems is lowered to what
+    fits (at least one).
     """
     max_chars = max_words * CHARS_PER_WORD if max_words else None
     reasoning_chars = REASONING_MAX_CHARS
     if max_tokens is not None:
         budget = max_tokens * CHARS_PER_TOKEN - OP_OVERHEAD_CHARS
-        reasoning_chars = max(0, min(REASONING_MAX_CHARS, budget // 4))
-        ops = max(1, max_ops or 1)
-        per_lesson = max(MIN_LESSON_CHARS, (budget - reasoning_chars) // ops - OP_OVERHEAD_CHARS)
+        reasoning_chars = max(0, min(REASONING_MAX_CHARS, budget // 6))
+        room = budget - reasoning_chars
+        fits = max(1, room // (MIN_LESSON_CHARS + OP_OVERHEAD_CHARS))
+        max_ops = fits if max_ops is None else min(max_ops, fits)
+        per_lesson = max(MIN_LESSON_REPLY_CHARS, room // max_ops - OP_OVERHEAD_CHARS)
         max_chars = min(max_chars, per_lesson) if max_chars else per_lesson
     items = [_operation_schema(option, ids=list(ids), max_chars=max_chars) for option in allowed_options(ids)]
     operations: dict[str, Any] = {"type": "array", "items": items[0] if len(items) == 1 else {"anyOf": items}}
@@ -99,8 +110,10 @@ def _operation_schema(option: str, *, ids: list[str], max_chars: int | None) -> 
             spec = {**spec, "enum": ids}
         elif name == "ids":
             spec = {"type": "array", "items": {"type": "string", "enum": ids}, "minItems": 2}
-        elif name == "experience" and max_chars:
-            spec = {**spec, "maxLength": max_chars}
+        elif name == "experience":
+            spec = {**spec, "minLength": min(MIN_LESSON_REPLY_CHARS, max_chars or MIN_LESSON_REPLY_CHARS)}
+            if max_chars:
+                spec["maxLength"] = max_chars
         properties[name] = spec
     return {"type": "object", "properties": properties, "required": list(properties), "additionalProperties": False}
 

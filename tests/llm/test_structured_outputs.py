@@ -189,7 +189,7 @@ async def test_consolidation_into_an_empty_library_must_keep_an_operation():
                 library_text="\n".join(e.text for e in library),
                 near_duplicates=[],
                 template="consolidate",
-                sampling=GREEDY,
+                sampling=SamplingParams(temperature=0.0, max_tokens=1024),
                 max_words=32,
             )
             operations = backend.calls[-1].response_schema.json_schema["properties"]["operations"]
@@ -472,11 +472,20 @@ async def test_concurrent_refusals_do_not_skip_a_response_format_form(fault_serv
 def test_string_bounds_fit_the_token_budget():
     from experiences.schemas import CHARS_PER_TOKEN, OP_OVERHEAD_CHARS
 
-    schema = operations_schema(max_ops=2, ids=[], max_words=32, max_tokens=192)
-    reasoning = schema["properties"]["reasoning"]["maxLength"]
-    lesson = schema["properties"]["operations"]["items"]["properties"]["experience"]["maxLength"]
-    # a reply filling every string to its bound still ends within max_tokens (at the worst-case chars/token)
-    assert reasoning + 2 * (lesson + OP_OVERHEAD_CHARS) + OP_OVERHEAD_CHARS <= 192 * CHARS_PER_TOKEN
+    assert CHARS_PER_TOKEN == 1  # the worst case: SmolLM2 spends a token on each digit and dot of "1.1.1."
+    for max_tokens, max_items in ((192, 1), (256, 2), (2048, 3)):
+        schema = operations_schema(max_ops=3, ids=[], max_words=32, max_tokens=max_tokens)
+        reasoning = schema["properties"]["reasoning"]["maxLength"]
+        operations = schema["properties"]["operations"]
+        lesson = operations["items"]["properties"]["experience"]
+        # a reply filling every string to its bound still ends within max_tokens, even at one token per
+        # character; a budget too small for K lessons gets fewer of them
+        assert operations["maxItems"] == max_items
+        assert reasoning + max_items * (lesson["maxLength"] + OP_OVERHEAD_CHARS) + OP_OVERHEAD_CHARS <= max_tokens
+        assert lesson["minLength"] <= lesson["maxLength"]
+    tiny = operations_schema(max_ops=2, ids=[], max_words=1, max_tokens=192)
+    lesson = tiny["properties"]["operations"]["items"]["properties"]["experience"]
+    assert lesson["minLength"] <= lesson["maxLength"] == CHARS_PER_WORD
     roomy = operations_schema(max_ops=2, ids=[], max_words=32, max_tokens=4096)
     assert roomy["properties"]["operations"]["items"]["properties"]["experience"]["maxLength"] == 32 * CHARS_PER_WORD
 
