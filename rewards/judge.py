@@ -146,7 +146,9 @@ def _reply_of(reply: Any) -> tuple[str, bool]:
         return reply, False
     text = getattr(reply, "text", None)
     if not isinstance(text, str):
-        raise RewardError(f"the judge's `complete` must return a string or an object with .text, got {type(reply).__name__}")
+        raise RewardError(
+            f"the judge's `complete` must return a string or an object with .text, got {type(reply).__name__}"
+        )
     return text, bool(getattr(reply, "schema_enforced", False))
 
 

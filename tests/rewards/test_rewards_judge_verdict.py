@@ -18,7 +18,9 @@ def test_schema_follows_the_model_and_is_strict():
     assert set(schema["properties"]) == set(JudgeVerdict.model_fields) == set(schema["required"])
     assert schema["additionalProperties"] is False
     assert schema["properties"]["verdict"]["enum"] == ["CORRECT", "INCORRECT"]
-    assert schema["properties"]["reasoning"]["maxLength"] == JudgeVerdict.model_fields["reasoning"].metadata[0].max_length
+    assert (
+        schema["properties"]["reasoning"]["maxLength"] == JudgeVerdict.model_fields["reasoning"].metadata[0].max_length
+    )
     assert list(schema["properties"]) == ["reasoning", "verdict"]  # justification before the verdict
 
 
