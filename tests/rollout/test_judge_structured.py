@@ -78,3 +78,34 @@ def test_a_server_refusing_the_schema_falls_back_and_the_parser_reads_the_verdic
         asyncio.run_coroutine_threadsafe(client.aclose(), loop).result()
     assert score.value == 1.0 and client.schema_fallbacks
     assert reward.reply_counts == {"replies": 1, "enforced": 0, "parsed": 0, "repaired": 1, "retried": 0, "lost": 0}
+
+
+class JudgingWorld:
+    """The learn test world, with its own model as the judge: wrong sums get a broken verdict first."""
+
+    def __init__(self) -> None:
+        from tests.helpers.learn_world import World
+
+        self.world = World()
+
+    def respond(self, request, index):
+        if request.tag != "judge":
+            return self.world.respond(request, index)
+        if len(request.messages) > 2:  # the retry, with the parser's feedback
+            return json.dumps({"reasoning": "The sum is off.", "verdict": "INCORRECT"})
+        prompt = request.messages[-1].content
+        reference = prompt.split("Reference answer:\n")[1].split("\n")[0]
+        if f"\\boxed{{{reference}}}" in prompt:
+            return json.dumps({"reasoning": "Same sum.", "verdict": "CORRECT"})
+        return "The sum looks wrong to me."
+
+
+def test_a_learn_run_with_the_judge_reports_its_verdict_counts(tmp_path):
+    from tests.helpers.learn_runs import run_learn
+
+    result, backend, _ = run_learn(tmp_path, JudgingWorld(), [(1, 2), (3, 4)], group_size=2, epochs=1, reward="judge")
+    judge = result.metrics["totals"]["stage_replies"]["judge"]
+    # 2 problems x 2 samples: the world answers even samples right, odd ones wrong (retried, then read)
+    assert judge == {"replies": 4, "enforced": 0, "parsed": 2, "repaired": 0, "retried": 2, "lost": 0}
+    assert result.metrics["totals"]["stage_replies_lost"] == 0
+    assert sum(r.tag == "judge" for r in backend.calls) == 6 and len(result.library) == 2
