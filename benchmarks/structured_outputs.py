@@ -1,16 +1,22 @@
-"""Structured outputs on the embedded SmolLM2-135M-Instruct (transformers backend, CPU).
+"""Structured outputs on the embedded SmolLM2-135M-Instruct (CPU): two tables, one mode each.
 
-    OMP_NUM_THREADS=1 python benchmarks/structured_outputs.py                 # both tables (~6 min on 2 cores)
-    python benchmarks/structured_outputs.py --prompts 2 --max-tokens 96       # quicker
+    OMP_NUM_THREADS=1 python benchmarks/structured_outputs.py --mode decoding   # table 1 (~3 min on 2 cores)
+    OMP_NUM_THREADS=1 python benchmarks/structured_outputs.py --mode loss       # table 2 (~5-8 min on 2 cores)
 
-Table 1, constrained decoding: for each engine (none, xgrammar, llguidance) the same stage-2 prompts are
-decoded greedily under the stage-2 JSON schema. Columns: setup (engine built + the schema compiled, s),
-first call (s), tokens/s over the later calls, and how many replies were valid (strict JSON, accepted by
-the operations parser without repair).
+Table 1 (`--mode decoding`, transformers backend), constrained decoding: for each engine (none, xgrammar,
+llguidance) the same stage-2 prompts are decoded greedily under the stage-2 JSON schema. Columns: setup
+(engine built + the schema compiled, s), first call (s), tokens/s over the later calls, and how many
+replies were valid (strict JSON, accepted by the operations parser without repair).
 
-Table 2, parse loss per stage: stage-2 (group) and stage-3 (consolidate) requests through
-`request_operations` (the tolerant parser + one retry) with enforcement on (xgrammar) and off. Columns
-are the metrics.json counters: replies, enforced, parsed, repaired, retried, lost.
+Table 2 (`--mode loss`, llama.cpp in process, the quickstart's fast path), parse loss per stage: a real
+`tfgrpo learn` run on the first `--problems` problems of the bundled `easy` set (G=4, batches of 3, stage
+max_tokens 192), once with `structured_output=on` and once `off`; both share one response cache, so
+the unstructured calls (rollouts, summaries) that are identical in both runs are generated once. The
+group and consolidate rows are the runs' metrics.json counters. The judge rows: `--judge` rollouts of
+the first run graded by the judge reward (`rewards/judge.py`, SmolLM2 as its own judge) with the
+verdict schema on and off, same inputs. Columns: replies, enforced, parsed (strict JSON as it came),
+repaired (usable after the tolerant parser), retried (asked again with feedback), lost (still unusable),
+and the rates of lost / repaired / retried per reply.
 
 The machine is shared: the load average is printed with the tables.
 """
@@ -19,9 +25,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import io
 import json
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -31,12 +39,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from experiences.model import Library  # noqa: E402
 from experiences.parse import parse_operations  # noqa: E402
 from experiences.schemas import reply_format  # noqa: E402
+from rewards.judge import JudgeReward  # noqa: E402
+from tfgrpo.learn.config import LearnConfig  # noqa: E402
+from tfgrpo.learn.loop import learn_async, load_problems  # noqa: E402
 from tfgrpo.learn.metrics import REPLY_COUNTS  # noqa: E402
-from tfgrpo.learn.stages import operations_response_schema, render_stage_prompt, request_operations  # noqa: E402
+from tfgrpo.learn.stages import operations_response_schema, render_stage_prompt  # noqa: E402
 from tfgrpo.llm.backends.constrained import build_engine, engine_installed  # noqa: E402
 from tfgrpo.llm.backends.transformers_backend import TransformersBackend  # noqa: E402
 from tfgrpo.llm.client import LLMClient  # noqa: E402
+from tfgrpo.llm.config import LLMConfig  # noqa: E402
+from tfgrpo.llm.factory import build_client  # noqa: E402
 from tfgrpo.llm.types import ChatRequest, Message, SamplingParams  # noqa: E402
+from tfgrpo.rollout.scoring import JUDGE_SCHEMA  # noqa: E402
 
 PROBLEMS = [
     ("Tom has 7 apples and buys 5 more. How many apples does he have?", "12", "7 + 5 = 12", "7 + 5 = 11"),
@@ -144,36 +158,77 @@ def _strictly_valid(text: str) -> int:
     return int(parse_operations(text, LIBRARY).ok)
 
 
-async def loss_table(backend: TransformersBackend, args: argparse.Namespace) -> list[tuple]:
-    sampling = SamplingParams(temperature=0.0, max_tokens=args.max_tokens)
-    problems = PROBLEMS[: args.prompts]
-    rows = []
-    for mode in ("on", "off"):
-        client = LLMClient(backend, structured_output=mode)
-        for stage, batches in (
-            ("group", [group_prompt(p, max_ops=args.max_ops, max_words=args.max_words) for p in problems]),
-            ("consolidate", [consolidation_prompt(problems, max_words=args.max_words)]),
-        ):
-            counts = dict.fromkeys(REPLY_COUNTS, 0)
-            for messages in batches:
-                reply = await request_operations(
-                    client,
-                    messages,
-                    library=LIBRARY,
-                    sampling=sampling,
-                    tag=stage,
-                    max_words=args.max_words,
-                    max_ops=args.max_ops if stage == "group" else len(problems),
-                )
-                counts["replies"] += 1
-                counts["enforced"] += reply.enforced
-                counts["parsed"] += reply.strict
-                counts["repaired"] += not reply.strict and not reply.retried and reply.error is None
-                counts["retried"] += reply.retried
-                counts["lost"] += reply.lost
-            rows.append((f"enforcement {mode}", stage, *(str(counts[k]) for k in REPLY_COUNTS)))
-            print(f"  {mode} {stage}: done", file=sys.stderr, flush=True)
+LOSS_STAGES = ("group", "consolidate", "judge")
+
+
+async def loss_rows(args: argparse.Namespace) -> list[tuple]:
+    """Learn runs with enforcement on and off (one shared cache), then the judge on the first run's rollouts."""
+    from rich.console import Console
+
+    rows, judged = [], None
+    with tempfile.TemporaryDirectory(prefix="tfgrpo-bench-") as tmp:
+        for mode in ("on", "off"):
+            llm = LLMConfig(backend="llamacpp", structured_output=mode, cache=str(Path(tmp) / "cache.sqlite"))
+            config = LearnConfig(
+                data="easy",
+                out=str(Path(tmp) / f"learn-{mode}"),
+                limit=args.problems,
+                group_size=4,
+                epochs=1,
+                batch_size=3,
+                max_ops_per_group=2,
+                rollout_sampling={"temperature": 0.7, "max_tokens": 128},
+                stage_sampling={"temperature": 0.0, "max_tokens": args.stage_max_tokens},
+                llm=llm,
+            )
+            client = build_client(llm)
+            started = time.perf_counter()
+            try:
+                result = await learn_async(config, client=client, console=Console(file=io.StringIO()))
+                judged = judged or _judge_inputs(config, args.judge)
+                judge = await _judge_counts(client, judged, args.stage_max_tokens)
+            finally:
+                await client.aclose()
+                client.close_cache()
+            counts = {**result.metrics["totals"]["stage_replies"], "judge": judge}
+            rows += [_loss_row(mode, stage, counts[stage]) for stage in LOSS_STAGES]
+            print(f"  enforcement {mode}: {time.perf_counter() - started:.0f}s", file=sys.stderr, flush=True)
     return rows
+
+
+def _judge_inputs(config: LearnConfig, limit: int) -> list[dict[str, str]]:
+    """The first rollouts of a finished learn run, with their problem and gold answer."""
+    problems = {p.id: p for p in load_problems(config, config.data)}
+    inputs = []
+    with open(Path(config.out) / "rollouts.jsonl", encoding="utf-8") as rows:
+        for line in rows:
+            row = json.loads(line)
+            problem = problems.get(row["query_id"])
+            if problem is not None and not row.get("error") and len(inputs) < limit:
+                inputs.append({"completion": row["completion"], "problem": problem.problem, "answer": problem.answer})
+    return inputs
+
+
+async def _judge_counts(client: LLMClient, inputs: list[dict[str, str]], max_tokens: int) -> dict[str, int]:
+    """The judge reward over `inputs` through `client` (the engine's path: a worker thread, the client's loop)."""
+    sampling = SamplingParams(temperature=0.0, max_tokens=max_tokens)
+    complete = client.completer(
+        asyncio.get_running_loop(), sampling=sampling, tag="judge", response_schema=JUDGE_SCHEMA
+    )
+    reward = JudgeReward(complete, concurrency=1)
+    await asyncio.to_thread(
+        reward.score,
+        [i["completion"] for i in inputs],
+        answer=[i["answer"] for i in inputs],
+        problem=[i["problem"] for i in inputs],
+    )
+    return reward.reply_counts
+
+
+def _loss_row(mode: str, stage: str, counts: dict[str, int]) -> tuple:
+    replies = counts["replies"]
+    rate = (lambda key: f"{counts[key] / replies:.0%}") if replies else (lambda key: "n/a")
+    return (mode, stage, *(str(counts[k]) for k in REPLY_COUNTS), rate("lost"), rate("repaired"), rate("retried"))
 
 
 def print_table(title: str, header: tuple, rows: list[tuple]) -> None:
@@ -187,27 +242,40 @@ def print_table(title: str, header: tuple, rows: list[tuple]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--prompts", type=int, default=3, help="stage-2 prompts per row (at most 4)")
-    parser.add_argument("--max-tokens", type=int, default=160)
+    parser.add_argument("--mode", choices=("decoding", "loss", "all"), default="all", help="which table(s)")
+    parser.add_argument("--prompts", type=int, default=3, help="decoding: stage-2 prompts per row (at most 4)")
+    parser.add_argument("--max-tokens", type=int, default=160, help="decoding: max new tokens")
     parser.add_argument("--max-ops", type=int, default=2)
     parser.add_argument("--max-words", type=int, default=24)
-    parser.add_argument("--skip-loss", action="store_true", help="only the constrained-decoding table")
+    parser.add_argument("--problems", type=int, default=9, help="loss: training problems of each learn run")
+    parser.add_argument("--judge", type=int, default=6, help="loss: rollouts graded by the judge per mode")
+    parser.add_argument(
+        "--stage-max-tokens", type=int, default=192, help="loss: max tokens of stage and judge replies"
+    )
     args = parser.parse_args()
     load_before = os.getloadavg()
-    backend = TransformersBackend(constrained_decoding="xgrammar")
-    started = time.perf_counter()
-    backend.load()
-    print(f"SmolLM2 loaded in {time.perf_counter() - started:.1f}s", file=sys.stderr)
-    decoding = decoding_table(backend, args)
-    print_table(  # printed at once: the second table takes longer
-        f"Constrained decoding, SmolLM2-135M transformers CPU, {args.prompts} stage-2 prompts, greedy, max {args.max_tokens} tokens",
-        ("engine", "setup s", "first call s", "tokens/s (later calls)", "valid replies"),
-        decoding,
-    )
-    sys.stdout.flush()
-    if not args.skip_loss:
-        loss = asyncio.run(loss_table(backend, args))
-        print_table("Stage replies with and without enforcement (xgrammar)", ("mode", "stage", *REPLY_COUNTS), loss)
+    if args.mode in ("decoding", "all"):
+        backend = TransformersBackend(constrained_decoding="xgrammar")
+        started = time.perf_counter()
+        backend.load()
+        print(f"SmolLM2 loaded in {time.perf_counter() - started:.1f}s", file=sys.stderr)
+        print_table(
+            f"Constrained decoding, SmolLM2-135M transformers CPU, {args.prompts} stage-2 prompts, greedy, "
+            f"max {args.max_tokens} tokens",
+            ("engine", "setup s", "first call s", "tokens/s (later calls)", "valid replies"),
+            decoding_table(backend, args),
+        )
+        sys.stdout.flush()
+    if args.mode in ("loss", "all"):
+        started = time.perf_counter()
+        rows = asyncio.run(loss_rows(args))
+        print_table(
+            f"Stage replies with enforcement on vs off, SmolLM2-135M llama.cpp in process, {args.problems} easy "
+            f"problems, G=4, stage/judge max {args.stage_max_tokens} tokens, judge on {args.judge} rollouts "
+            f"({time.perf_counter() - started:.0f}s)",
+            ("enforcement", "stage", *REPLY_COUNTS, "lost %", "repaired %", "retried %"),
+            rows,
+        )
     print(
         f"\nload average (1/5/15 min) before: {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}; "
         f"after: {' '.join(f'{x:.2f}' for x in os.getloadavg())} (2 cores, shared)"

@@ -1,13 +1,16 @@
 """LLM-judge reward: a model compares the response with the reference (the paper's web-task grading).
 
-The judge receives a plain synchronous `complete(messages) -> str` callable, so this module needs no
-LLM client: the engine adapts its own client (e.g. `lambda m: client.chat_sync(m)[0].text`). Errors of
-`complete` propagate: an outage must never turn into a score of 0.
+The judge receives a plain synchronous `complete(messages)` callable, so this module needs no LLM
+client: the engine adapts its own (`tfgrpo.rollout.scoring`), asking for the reply under the verdict's
+JSON schema (`rewards.verdict`). `complete` returns the reply text, or an object with `.text` and
+`.schema_enforced` (the client's `Completion`) so the counters know which replies were enforced. A reply
+without a readable verdict is asked once more with the parser's feedback; still none = unscored (None).
+Errors of `complete` propagate: an outage must never turn into a score of 0.
 """
 
 from __future__ import annotations
 
-import re
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
@@ -16,19 +19,24 @@ from typing import Any
 
 from rewards.base import Reward, Score, completion_text
 from rewards.errors import RewardError
+from rewards.verdict import (
+    REPLY_COUNTS,
+    VerdictParse,
+    count_outcome,
+    parse_verdict,
+    parse_verdict_reply,
+    reply_format,
+    retry_feedback,
+)
 
-Complete = Callable[[list[dict[str, str]]], str]
+#: messages -> the reply: its text, or an object with `.text` (and `.schema_enforced`), e.g. a Completion
+Complete = Callable[[list[dict[str, str]]], Any]
+#: called once per judged completion with its counter increments (replies, enforced, parsed, ...)
+OnReply = Callable[[dict[str, int]], None]
 
 _TEMPLATES = Path(__file__).with_name("templates")
 _DEFAULT_TEMPLATE = _TEMPLATES / "judge.jinja"
 _DEFAULT_SYSTEM_TEMPLATE = _TEMPLATES / "judge_system.jinja"
-_VERDICT = re.compile(r"verdict\s*[:=]\s*\**\s*(correct|incorrect)\b", re.IGNORECASE)
-
-
-def parse_verdict(reply: str) -> bool | None:
-    """True/False from the judge's last `VERDICT: CORRECT|INCORRECT` line; None when there is none."""
-    found = _VERDICT.findall(reply or "")
-    return found[-1].lower() == "correct" if found else None
 
 
 def _question_from_prompt(prompt: Any) -> str:
@@ -41,17 +49,20 @@ def _question_from_prompt(prompt: Any) -> str:
 
 
 class JudgeReward(Reward):
-    """1.0 when the judge says CORRECT, 0.0 for INCORRECT, None when its reply has no verdict.
+    """1.0 when the judge says CORRECT, 0.0 for INCORRECT, None when even the retry has no verdict.
 
     Args:
-        complete: sync callable taking chat messages (list of {"role", "content"}) and returning the reply.
+        complete: sync callable taking chat messages (list of {"role", "content"}) and returning the reply
+            (text, or an object with `.text` and `.schema_enforced`).
         answer_key / question_key: dataset columns of the reference and the question (the question falls
             back to the prompt's last user message).
         template: path of a jinja2 template for the user message, with `question`, `reference`,
-            `response` (default: bundled templates/judge.jinja).
+            `response` and `reply_format` (the verdict's JSON format; default: bundled templates/judge.jinja).
         system_template: path of a jinja2 template for the system message, no variables (default: bundled
             templates/judge_system.jinja).
         concurrency: judge calls in flight at once.
+        on_reply: called with each judged completion's counter increments (the engine adds them to its
+            accounting); `reply_counts` keeps the running totals either way.
     """
 
     name = "judge"
@@ -66,6 +77,7 @@ class JudgeReward(Reward):
         system_template: str | Path | None = None,
         concurrency: int = 8,
         max_response_chars: int = 8000,
+        on_reply: OnReply | None = None,
     ) -> None:
         super().__init__()
         if not callable(complete):
@@ -78,11 +90,17 @@ class JudgeReward(Reward):
         self.question_key = question_key
         self.concurrency = concurrency
         self.max_response_chars = max_response_chars
+        self.on_reply = on_reply
+        #: replies, enforced, parsed, repaired, retried, lost over every completion judged so far
+        self.reply_counts = dict.fromkeys(REPLY_COUNTS, 0)
+        self._counts_lock = threading.Lock()  # judge calls run in worker threads
 
     def messages(self, question: str, reference: str, response: str) -> list[dict[str, str]]:
         if len(response) > self.max_response_chars:  # keep the ending: that is where the answer is
             response = "..." + response[-self.max_response_chars :]
-        user = self._template.render(question=question, reference=reference, response=response)
+        user = self._template.render(
+            question=question, reference=reference, response=response, reply_format=reply_format()
+        )
         return [{"role": "system", "content": self._system}, {"role": "user", "content": user}]
 
     def score(self, completions: Sequence[Any], prompts: Sequence[Any] | None = None, **columns: Any) -> list[Score]:
@@ -99,22 +117,46 @@ class JudgeReward(Reward):
             question_text = str(question) if question is not None else _question_from_prompt(prompt)
             requests.append(self.messages(question_text, str(reference), completion_text(completion)))
         with ThreadPoolExecutor(max_workers=max(1, self.concurrency)) as pool:
-            replies = list(pool.map(self.complete, requests))
-        scores = []
-        for reply in replies:
-            verdict = parse_verdict(reply)
-            if verdict is None:
-                scores.append(Score(None, None, f"judge reply had no VERDICT line: {reply[-120:]!r}"))
-            else:
-                justification = reply.strip().splitlines()[0][:160] if reply.strip() else ""
-                scores.append(
-                    Score(
-                        1.0 if verdict else 0.0,
-                        None,
-                        f"judge: {'correct' if verdict else 'incorrect'} ({justification})",
-                    )
-                )
-        return scores
+            return list(pool.map(self._judge, requests))
+
+    def _judge(self, messages: list[dict[str, str]]) -> Score:
+        """One verdict: the reply, else one retry with the parser's feedback; counted either way."""
+        text, enforced = _reply_of(self.complete(messages))
+        first = final = parse_verdict_reply(text)
+        retried = first.verdict is None
+        if retried:
+            feedback = retry_feedback(first.problem)
+            retry_messages = [*messages, {"role": "assistant", "content": text}, {"role": "user", "content": feedback}]
+            text, _ = _reply_of(self.complete(retry_messages))
+            final = parse_verdict_reply(text)
+        self._count(count_outcome(enforced=enforced, first=first, retried=retried, final=final))
+        return _score(final, text)
+
+    def _count(self, increments: dict[str, int]) -> None:
+        with self._counts_lock:
+            for key, value in increments.items():
+                self.reply_counts[key] += value
+            if self.on_reply is not None:
+                self.on_reply(increments)
+
+
+def _reply_of(reply: Any) -> tuple[str, bool]:
+    """(text, generated under the schema) of what `complete` returned."""
+    if isinstance(reply, str):
+        return reply, False
+    text = getattr(reply, "text", None)
+    if not isinstance(text, str):
+        raise RewardError(
+            f"the judge's `complete` must return a string or an object with .text, got {type(reply).__name__}"
+        )
+    return text, bool(getattr(reply, "schema_enforced", False))
+
+
+def _score(parsed: VerdictParse, reply: str) -> Score:
+    if parsed.verdict is None:
+        return Score(None, None, f"judge reply had no verdict ({parsed.problem}) after a retry: {reply[-120:]!r}")
+    word = "correct" if parsed.verdict.correct else "incorrect"
+    return Score(1.0 if parsed.verdict.correct else 0.0, None, f"judge: {word} ({parsed.verdict.reasoning[:160]})")
 
 
 def _load_template(path: Path):  # -> jinja2.Template
@@ -152,4 +194,4 @@ def _per_row(values: Any, n: int) -> list[Any]:
     return list(values)
 
 
-__all__ = ["Complete", "JudgeReward", "parse_verdict"]
+__all__ = ["Complete", "JudgeReward", "OnReply", "parse_verdict"]

@@ -199,6 +199,8 @@ def test_judge_reward_goes_through_the_client(tmp_path, dataset):
     result = run(config, ScriptedBackend(respond))
     assert result.metrics["mean_at_k"] == pytest.approx(1 / NUM_PROBLEMS)  # the judge accepts only problem 3
     assert result.metrics["usage"]["by_tag"]["judge"]["calls"] == NUM_PROBLEMS
+    judged = result.metrics["usage"]["structured_replies"]["judge"]  # the verdicts' outcomes, counted
+    assert judged["replies"] == NUM_PROBLEMS and judged["repaired"] == NUM_PROBLEMS and judged["lost"] == 0
 
 
 def test_conflicting_injection_options_are_refused():

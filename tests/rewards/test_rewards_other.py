@@ -158,10 +158,12 @@ def test_judge_reward_uses_the_callable_and_parses_verdicts():
         answer=["Paris"] * 3,
     )
     assert values == [1.0, 0.0, None]
-    assert len(seen) == 3
-    assert all(
-        "Capital of France?" in m[-1]["content"] and "Reference answer:\nParis" in m[-1]["content"] for m in seen
+    assert len(seen) == 4  # the reply without a verdict was asked once more, with the parser's feedback
+    firsts = [m for m in seen if len(m) == 2]
+    assert len(firsts) == 3 and all(
+        "Capital of France?" in m[-1]["content"] and "Reference answer:\nParis" in m[-1]["content"] for m in firsts
     )
+    assert reward.reply_counts == {"replies": 3, "enforced": 0, "parsed": 0, "repaired": 2, "retried": 1, "lost": 1}
 
 
 def test_judge_errors_propagate_never_become_zero():

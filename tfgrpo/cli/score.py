@@ -96,11 +96,11 @@ def _judge_callable(backend, model, base_url, api_key, timeout=None):  # type: i
     from tfgrpo.core.config import build_config
     from tfgrpo.llm.config import LLMConfig
     from tfgrpo.llm.factory import build_client
-    from tfgrpo.rollout.scoring import JUDGE_SAMPLING, daemon_loop
+    from tfgrpo.rollout.scoring import daemon_loop, judge_completer
 
     client = build_client(
         build_config(LLMConfig, None, opt.llm_overrides(backend, model, base_url, api_key, timeout_s=timeout))
     )
     # One loop for every judge call of this command: async clients must not hop between event loops.
     loop, _ = daemon_loop()
-    return client.completer(loop, sampling=JUDGE_SAMPLING, tag="judge")
+    return judge_completer(client, loop)

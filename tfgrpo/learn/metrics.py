@@ -256,7 +256,7 @@ def run_metrics(state: Any, *, best_epoch: int | None, library: Any, config: Any
         sessions=len(state.sessions),
         library_size=len(library),
         library_version=library.version,
-        stage_replies=sum_reply_counts(state.steps),
+        stage_replies=sum_reply_counts(state.steps) | judge_reply_counts(state.sessions),
     )
     totals["stage_replies_lost"] = sum(counts["lost"] for counts in totals["stage_replies"].values())
     return {
@@ -281,6 +281,17 @@ def sum_reply_counts(steps: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
             for key, value in counts.items():
                 totals.setdefault(stage, dict.fromkeys(REPLY_COUNTS, 0))[key] = totals[stage].get(key, 0) + value
     return totals
+
+
+def judge_reply_counts(sessions: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """{"judge": counts} summed over the sessions' client usage (rollout and validation verdicts of a judge
+    reward, `rewards.verdict`); {} when no judge reward was used."""
+    total: dict[str, int] = {}
+    for session in sessions:
+        counts = ((session.get("usage") or {}).get("structured_replies") or {}).get("judge") or {}
+        for key, value in counts.items():
+            total[key] = total.get(key, 0) + value
+    return {"judge": {key: total.get(key, 0) for key in REPLY_COUNTS}} if total else {}
 
 
 def reply_counts_line(counts: dict[str, dict[str, int]]) -> str:
@@ -328,4 +339,12 @@ def _fmt(value: float | None) -> str:
     return "–" if value is None else f"{value:.3f}"
 
 
-__all__ = ["REPLY_COUNTS", "StepCounters", "epoch_table", "reply_counts_line", "run_metrics", "sum_reply_counts"]
+__all__ = [
+    "REPLY_COUNTS",
+    "StepCounters",
+    "epoch_table",
+    "judge_reply_counts",
+    "reply_counts_line",
+    "run_metrics",
+    "sum_reply_counts",
+]

@@ -127,6 +127,9 @@ class Accounting:
     """Running totals of one client; `snapshot()` is what run directories record in metrics.json."""
 
     by_tag: dict[str, TagTotals] = field(default_factory=dict)
+    #: outcomes of structured replies parsed outside the learn stages (the judge), per tag: replies,
+    #: enforced, parsed, repaired, retried, lost (the stages count theirs in each step's metrics)
+    structured_replies: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def _tag(self, tag: str) -> TagTotals:
         return self.by_tag.setdefault(tag or "untagged", TagTotals())
@@ -163,6 +166,12 @@ class Accounting:
         totals = self._tag(tag)
         setattr(totals, field_name, getattr(totals, field_name) + 1)
 
+    def record_replies(self, tag: str, increments: dict[str, int]) -> None:
+        """Add one parsed reply's outcome (counter name -> increment) under `tag`."""
+        counts = self.structured_replies.setdefault(tag or "untagged", {})
+        for key, value in increments.items():
+            counts[key] = counts.get(key, 0) + value
+
     @property
     def total(self) -> TagTotals:
         out = TagTotals()
@@ -178,7 +187,13 @@ class Accounting:
         def as_dict(t: TagTotals) -> dict[str, Any]:
             return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in t.__dict__.items()}
 
-        return {"total": as_dict(self.total), "by_tag": {k: as_dict(v) for k, v in sorted(self.by_tag.items())}}
+        snapshot: dict[str, Any] = {
+            "total": as_dict(self.total),
+            "by_tag": {k: as_dict(v) for k, v in sorted(self.by_tag.items())},
+        }
+        if self.structured_replies:  # absent when nothing was counted: snapshots stay as they were
+            snapshot["structured_replies"] = {k: dict(v) for k, v in sorted(self.structured_replies.items())}
+        return snapshot
 
 
 RETRY_LABELS = {

@@ -184,12 +184,13 @@ class LLMClient:
         tag: str = "judge",
         response_schema: ResponseSchema | None = None,
     ):
-        """A sync `complete(messages) -> str` for code running in a worker thread (the judge reward)."""
+        """A sync `complete(messages) -> Completion` for code running in a worker thread (the judge reward,
+        which reads `.text` and `.schema_enforced`)."""
 
-        def complete(messages: list[dict[str, Any]]) -> str:
+        def complete(messages: list[dict[str, Any]]) -> Completion:
             call = self.chat(messages, sampling=sampling, tag=tag, response_schema=response_schema)
             future = asyncio.run_coroutine_threadsafe(call, loop)
-            return future.result()[0].text
+            return future.result()[0]
 
         return complete
 

@@ -3,7 +3,9 @@
 `rewards/` knows nothing of our client; a judge receives a plain sync `complete(messages) -> str`.
 Scoring runs in a worker thread (`asyncio.to_thread`), so `complete` hands each call to the event
 loop that owns the client and waits: judge calls are cached, retried, bounded and accounted like any
-other call, under the tag `judge`.
+other call, under the tag `judge`. Each call carries the verdict's JSON schema (`rewards.verdict`,
+enforced where the backend can), and every verdict's outcome (enforced, parsed, repaired, retried, lost)
+is added to the client's accounting (`structured_replies.judge` in the usage snapshot of metrics.json).
 """
 
 from __future__ import annotations
@@ -12,12 +14,20 @@ import asyncio
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 from typing import Any
 
+from rewards.verdict import VERDICT_SCHEMA_NAME, verdict_schema
 from tfgrpo.llm.client import LLMClient
-from tfgrpo.llm.types import SamplingParams
+from tfgrpo.llm.types import ResponseSchema, SamplingParams
 
 JUDGE_SAMPLING = SamplingParams(temperature=0.0, max_tokens=512)
+JUDGE_SCHEMA = ResponseSchema(name=VERDICT_SCHEMA_NAME, schema=verdict_schema())
+
+
+def judge_completer(client: LLMClient, loop: asyncio.AbstractEventLoop):  # -> rewards.judge.Complete
+    """The judge's sync `complete(messages)` over `client`: greedy, under the verdict schema, tag `judge`."""
+    return client.completer(loop, sampling=JUDGE_SAMPLING, tag="judge", response_schema=JUDGE_SCHEMA)
 
 
 def build_reward(
@@ -32,7 +42,8 @@ def build_reward(
             from rewards.errors import RewardError
 
             raise RewardError("the judge reward needs an LLM client (configure the llm: section)")
-        params["complete"] = client.completer(loop or asyncio.get_running_loop(), sampling=JUDGE_SAMPLING, tag="judge")
+        params["complete"] = judge_completer(client, loop or asyncio.get_running_loop())
+        params.setdefault("on_reply", partial(client.accounting.record_replies, "judge"))
     return get_reward(name, **params)
 
 
