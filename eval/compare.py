@@ -218,35 +218,8 @@ def build_comparison(
     for run in runs:
         by_id = {str(p["id"]): p for p in run.per_problem}
         subset = [by_id[pid] for pid in problem_ids]
-        summary = aggregate(subset, seed=seed, n_bootstrap=n_bootstrap)
         accuracy_columns.append([p["correct"] / p["n"] for p in subset])
-        metrics = run.metrics
-        settings = metrics.get("settings") or {}
-        systems.append(
-            SystemSummary(
-                name=run.name,
-                path=run.path,
-                mean_at_k=summary["mean_at_k"],
-                ci95=summary["ci95"],
-                k=summary["k"],
-                pass_at_k=summary["pass_at_k"],
-                maj_at_k=summary["maj_at_k"],
-                num_problems=summary["num_problems"],
-                num_problems_in_run=sum(1 for p in run.per_problem if p["n"] > 0),
-                num_samples=sum(p["n"] for p in subset),
-                failed_samples=sum(int(p.get("failed", 0)) for p in subset),
-                model=run.provenance.get("model") or metrics.get("model") or (settings.get("llm") or {}).get("model"),
-                eval_tokens=dict(metrics.get("tokens") or {}),
-                eval_cost_usd=metrics.get("cost_usd"),
-                eval_wall_s=metrics.get("wall_s", metrics.get("wall_time_s")),
-                eval_retries={
-                    key: value
-                    for key, value in ((metrics.get("usage") or {}).get("total") or {}).items()
-                    if key.startswith("retries_")
-                },
-                provenance=run.provenance,
-            )
-        )
+        systems.append(_system_summary(run, subset, seed=seed, n_bootstrap=n_bootstrap))
 
     paired = [
         PairedRow(
@@ -270,6 +243,36 @@ def build_comparison(
         learn_totals=learn_totals,
         learn_selection=load_learn_selection(learn_run) if learn_run else {},
         learn_experiences=load_learn_library(learn_run) if learn_run else [],
+    )
+
+
+def _system_summary(run: EvalRun, subset: list[dict[str, Any]], *, seed: int, n_bootstrap: int) -> SystemSummary:
+    """One run's metrics on the compared problems (`subset`), with its model, eval cost and provenance."""
+    summary = aggregate(subset, seed=seed, n_bootstrap=n_bootstrap)
+    metrics = run.metrics
+    settings = metrics.get("settings") or {}
+    return SystemSummary(
+        name=run.name,
+        path=run.path,
+        mean_at_k=summary["mean_at_k"],
+        ci95=summary["ci95"],
+        k=summary["k"],
+        pass_at_k=summary["pass_at_k"],
+        maj_at_k=summary["maj_at_k"],
+        num_problems=summary["num_problems"],
+        num_problems_in_run=sum(1 for p in run.per_problem if p["n"] > 0),
+        num_samples=sum(p["n"] for p in subset),
+        failed_samples=sum(int(p.get("failed", 0)) for p in subset),
+        model=run.provenance.get("model") or metrics.get("model") or (settings.get("llm") or {}).get("model"),
+        eval_tokens=dict(metrics.get("tokens") or {}),
+        eval_cost_usd=metrics.get("cost_usd"),
+        eval_wall_s=metrics.get("wall_s", metrics.get("wall_time_s")),
+        eval_retries={
+            key: value
+            for key, value in ((metrics.get("usage") or {}).get("total") or {}).items()
+            if key.startswith("retries_")
+        },
+        provenance=run.provenance,
     )
 
 
