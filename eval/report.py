@@ -10,7 +10,7 @@ import base64
 import json
 from pathlib import Path
 
-from eval.compare import Comparison
+from eval.comparison import Comparison
 from eval.plots import plot_accuracy, plot_heatmap, plot_learning_curve
 from eval.report_tables import Table, build_tables
 
