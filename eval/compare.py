@@ -13,86 +13,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
+from eval.comparison import Comparison, EvalRun, PairedRow, SystemSummary
 from eval.matrix import matrix_rows, read_matrix
+from eval.report import write_report
 from eval.seeds import expand_run_dirs, seed_set_rows
 from tfgrpo.core.datasets import iter_jsonl_objects
 from tfgrpo.core.errors import RunDirError
 from tfgrpo.core.metrics import N_BOOTSTRAP, aggregate, summarize
-from tfgrpo.core.stats import PairedComparison, compare_paired
-
-
-class EvalRun(BaseModel):
-    """One eval run as read from its directory."""
-
-    model_config = ConfigDict(frozen=True)
-
-    name: str
-    path: str
-    metrics: dict[str, Any]
-    per_problem: list[dict[str, Any]]
-
-    @property
-    def provenance(self) -> dict[str, Any]:
-        return dict(self.metrics.get("provenance") or {})
-
-
-class SystemSummary(BaseModel):
-    """One system's metrics on the compared problems, and how it was obtained."""
-
-    name: str
-    path: str
-    mean_at_k: float
-    ci95: list[float]
-    k: int
-    pass_at_k: dict[str, float]
-    maj_at_k: float
-    num_problems: int
-    num_problems_in_run: int
-    num_samples: int
-    failed_samples: int
-    model: str | None = None
-    eval_tokens: dict[str, Any] = Field(default_factory=dict)
-    eval_cost_usd: float | None = None
-    eval_wall_s: float | None = None
-    #: retried calls of the eval run by cause (retries_rate_limit, retries_server_error, ...): a flaky provider shows here
-    eval_retries: dict[str, int] = Field(default_factory=dict)
-    provenance: dict[str, Any] = Field(default_factory=dict)
-
-
-class PairedRow(BaseModel):
-    system: str
-    baseline: str
-    result: PairedComparison
-
-
-class Comparison(BaseModel):
-    """Everything a report shows; also written as comparison.json."""
-
-    baseline: str
-    systems: list[SystemSummary]
-    problem_ids: list[str]
-    problems_note: str | None = Field(None, description="Set when the runs covered different problems.")
-    per_problem: dict[str, list[float]] = Field(description="problem id → accuracy per system, in system order.")
-    paired: list[PairedRow]
-    seed: int
-    learn_run: str | None = None
-    learn_steps: list[dict[str, Any]] = Field(default_factory=list)
-    learn_totals: dict[str, Any] = Field(default_factory=dict)
-    learn_selection: dict[str, Any] = Field(
-        default_factory=dict,
-        description="The learn run's pareto, gate counts, best_step and leakage findings (docs/trust.md).",
-    )
-    seed_sets: list[dict[str, Any]] = Field(
-        default_factory=list, description="Across-seed rows of seed-set systems (eval.seeds)."
-    )
-    matrix: dict[str, Any] = Field(
-        default_factory=dict, description="Model x library table of an eval matrix (eval.matrix)."
-    )
-    learn_experiences: list[dict[str, Any]] = Field(
-        default_factory=list, description="The learn run's final library: id, text, provenance of each experience."
-    )
+from tfgrpo.core.stats import compare_paired
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -218,35 +146,8 @@ def build_comparison(
     for run in runs:
         by_id = {str(p["id"]): p for p in run.per_problem}
         subset = [by_id[pid] for pid in problem_ids]
-        summary = aggregate(subset, seed=seed, n_bootstrap=n_bootstrap)
         accuracy_columns.append([p["correct"] / p["n"] for p in subset])
-        metrics = run.metrics
-        settings = metrics.get("settings") or {}
-        systems.append(
-            SystemSummary(
-                name=run.name,
-                path=run.path,
-                mean_at_k=summary["mean_at_k"],
-                ci95=summary["ci95"],
-                k=summary["k"],
-                pass_at_k=summary["pass_at_k"],
-                maj_at_k=summary["maj_at_k"],
-                num_problems=summary["num_problems"],
-                num_problems_in_run=sum(1 for p in run.per_problem if p["n"] > 0),
-                num_samples=sum(p["n"] for p in subset),
-                failed_samples=sum(int(p.get("failed", 0)) for p in subset),
-                model=run.provenance.get("model") or metrics.get("model") or (settings.get("llm") or {}).get("model"),
-                eval_tokens=dict(metrics.get("tokens") or {}),
-                eval_cost_usd=metrics.get("cost_usd"),
-                eval_wall_s=metrics.get("wall_s", metrics.get("wall_time_s")),
-                eval_retries={
-                    key: value
-                    for key, value in ((metrics.get("usage") or {}).get("total") or {}).items()
-                    if key.startswith("retries_")
-                },
-                provenance=run.provenance,
-            )
-        )
+        systems.append(_system_summary(run, subset, seed=seed, n_bootstrap=n_bootstrap))
 
     paired = [
         PairedRow(
@@ -273,6 +174,36 @@ def build_comparison(
     )
 
 
+def _system_summary(run: EvalRun, subset: list[dict[str, Any]], *, seed: int, n_bootstrap: int) -> SystemSummary:
+    """One run's metrics on the compared problems (`subset`), with its model, eval cost and provenance."""
+    summary = aggregate(subset, seed=seed, n_bootstrap=n_bootstrap)
+    metrics = run.metrics
+    settings = metrics.get("settings") or {}
+    return SystemSummary(
+        name=run.name,
+        path=run.path,
+        mean_at_k=summary["mean_at_k"],
+        ci95=summary["ci95"],
+        k=summary["k"],
+        pass_at_k=summary["pass_at_k"],
+        maj_at_k=summary["maj_at_k"],
+        num_problems=summary["num_problems"],
+        num_problems_in_run=sum(1 for p in run.per_problem if p["n"] > 0),
+        num_samples=sum(p["n"] for p in subset),
+        failed_samples=sum(int(p.get("failed", 0)) for p in subset),
+        model=run.provenance.get("model") or metrics.get("model") or (settings.get("llm") or {}).get("model"),
+        eval_tokens=dict(metrics.get("tokens") or {}),
+        eval_cost_usd=metrics.get("cost_usd"),
+        eval_wall_s=metrics.get("wall_s", metrics.get("wall_time_s")),
+        eval_retries={
+            key: value
+            for key, value in ((metrics.get("usage") or {}).get("total") or {}).items()
+            if key.startswith("retries_")
+        },
+        provenance=run.provenance,
+    )
+
+
 def compare_runs(
     run_dirs: Sequence[str | Path],
     out_dir: str | Path,
@@ -285,8 +216,6 @@ def compare_runs(
     """Load the runs, compare them, write report.md, report.html, comparison.json and PNGs into out_dir.
 
     `matrix`: an eval matrix directory (`tfgrpo eval --matrix`); its cells come first, then `run_dirs`."""
-    from eval.report import write_report
-
     manifest, cells = read_matrix(matrix) if matrix else ({}, [])
     if not run_dirs and not cells:
         raise RunDirError("compare needs at least one eval run directory (or --matrix DIR)")

@@ -1,7 +1,9 @@
 """`tfgrpo eval`: K samples per problem with the library injected, scored by `rewards`, summarised.
 
-The same rollout code, prompt templates and library renderer as `tfgrpo learn`; every call is cached
-in the run directory, so an interrupted eval resumes for free and a rerun is identical.
+The same rollout code, prompt templates and library renderer as `tfgrpo learn`, and the same
+"run these problems K times" loop as learn's validation (`tfgrpo.rollout.sampling.sample_problems`);
+every call is cached in the run directory, so an interrupted eval resumes for free and a rerun is
+identical.
 """
 
 from __future__ import annotations
@@ -13,23 +15,33 @@ import json
 import shutil
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+from rich.console import Console
 
 from eval.library_overlap import describe_overlap, library_eval_overlap
 from experiences import Injection
 from experiences.model import Library
+from rewards import is_equivalent
+from tfgrpo import __version__
 from tfgrpo.core.config import dump_config
 from tfgrpo.core.datasets import Problem, load_dataset_rows
 from tfgrpo.core.errors import EvalError
+from tfgrpo.core.metrics import summarize
+from tfgrpo.core.progress import stage_progress
 from tfgrpo.core.textfile import MAX_ROW_BYTES
 from tfgrpo.llm.client import LLMClient
 from tfgrpo.llm.config import LLMConfig
 from tfgrpo.llm.errors import AllRequestsFailedError
+from tfgrpo.llm.factory import build_client
 from tfgrpo.llm.types import SamplingParams
 from tfgrpo.rollout.agent import AgentConfig
+from tfgrpo.rollout.injection import Injector
+from tfgrpo.rollout.sampling import PromptSpec, Rollout, sample_problems
+from tfgrpo.rollout.scoring import build_reward
 
 
 class EvalConfig(BaseModel):
@@ -102,126 +114,162 @@ def evaluate(config: EvalConfig, *, client: LLMClient | None = None, console: An
 async def evaluate_async(
     config: EvalConfig, *, client: LLMClient | None = None, console: Any | None = None
 ) -> EvalResult:
-    from rich.console import Console
-
-    from rewards import is_equivalent
-    from tfgrpo import __version__
-    from tfgrpo.core.metrics import summarize
-    from tfgrpo.core.progress import stage_progress
-    from tfgrpo.llm.factory import build_client
-    from tfgrpo.rollout.injection import Injector
-    from tfgrpo.rollout.sampling import PromptSpec, sample_group, score_group
-    from tfgrpo.rollout.scoring import build_reward
-
     console = console or Console(stderr=True)
     out = Path(config.out)
     owns_client = client is None
     with _removed_on_failure(out):  # a command that fails before its first call leaves no folder behind
-        problems = load_dataset_rows(
-            config.data,
-            problem_key=config.problem_key,
-            answer_key=config.answer_key,
-            id_key=config.id_key,
-            limit=config.limit,
-            max_row_bytes=config.max_row_bytes,
-        )
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "config.yaml").write_text(dump_config(config), encoding="utf-8")
-        injector = (
-            Injector.from_paths(config.library, config.inject, store_dir=out / "store") if config.library else None
-        )
-        leakage = (
-            library_eval_overlap(config.library, Library.load(config.library), problems, data_name=config.data)
-            if config.library
-            else None
-        )
-        if leakage and leakage["overlaps"]:
-            console.print(
-                f"warning: {describe_overlap(leakage, config.data)}", style="yellow", highlight=False, markup=False
-            )
-        system_prompt = Path(config.system_prompt).read_text(encoding="utf-8") if config.system_prompt else None
-        prompt = PromptSpec(config.system_template, config.user_template, system_prompt)
-        agent = _agent(config)
-        client = client or build_client(config.llm, cache_path=out / "cache.sqlite")
-        reward = build_reward(config.reward, client)
+        setup = _set_up(config, out, console, client)
     started = time.perf_counter()
-    rows_by_problem: dict[str, list[dict[str, Any]]] = {}
-    samples_path = out / "samples.jsonl"
-    tmp_path = samples_path.with_suffix(".jsonl.partial")
-
-    async def one(problem: Problem, handle) -> None:
-        experiences = injector.text_for(problem.problem) if injector else ""
-        messages = prompt.messages(problem.problem, experiences)
-        rollouts = await sample_group(
-            client, problem.id, messages, n=config.samples, sampling=config.sampling, tag="eval", agent=agent
-        )
-        await asyncio.to_thread(score_group, reward, rollouts, problem.answer, {"problem": problem.problem})
-        rows = []
-        for rollout in rollouts:
-            row = rollout.to_row()
-            row.update(problem_id=problem.id, gold=problem.answer)
-            row.pop("query_id", None)
-            rows.append(row)
-        rows_by_problem[problem.id] = rows
-        handle.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
-        handle.flush()
-
     try:
-        with tmp_path.open("w", encoding="utf-8") as handle, stage_progress(console) as progress:
-            task = progress.add_task(f"eval {config.data} (K={config.samples})", total=len(problems))
-
-            async def tracked(problem: Problem) -> None:
-                await one(problem, handle)
-                progress.advance(task)
-
-            await asyncio.gather(*(tracked(p) for p in problems))
+        groups = await _sample_all(config, setup, out / "samples.jsonl", console)
     finally:
         if owns_client:
-            await client.aclose()
-            client.close_cache()
+            await setup.client.aclose()
+            setup.client.close_cache()
+    rows = _write_samples(out / "samples.jsonl", setup.problems, groups)
+    metrics = _metrics(config, rows, setup, wall_time_s=time.perf_counter() - started)
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=2, ensure_ascii=False), encoding="utf-8")
+    return EvalResult(out=str(out), metrics=metrics)
 
-    # Problem order, not completion order, so reruns write identical files.
-    ordered = [row for p in problems for row in rows_by_problem[p.id]]
-    tmp_path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in ordered), encoding="utf-8")
+
+@dataclass
+class _EvalSetup:
+    """What an eval reads and builds before its first call."""
+
+    problems: list[Problem]
+    injector: Injector | None
+    leakage: dict[str, Any] | None
+    prompt: PromptSpec
+    agent: Any | None
+    client: LLMClient
+    reward: Any
+
+
+def _set_up(config: EvalConfig, out: Path, console: Any, client: LLMClient | None) -> _EvalSetup:
+    """Data, run directory, library (and its overlap with the data), prompt, agent, client and reward."""
+    problems = load_dataset_rows(
+        config.data,
+        problem_key=config.problem_key,
+        answer_key=config.answer_key,
+        id_key=config.id_key,
+        limit=config.limit,
+        max_row_bytes=config.max_row_bytes,
+    )
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.yaml").write_text(dump_config(config), encoding="utf-8")
+    injector = Injector.from_paths(config.library, config.inject, store_dir=out / "store") if config.library else None
+    leakage = (
+        library_eval_overlap(config.library, Library.load(config.library), problems, data_name=config.data)
+        if config.library
+        else None
+    )
+    if leakage and leakage["overlaps"]:
+        console.print(
+            f"warning: {describe_overlap(leakage, config.data)}", style="yellow", highlight=False, markup=False
+        )
+    system_prompt = Path(config.system_prompt).read_text(encoding="utf-8") if config.system_prompt else None
+    prompt = PromptSpec(config.system_template, config.user_template, system_prompt)
+    client = client or build_client(config.llm, cache_path=out / "cache.sqlite")
+    reward = build_reward(config.reward, client)
+    return _EvalSetup(problems, injector, leakage, prompt, _agent(config), client, reward)
+
+
+async def _sample_all(config: EvalConfig, setup: _EvalSetup, samples_path: Path, console: Any) -> list[list[Rollout]]:
+    """K samples of every problem, scored; each problem's rows are appended to a partial file as they come."""
+    injector = setup.injector
+    with (
+        samples_path.with_suffix(".jsonl.partial").open("w", encoding="utf-8") as handle,
+        stage_progress(console) as progress,
+    ):
+        task = progress.add_task(f"eval {config.data} (K={config.samples})", total=len(setup.problems))
+
+        def done(problem: Problem, rollouts: list[Rollout]) -> None:
+            _write_rows(handle, _sample_rows(problem, rollouts))
+            progress.advance(task)
+
+        return await sample_problems(
+            setup.client,
+            setup.problems,
+            prompt=setup.prompt,
+            experiences_for=injector.text_for if injector else lambda _problem: "",
+            reward=setup.reward,
+            n=config.samples,
+            sampling=config.sampling,
+            tag="eval",
+            agent=setup.agent,
+            on_problem_done=done,
+        )
+
+
+def _sample_rows(problem: Problem, rollouts: list[Rollout]) -> list[dict[str, Any]]:
+    """One `samples.jsonl` row per rollout: the rollout's row keyed by problem id, with its gold answer."""
+    rows = []
+    for rollout in rollouts:
+        row = rollout.to_row()
+        row.update(problem_id=problem.id, gold=problem.answer)
+        row.pop("query_id", None)
+        rows.append(row)
+    return rows
+
+
+def _write_rows(handle: TextIO, rows: list[dict[str, Any]]) -> None:
+    handle.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    handle.flush()
+
+
+def _write_samples(samples_path: Path, problems: list[Problem], groups: list[list[Rollout]]) -> list[dict[str, Any]]:
+    """All rows in problem order, not completion order, so reruns write identical files; fails if every call did."""
+    rows = [row for problem, rollouts in zip(problems, groups, strict=True) for row in _sample_rows(problem, rollouts)]
+    tmp_path = samples_path.with_suffix(".jsonl.partial")
+    with tmp_path.open("w", encoding="utf-8") as handle:
+        _write_rows(handle, rows)
     tmp_path.replace(samples_path)
-    failures = [r["error"] for r in ordered if r.get("error")]
-    if ordered and len(failures) == len(ordered):
+    failures = [r["error"] for r in rows if r.get("error")]
+    if rows and len(failures) == len(rows):
         raise AllRequestsFailedError(
             f"every sample of the eval failed ({len(failures)} calls), e.g. {failures[0]}; check the endpoint and rerun "
             "(answered calls are cached)"
         )
+    return rows
+
+
+def _metrics(
+    config: EvalConfig, rows: list[dict[str, Any]], setup: _EvalSetup, *, wall_time_s: float
+) -> dict[str, Any]:
+    """The scores of the samples plus what produced them (settings, usage, provenance of library or adapter)."""
     try:
-        metrics = summarize(
-            ordered, seed=config.seed, answer_checker=is_equivalent if config.reward == "math" else None
-        )
+        metrics = summarize(rows, seed=config.seed, answer_checker=is_equivalent if config.reward == "math" else None)
     except ValueError as exc:
         raise EvalError(f"eval produced no scored samples: {exc}") from None
-    tool_calls = [r.get("num_tool_calls", 0) for r in ordered if not r.get("error")]
+    tool_calls = [r.get("num_tool_calls", 0) for r in rows if not r.get("error")]
     metrics.update(
         {
             "label": config.label or _default_label(config),
             "dataset": config.data,
             "avg_tool_calls": sum(tool_calls) / len(tool_calls) if tool_calls else 0.0,
-            "wall_time_s": round(time.perf_counter() - started, 3),
-            "usage": client.accounting.snapshot(),
+            "wall_time_s": round(wall_time_s, 3),
+            "usage": setup.client.accounting.snapshot(),
             "settings": json.loads(config.model_dump_json(exclude={"llm": {"api_key"}})),
-            "provenance": {
-                "package_version": __version__,
-                "model": client.model_name,
-                "backend": config.llm.backend,
-                "adapter": config.llm.adapter,
-                "library": config.library,
-                "library_hash": file_sha256(config.library) if config.library else None,
-                "system_prompt_hash": file_sha256(config.system_prompt) if config.system_prompt else None,
-                "seed": config.seed,
-                **_learn_provenance(config.library),
-                **({"leakage": leakage} if leakage is not None else {}),
-                **_finetune_provenance(config.llm.adapter),
-            },
+            "provenance": _provenance(config, setup),
         }
     )
-    (out / "metrics.json").write_text(json.dumps(metrics, indent=2, ensure_ascii=False), encoding="utf-8")
-    return EvalResult(out=str(out), metrics=metrics)
+    return metrics
+
+
+def _provenance(config: EvalConfig, setup: _EvalSetup) -> dict[str, Any]:
+    return {
+        "package_version": __version__,
+        "model": setup.client.model_name,
+        "backend": config.llm.backend,
+        "adapter": config.llm.adapter,
+        "library": config.library,
+        "library_hash": file_sha256(config.library) if config.library else None,
+        "system_prompt_hash": file_sha256(config.system_prompt) if config.system_prompt else None,
+        "seed": config.seed,
+        **_learn_provenance(config.library),
+        **({"leakage": setup.leakage} if setup.leakage is not None else {}),
+        **_finetune_provenance(config.llm.adapter),
+    }
 
 
 def _agent(config: EvalConfig):

@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from experiences.model import Experience, Library, Provenance, Usage, count_words
 from experiences.ops import AddOp, DeleteOp, MergeOp, ModifyOp, Operation, Rejection
 from experiences.parse import DEFAULT_MAX_WORDS
+from experiences.render import render
 
 logger = logging.getLogger(__name__)
 
@@ -130,6 +131,7 @@ def _apply_one(
     max_words: int | None,
     result: ApplyResult,
 ) -> str | None:
+    """Apply one operation to `library` in place; returns why it was rejected, or None when applied."""
     text = getattr(operation, "experience", None)
     if text is not None:
         text = " ".join(text.split())
@@ -138,65 +140,85 @@ def _apply_one(
         if max_words is not None and count_words(text) > max_words:
             return f"text has {count_words(text)} words; the limit is {max_words}"
     stamp = provenance.model_copy(update={"operation": operation.option})
-
     if isinstance(operation, AddOp):
         assert text is not None  # add, modify and merge always carry an experience text
-        duplicate = library.find_text(text)
-        if duplicate is not None:
-            return f"same text as existing {duplicate.id}"
-        experience = Experience(
-            id=library.allocate_id(), text=text, created_step=step, updated_step=step, provenance=stamp
-        )
-        library.experiences.append(experience)
-        result.applied.append(Applied(operation=operation, ids=[experience.id]))
-        return None
-
+        return _add(library, operation, text, step=step, stamp=stamp, result=result)
     if isinstance(operation, (ModifyOp, DeleteOp)):
-        target = library.get(operation.id)
-        if target is None:
-            return f"unknown id {operation.id!r}"
-        if isinstance(operation, DeleteOp):
-            library.experiences.remove(target)
-        else:
-            assert text is not None
-            duplicate = library.find_text(text)
-            if duplicate is not None and duplicate.id != target.id:
-                return f"same text as existing {duplicate.id}"
-            target.text, target.updated_step, target.provenance = text, step, stamp
-        result.applied.append(Applied(operation=operation, ids=[operation.id]))
-        return None
-
+        return _modify_or_delete(library, operation, text, step=step, stamp=stamp, result=result)
     if isinstance(operation, MergeOp):
-        ids = list(dict.fromkeys(operation.ids))
-        if len(ids) < 2:
-            return "'merge' needs two or more different ids"
-        missing = [i for i in ids if i not in library]
-        if missing:
-            return f"unknown id {missing[0]!r}"
         assert text is not None
-        sources = [e for e in library.experiences if e.id in ids]  # every id is present (checked above)
-        usage = Usage(
-            in_context=sum(s.usage.in_context for s in sources),
-            correct=sum(s.usage.correct for s in sources),
-            wrong=sum(s.usage.wrong for s in sources),
-        )
-        position = min(
-            library.experiences.index(s) for s in sources
-        )  # the merged lesson takes the first source's place
-        library.experiences = [e for e in library.experiences if e.id not in ids]
-        merged = Experience(
-            id=library.allocate_id(),
-            text=text,
-            created_step=step,
-            updated_step=step,
-            provenance=stamp,
-            parents=ids,
-            usage=usage,
-        )
-        library.experiences.insert(position, merged)
-        result.applied.append(Applied(operation=operation, ids=[merged.id]))
-        return None
+        return _merge(library, operation, text, step=step, stamp=stamp, result=result)
     return f"unknown operation {operation!r}"
+
+
+def _add(
+    library: Library, operation: AddOp, text: str, *, step: int | None, stamp: Provenance, result: ApplyResult
+) -> str | None:
+    duplicate = library.find_text(text)
+    if duplicate is not None:
+        return f"same text as existing {duplicate.id}"
+    experience = Experience(
+        id=library.allocate_id(), text=text, created_step=step, updated_step=step, provenance=stamp
+    )
+    library.experiences.append(experience)
+    result.applied.append(Applied(operation=operation, ids=[experience.id]))
+    return None
+
+
+def _modify_or_delete(
+    library: Library,
+    operation: ModifyOp | DeleteOp,
+    text: str | None,
+    *,
+    step: int | None,
+    stamp: Provenance,
+    result: ApplyResult,
+) -> str | None:
+    target = library.get(operation.id)
+    if target is None:
+        return f"unknown id {operation.id!r}"
+    if isinstance(operation, DeleteOp):
+        library.experiences.remove(target)
+    else:
+        assert text is not None
+        duplicate = library.find_text(text)
+        if duplicate is not None and duplicate.id != target.id:
+            return f"same text as existing {duplicate.id}"
+        target.text, target.updated_step, target.provenance = text, step, stamp
+    result.applied.append(Applied(operation=operation, ids=[operation.id]))
+    return None
+
+
+def _merge(
+    library: Library, operation: MergeOp, text: str, *, step: int | None, stamp: Provenance, result: ApplyResult
+) -> str | None:
+    """Two or more lessons become one new lesson in the first source's place; their usage counts add up."""
+    ids = list(dict.fromkeys(operation.ids))
+    if len(ids) < 2:
+        return "'merge' needs two or more different ids"
+    missing = [i for i in ids if i not in library]
+    if missing:
+        return f"unknown id {missing[0]!r}"
+    sources = [e for e in library.experiences if e.id in ids]  # every id is present (checked above)
+    usage = Usage(
+        in_context=sum(s.usage.in_context for s in sources),
+        correct=sum(s.usage.correct for s in sources),
+        wrong=sum(s.usage.wrong for s in sources),
+    )
+    position = min(library.experiences.index(s) for s in sources)
+    library.experiences = [e for e in library.experiences if e.id not in ids]
+    merged = Experience(
+        id=library.allocate_id(),
+        text=text,
+        created_step=step,
+        updated_step=step,
+        provenance=stamp,
+        parents=ids,
+        usage=usage,
+    )
+    library.experiences.insert(position, merged)
+    result.applied.append(Applied(operation=operation, ids=[merged.id]))
+    return None
 
 
 def eviction_order(library: Library) -> list[Experience]:
@@ -217,8 +239,6 @@ def enforce_budget(
 ) -> list[Eviction]:
     """Evict (in place) until the library fits; returns the evictions, each logged."""
     if render_for_budget is None:
-        from experiences.render import render
-
         render_for_budget = render
     evicted: list[Eviction] = []
     candidates = eviction_order(library)

@@ -69,7 +69,25 @@ def s2_attention_forward(
             x.view(batch, heads, num_groups, group, -1).transpose(1, 2).reshape(batch * num_groups, heads, group, -1)
         )
 
-    allowed = _allowed_pairs(attention_mask, batch, true_length, query.device)  # (B, 1, T, T), original order
+    blocks = _group_masks(attention_mask, batch, heads, true_length, length, group, query.device)
+    q, k, v = (to_groups(shift_half(x, -shift)) for x in (query, key, value))
+    out = torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, attn_mask=blocks, dropout_p=dropout if module.training else 0.0, scale=scaling
+    )
+    out = out.view(batch, num_groups, heads, group, head_dim).transpose(1, 2).reshape(batch, heads, length, head_dim)
+    out = shift_half(out, shift)[:, :, :true_length]
+    return out.transpose(1, 2).contiguous(), None
+
+
+def _group_masks(
+    attention_mask: Any, batch: int, heads: int, true_length: int, length: int, group: int, device: Any
+) -> Any:
+    """Which keys each query may see inside its group, in the shifted order: (B*n, H, G, G) booleans."""
+    import torch
+
+    shift, shifted_heads, num_groups = group // 2, heads // 2, length // group
+    pad = length - true_length
+    allowed = _allowed_pairs(attention_mask, batch, true_length, device)  # (B, 1, T, T), original order
     if pad:  # padded keys are never visible; padded queries see only themselves (eye below), output dropped
         allowed = torch.nn.functional.pad(allowed, (0, pad, 0, pad), value=False)
     allowed = allowed.expand(batch, heads, length, length)
@@ -81,16 +99,8 @@ def s2_attention_forward(
     blocks = allowed.reshape(batch, heads, num_groups, group, num_groups, group)
     blocks = torch.diagonal(blocks, dim1=2, dim2=4).permute(0, 4, 1, 2, 3)  # (B, n, H, G, G)
     # A query with no visible key (left padding) would give NaN; let it see itself (its output is ignored).
-    blocks = blocks | torch.eye(group, dtype=torch.bool, device=query.device)
-    blocks = blocks.reshape(batch * num_groups, heads, group, group)
-
-    q, k, v = (to_groups(shift_half(x, -shift)) for x in (query, key, value))
-    out = torch.nn.functional.scaled_dot_product_attention(
-        q, k, v, attn_mask=blocks, dropout_p=dropout if module.training else 0.0, scale=scaling
-    )
-    out = out.view(batch, num_groups, heads, group, head_dim).transpose(1, 2).reshape(batch, heads, length, head_dim)
-    out = shift_half(out, shift)[:, :, :true_length]
-    return out.transpose(1, 2).contiguous(), None
+    blocks = blocks | torch.eye(group, dtype=torch.bool, device=device)
+    return blocks.reshape(batch * num_groups, heads, group, group)
 
 
 def _count_call(module: Any, kind: str) -> None:

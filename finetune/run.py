@@ -19,8 +19,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from finetune import adapters
 from finetune import data as data_builders
 from finetune.errors import FinetuneDataError, FinetuneError
+from finetune.longlora import disable_s2_attention, s2_call_counts
+from finetune.models import (
+    count_parameters,
+    device_training_defaults,
+    load_model,
+    load_tokenizer,
+    resolve_model_source,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -179,25 +188,7 @@ def run_finetune(
     started = time.perf_counter()
     spec = method_spec(method)
     _, builder = load_method(method)  # also checks that trl / peft / datasets are installed
-    import torch
-
-    # `accelerate launch --use_fsdp` sets this for every process; on CPU accelerate keeps the processes
-    # plain DDP (MULTI_CPU) and would ignore FSDP without a word, so say it instead.
-    if os.environ.get("ACCELERATE_USE_FSDP", "").lower() in ("1", "true") and not torch.cuda.is_available():
-        raise FinetuneError(
-            "FSDP needs GPUs: accelerate runs CPU processes as plain DDP; drop --use_fsdp (DDP) or run on GPUs"
-        )
-    from datasets import Dataset
-
-    from finetune import adapters
-    from finetune.models import (
-        count_parameters,
-        device_training_defaults,
-        load_model,
-        load_tokenizer,
-        resolve_model_source,
-    )
-
+    _refuse_fsdp_on_cpu()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     options = dict(options or {})
@@ -207,54 +198,13 @@ def run_finetune(
 
     rows = build_dataset_rows(spec.data, data, data_options)  # bad data fails before any model loads
     source = resolve_model_source(model)
-    settings = {**device_training_defaults(), "output_dir": str(out)}
-    quantization = None
-    if options.get("peft") == "qlora":
-        settings.update(adapters.qlora_training_overrides())
-        requested = options.get("quantization", "auto")
-        quantization = adapters.choose_quantization(
-            count_parameters(source), adapters.available_memory_bytes(), requested
-        )
-        logger.info(
-            "QLoRA base precision: %s (%s)",
-            quantization,
-            "as requested" if requested != "auto" else "auto: 8-bit if its weights fit in 25% of free memory",
-        )
-    config = build_method_config(method, {**settings, **options})
-
+    config, quantization = _training_config(method, options, source, out)
     tokenizer = load_tokenizer(source)
     quantization_config = adapters.bnb_quantization_config(quantization) if quantization else None
     policy = load_model(source, quantization_config=quantization_config)
     check_model_options(method, config, policy)
-    metrics_path = out / METRICS_FILE
-    metrics_path.unlink(missing_ok=True)
-    try:
-        trainer = builder(
-            config, policy, tokenizer, Dataset.from_list(rows), callbacks=[MetricsLogCallback(metrics_path)]
-        )
-    except ValueError as exc:  # TRL's own checks of options against the model and data: one line
-        raise FinetuneError(f"{method}: {exc}".splitlines()[0]) from None
-    accelerator = trainer.accelerator
-    trained = accelerator.unwrap_model(trainer.model)
-    initial_adapter = adapters.save_initial_adapter(trained, getattr(config, "peft", "none"))
-    try:
-        train_result = trainer.train()
-        if trainer.state.global_step == 0:
-            raise FinetuneError(
-                f"{method}: no optimizer step ran: {len(rows)} examples make no full batch (batch "
-                f"size {config.per_device_train_batch_size}; RL methods need batch size / group size "
-                "distinct prompts); lower the batch size or add data"
-            )
-        s2_calls = finish_longlora(policy, config)  # the transformers model inside any peft wrapper
-        trainer.save_model(str(out))  # the main process writes; the others wait for it
-        if initial_adapter is not None and accelerator.is_main_process:
-            adapters.save_adapter(trained, out, initial_adapter)  # PiSSA / OLoRA: the plain-LoRA delta on the base
-    finally:
-        if initial_adapter is not None:
-            shutil.rmtree(initial_adapter, ignore_errors=True)
-    # Under `accelerate launch` every process gets here: each reports its rank (a collective, so this also
-    # proves all of them trained to the end), and only the main process writes files.
-    ranks = accelerator.gather(torch.tensor([accelerator.process_index], device=accelerator.device)).tolist()
+    trainer = _build_trainer(builder, method, config, policy, tokenizer, rows, out)
+    train_result, s2_calls = _train_and_save(trainer, method, config, policy, len(rows), out)
     summary = {
         "method": method,
         "model": source.display,
@@ -272,16 +222,96 @@ def run_finetune(
         "run_name": out.name,
         "s2_attention_calls": s2_calls,
         **learning_signal(trainer),
+        **_processes_finished(trainer.accelerator),
+    }
+    if trainer.accelerator.is_main_process:
+        tokenizer.save_pretrained(str(out))
+        (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, default=float) + "\n", encoding="utf-8")
+    trainer.accelerator.wait_for_everyone()
+    check_something_learned(method, config, summary)
+    return summary
+
+
+def _refuse_fsdp_on_cpu() -> None:
+    """`accelerate launch --use_fsdp` sets ACCELERATE_USE_FSDP for every process; on CPU accelerate keeps the
+    processes plain DDP (MULTI_CPU) and would ignore FSDP without a word, so say it instead."""
+    import torch
+
+    if os.environ.get("ACCELERATE_USE_FSDP", "").lower() in ("1", "true") and not torch.cuda.is_available():
+        raise FinetuneError(
+            "FSDP needs GPUs: accelerate runs CPU processes as plain DDP; drop --use_fsdp (DDP) or run on GPUs"
+        )
+
+
+def _training_config(method: str, options: dict[str, Any], source: Any, out: Path) -> tuple[Any, str | None]:
+    """The method's config (device defaults < QLoRA overrides < options) and the QLoRA base precision, if any."""
+    settings = {**device_training_defaults(), "output_dir": str(out)}
+    quantization = None
+    if options.get("peft") == "qlora":
+        settings.update(adapters.qlora_training_overrides())
+        requested = options.get("quantization", "auto")
+        quantization = adapters.choose_quantization(
+            count_parameters(source), adapters.available_memory_bytes(), requested
+        )
+        logger.info(
+            "QLoRA base precision: %s (%s)",
+            quantization,
+            "as requested" if requested != "auto" else "auto: 8-bit if its weights fit in 25% of free memory",
+        )
+    return build_method_config(method, {**settings, **options}), quantization
+
+
+def _build_trainer(
+    builder: Any, method: str, config: Any, policy: Any, tokenizer: Any, rows: list[dict[str, Any]], out: Path
+) -> Any:
+    from datasets import Dataset
+
+    metrics_path = out / METRICS_FILE
+    metrics_path.unlink(missing_ok=True)
+    try:
+        return builder(
+            config, policy, tokenizer, Dataset.from_list(rows), callbacks=[MetricsLogCallback(metrics_path)]
+        )
+    except ValueError as exc:  # TRL's own checks of options against the model and data: one line
+        raise FinetuneError(f"{method}: {exc}".splitlines()[0]) from None
+
+
+def _train_and_save(
+    trainer: Any, method: str, config: Any, policy: Any, num_rows: int, out: Path
+) -> tuple[Any, dict[str, int] | None]:
+    """Train, refuse a run in which no optimizer step ran, save the model; returns (train result, S2 counts)."""
+    accelerator = trainer.accelerator
+    trained = accelerator.unwrap_model(trainer.model)
+    initial_adapter = adapters.save_initial_adapter(trained, getattr(config, "peft", "none"))
+    try:
+        train_result = trainer.train()
+        if trainer.state.global_step == 0:
+            raise FinetuneError(
+                f"{method}: no optimizer step ran: {num_rows} examples make no full batch (batch "
+                f"size {config.per_device_train_batch_size}; RL methods need batch size / group size "
+                "distinct prompts); lower the batch size or add data"
+            )
+        s2_calls = finish_longlora(policy, config)  # the transformers model inside any peft wrapper
+        trainer.save_model(str(out))  # the main process writes; the others wait for it
+        if initial_adapter is not None and accelerator.is_main_process:
+            adapters.save_adapter(trained, out, initial_adapter)  # PiSSA / OLoRA: the plain-LoRA delta on the base
+    finally:
+        if initial_adapter is not None:
+            shutil.rmtree(initial_adapter, ignore_errors=True)
+    return train_result, s2_calls
+
+
+def _processes_finished(accelerator: Any) -> dict[str, Any]:
+    """Under `accelerate launch` every process gets here: each reports its rank (a collective, so this also
+    proves all of them trained to the end), and only the main process writes files."""
+    import torch
+
+    ranks = accelerator.gather(torch.tensor([accelerator.process_index], device=accelerator.device)).tolist()
+    return {
         "world_size": accelerator.num_processes,
         "distributed_type": str(accelerator.distributed_type.value),
         "ranks_finished": sorted(int(rank) for rank in ranks),
     }
-    if accelerator.is_main_process:
-        tokenizer.save_pretrained(str(out))
-        (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, default=float) + "\n", encoding="utf-8")
-    accelerator.wait_for_everyone()
-    check_something_learned(method, config, summary)
-    return summary
 
 
 def check_model_options(method: str, config: Any, model: Any) -> None:
@@ -299,8 +329,6 @@ def finish_longlora(model: Any, config: Any) -> dict[str, int] | None:
     The saved model goes back to plain attention (how LongLoRA models are used)."""
     if getattr(config, "peft", "none") != "longlora":
         return None
-    from finetune.longlora import disable_s2_attention, s2_call_counts
-
     counts = s2_call_counts(model)
     logger.info(
         "LongLoRA S2-attention: %d attention calls shifted-sparse (training), %d full (eval / decoding)",

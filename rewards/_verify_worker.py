@@ -21,7 +21,7 @@ from multiprocessing.connection import Connection
 from math_verify import parse, verify
 from sympy import Basic, MatrixBase
 
-from rewards.verifier import READY
+from rewards.verify_processes import READY
 
 # Verdict wire format: (task_id, equal: bool | None, reason: str); equal=None means the gold is unusable.
 

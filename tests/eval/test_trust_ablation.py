@@ -87,11 +87,11 @@ def test_grouped_ablation_for_large_libraries(tmp_path, world):
 
 def test_cli_prints_the_cost_first_writes_metadata_and_prunes(tmp_path, world, monkeypatch):
     data, library_path = world
-    from tfgrpo.llm import factory
+    import eval.runner
 
-    original = factory.build_client
+    original = eval.runner.build_client
     monkeypatch.setattr(
-        factory, "build_client", lambda config, **kw: original(config, backends=[ScriptedBackend(responder)], **kw)
+        eval.runner, "build_client", lambda config, **kw: original(config, backends=[ScriptedBackend(responder)], **kw)
     )
     runner = CliRunner()
     result = runner.invoke(

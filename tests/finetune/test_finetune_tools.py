@@ -167,6 +167,7 @@ def run_cli(*args):
 
 def test_cli_grpo_with_tools_end_to_end(tmp_path, monkeypatch, capsys):
     import finetune.models
+    import finetune.run
 
     model_dir = tiny_model_dir(tmp_path, tools=True)
     problems = tmp_path / "problems.jsonl"
@@ -181,7 +182,7 @@ def test_cli_grpo_with_tools_end_to_end(tmp_path, monkeypatch, capsys):
         scripted.append(script_tool_calls(model, build_tiny_tokenizer(tools=True), ["print(sum(range(10)))"]))
         return model
 
-    monkeypatch.setattr(finetune.models, "load_model", load_scripted_model)
+    monkeypatch.setattr(finetune.run, "load_model", load_scripted_model)
     out = tmp_path / "out"
     code = run_cli(
         "finetune",

@@ -358,7 +358,7 @@ def test_a_step_where_every_call_failed_is_an_error_not_a_result(tmp_path):
 
 def test_unscorable_rollouts_are_left_out_of_group_statistics(tmp_path, monkeypatch):
     """A reward of None is no evidence: the group's mean/std use the scored rollouts only, and it is counted."""
-    import tfgrpo.rollout.scoring
+    import tfgrpo.learn.loop
     from rewards import Score, get_reward
 
     math = get_reward("math")
@@ -372,7 +372,7 @@ def test_unscorable_rollouts_are_left_out_of_group_statistics(tmp_path, monkeypa
                 s if "\\boxed" in c else Score(None, None, "no box") for c, s in zip(completions, scores, strict=False)
             ]
 
-    monkeypatch.setattr(tfgrpo.rollout.scoring, "build_reward", lambda name, client=None, **kw: CannotTell())
+    monkeypatch.setattr(tfgrpo.learn.loop, "build_reward", lambda name, client=None, **kw: CannotTell())
     world = World(kinds={"1+2": "right"})
     base = world.reply_for
 

@@ -1,17 +1,22 @@
 """Rollouts: the model answers a problem G times with the library injected, and each answer is scored.
 
-Learning (`tfgrpo learn`) and evaluation (`tfgrpo eval`) both call `run_group`, so the prompt a library
-was learned with is exactly the prompt it is evaluated (and shipped) with.
+Learning (`tfgrpo learn`) and evaluation (`tfgrpo eval`) both build their prompts with `PromptSpec` and
+sample with `sample_group`, so the prompt a library was learned with is exactly the prompt it is
+evaluated (and shipped) with. Learn's validation and `tfgrpo eval` both run `sample_problems`: every
+problem of a set K times, scored against its answer.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
+from experiences.render import render_system_text
+from tfgrpo.core.datasets import Problem
 from tfgrpo.llm.client import LLMClient
-from tfgrpo.llm.errors import PER_REQUEST_FAILURES
+from tfgrpo.llm.errors import PER_REQUEST_FAILURES, BudgetExceededError
 from tfgrpo.llm.types import SamplingParams
 from tfgrpo.prompts import render_prompt
 
@@ -43,9 +48,10 @@ class PromptSpec:
         return ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": user}]
 
 
-def system_prompt_for(rendered_experiences: str) -> str:
-    from experiences.render import render_system_text
+T = TypeVar("T")
 
+
+def system_prompt_for(rendered_experiences: str) -> str:
     return render_system_text(rendered_experiences)
 
 
@@ -158,3 +164,53 @@ def score_group(reward: Any, rollouts: list[Rollout], gold: str | None, columns:
         rollout.reward = score.value
         rollout.extracted = score.extracted
         rollout.reason = score.reason
+
+
+async def sample_problems(
+    client: LLMClient,
+    problems: list[Problem],
+    *,
+    prompt: PromptSpec,
+    experiences_for: Callable[[str], str],
+    reward: Any,
+    n: int,
+    sampling: SamplingParams,
+    tag: str,
+    agent: Any | None = None,
+    on_problem_done: Callable[[Problem, list[Rollout]], None] | None = None,
+) -> list[list[Rollout]]:
+    """Every problem K (`n`) times at once, each sample scored against the problem's answer.
+
+    The one "run these problems K times" loop of learn's validation and `tfgrpo eval`. Returns the
+    rollouts per problem, in the order of `problems` (not completion order). `experiences_for(problem)`
+    is the rendered library for that problem ("" for none); `on_problem_done` sees each problem's scored
+    rollouts as soon as they are in (a progress bar, a partial file).
+    """
+
+    async def one(problem: Problem) -> list[Rollout]:
+        messages = prompt.messages(problem.problem, experiences_for(problem.problem))
+        rollouts = await sample_group(client, problem.id, messages, n=n, sampling=sampling, tag=tag, agent=agent)
+        await asyncio.to_thread(score_group, reward, rollouts, problem.answer, {"problem": problem.problem})
+        if on_problem_done is not None:
+            on_problem_done(problem, rollouts)
+        return rollouts
+
+    return await gather_all(one(problem) for problem in problems)
+
+
+async def gather_all(coroutines: Iterable[Awaitable[T]]) -> list[T]:
+    """asyncio.gather that cancels the rest when one fails (a budget stop, a crash), leaving no orphans."""
+    tasks = [asyncio.ensure_future(c) for c in coroutines]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except GeneratorExit:  # the coroutine is being finalised (its loop is gone): nothing left to await
+        raise
+    except BudgetExceededError:
+        # Calls already sent are paid for: let them finish so their answers land in the cache for --resume.
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise

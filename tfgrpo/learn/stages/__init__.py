@@ -13,22 +13,19 @@ request is deterministic (same messages, schema, sample 0), so a resumed run fin
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 from experiences.model import Library
 from experiences.ops import Operation, Rejection
 from experiences.parse import parse_operations
 from experiences.schemas import OPERATIONS_SCHEMA_NAME, operations_schema
 from tfgrpo.llm.client import LLMClient
-from tfgrpo.llm.errors import PER_REQUEST_FAILURES, BudgetExceededError
+from tfgrpo.llm.errors import PER_REQUEST_FAILURES
 from tfgrpo.llm.types import ResponseSchema, SamplingParams
 from tfgrpo.prompts import load_template
-
-T = TypeVar("T")
+from tfgrpo.rollout.sampling import gather_all
 
 
 @dataclass
@@ -159,24 +156,6 @@ def _is_strict_json(reply: str) -> bool:
 def render_stage_prompt(name_or_path: str, **variables: Any) -> str:
     """Render a stage template (compiled once and cached by `load_template`; an edited file recompiles)."""
     return load_template(name_or_path).render(**variables).strip()
-
-
-async def gather_all(coroutines: Iterable[Awaitable[T]]) -> list[T]:
-    """asyncio.gather that cancels the rest when one fails (a budget stop, a crash), leaving no orphans."""
-    tasks = [asyncio.ensure_future(c) for c in coroutines]
-    try:
-        return list(await asyncio.gather(*tasks))
-    except GeneratorExit:  # the coroutine is being finalised (its loop is gone): nothing left to await
-        raise
-    except BudgetExceededError:
-        # Calls already sent are paid for: let them finish so their answers land in the cache for --resume.
-        await asyncio.gather(*tasks, return_exceptions=True)
-        raise
-    except BaseException:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        raise
 
 
 def _jsonable(item: Any) -> Any:

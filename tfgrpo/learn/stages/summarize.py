@@ -18,6 +18,7 @@ from tfgrpo.llm.client import LLMClient
 from tfgrpo.llm.errors import PER_REQUEST_FAILURES
 from tfgrpo.llm.types import SamplingParams
 from tfgrpo.rollout.sampling import Rollout
+from tfgrpo.rollout.trajectory import Trajectory  # the agent's own rendering, shared with eval
 
 
 @dataclass
@@ -111,8 +112,6 @@ def trajectory_text(rollout: Rollout, max_chars: int = 8000) -> str:
     """The attempt as text: the completion, or every turn, tool call and tool result of an agent trajectory."""
     if rollout.trajectory is None:
         return rollout.completion
-    from tfgrpo.rollout.agent import Trajectory  # the agent's own rendering, shared with eval
-
     return Trajectory.from_jsonable(rollout.trajectory).render_for_summary(max_chars=max_chars)
 
 

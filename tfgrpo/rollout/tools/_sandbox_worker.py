@@ -87,53 +87,60 @@ def set_limits(config: dict) -> None:
         resource.setrlimit(resource.RLIMIT_NPROC, (int(config["max_processes"]),) * 2)
 
 
+# Audit events the hook refuses (see make_audit_hook); frozensets, so nothing can add to or remove from them.
+PROCESS_EVENTS = frozenset(
+    {
+        "os.fork",
+        "os.forkpty",
+        "os.exec",
+        "os.posix_spawn",
+        "os.spawn",
+        "os.system",
+        "subprocess.Popen",
+        "pty.spawn",
+        "os.killpg",
+    }
+)
+NETWORK_EVENTS = frozenset(
+    {
+        "socket.connect",
+        "socket.bind",
+        "socket.sendto",
+        "socket.sendmsg",
+        "socket.getaddrinfo",
+        "socket.gethostbyname",
+        "socket.gethostbyaddr",
+    }
+)
+PATH_EVENTS = frozenset(
+    {
+        "os.remove",
+        "os.rmdir",
+        "os.mkdir",
+        "os.chmod",
+        "os.chown",
+        "os.truncate",
+        "os.utime",
+        "os.chflags",
+        "os.lchflags",
+        "os.mkfifo",
+        "os.mknod",
+        "os.setxattr",
+        "os.removexattr",
+    }
+)
+TWO_PATH_EVENTS = frozenset({"os.rename", "os.link", "os.symlink"})
+
+
 def make_audit_hook(write_root: str, *, block_network: bool, block_processes: bool):
-    """The hook closes over its own references, so rebinding os.path.* later does not change it."""
+    """The hook closes over its own references, so rebinding os.path.* or this module's names later does not
+    change it."""
     realpath, fsdecode, sep, getpid = os.path.realpath, os.fsdecode, os.sep, os.getpid
     allowed_files = frozenset({os.devnull})
     af_unix = 1
-    process_events = frozenset(
-        {
-            "os.fork",
-            "os.forkpty",
-            "os.exec",
-            "os.posix_spawn",
-            "os.spawn",
-            "os.system",
-            "subprocess.Popen",
-            "pty.spawn",
-            "os.killpg",
-        }
-    )
-    network_events = frozenset(
-        {
-            "socket.connect",
-            "socket.bind",
-            "socket.sendto",
-            "socket.sendmsg",
-            "socket.getaddrinfo",
-            "socket.gethostbyname",
-            "socket.gethostbyaddr",
-        }
-    )
-    path_events = frozenset(
-        {
-            "os.remove",
-            "os.rmdir",
-            "os.mkdir",
-            "os.chmod",
-            "os.chown",
-            "os.truncate",
-            "os.utime",
-            "os.chflags",
-            "os.lchflags",
-            "os.mkfifo",
-            "os.mknod",
-            "os.setxattr",
-            "os.removexattr",
-        }
-    )
-    two_path_events = frozenset({"os.rename", "os.link", "os.symlink"})
+    write_flags = WRITE_FLAGS
+    process_events, network_events = PROCESS_EVENTS, NETWORK_EVENTS
+    path_events, two_path_events = PATH_EVENTS, TWO_PATH_EVENTS
 
     def inside(path) -> bool:
         if isinstance(path, int):  # an already-open descriptor: its opening was checked
@@ -144,7 +151,7 @@ def make_audit_hook(write_root: str, *, block_network: bool, block_processes: bo
     def hook(event: str, args: tuple) -> None:
         if event == "open":
             path, _mode, flags = args
-            if flags is not None and flags & WRITE_FLAGS and path is not None and not inside(path):
+            if flags is not None and flags & write_flags and path is not None and not inside(path):
                 raise PermissionError(f"sandbox: writing outside the working directory is not allowed: {path}")
         elif event in path_events:
             if not inside(args[0]):

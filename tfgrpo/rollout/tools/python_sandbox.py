@@ -52,6 +52,7 @@ from rewards.isolation import bwrap_command
 from tfgrpo.core.config import format_validation_error
 from tfgrpo.rollout.tools.base import Tool, ToolError, ToolResult
 from tfgrpo.rollout.tools.sandbox_isolation import Isolation, probe_isolation
+from tfgrpo.rollout.tools.sandbox_output import OutputCapture
 
 WORKER_SCRIPT = Path(__file__).with_name("_sandbox_worker.py")
 #: where the worker script appears inside a bubblewrap sandbox (no other project file is visible)
@@ -85,63 +86,6 @@ class PythonSandboxConfig(BaseModel):
     python: str | None = Field(None, description="Interpreter for the worker; None = the current one.")
 
 
-class _OutputCapture:
-    """Collects one call's output from the worker's output pipe, up to a size limit (head + tail),
-    and notices the end-of-cell sentinel even when the output around it is being dropped."""
-
-    def __init__(self, max_chars: int):
-        self.head_cap = max_chars * 3 // 4
-        self.tail_cap = max_chars - self.head_cap
-        self.done = asyncio.Event()
-        self.begin("")
-
-    def begin(self, sentinel: str) -> None:
-        self.sentinel = sentinel.encode("ascii")
-        self.head = bytearray()
-        self.tail = bytearray()
-        self.dropped = 0
-        self.carry = b""
-        self.done.clear()
-
-    def feed(self, chunk: bytes) -> None:
-        data = self.carry + chunk
-        index = data.find(self.sentinel) if self.sentinel else -1
-        if index >= 0:
-            self._keep(data[:index])
-            self.carry = b""
-            self.done.set()
-            return
-        hold = max(len(self.sentinel) - 1, 0)
-        if len(data) <= hold:
-            self.carry = data
-            return
-        self._keep(data[: len(data) - hold])
-        self.carry = data[len(data) - hold :] if hold else b""
-
-    def flush(self) -> None:
-        """End of stream: whatever was held back for sentinel matching is output too."""
-        self._keep(self.carry)
-        self.carry = b""
-
-    def _keep(self, data: bytes) -> None:
-        room = self.head_cap - len(self.head)
-        if room > 0:
-            self.head += data[:room]
-            data = data[room:]
-        self.tail += data
-        if len(self.tail) > self.tail_cap:
-            excess = len(self.tail) - self.tail_cap
-            self.dropped += excess
-            del self.tail[:excess]
-
-    def text(self) -> tuple[str, bool]:
-        head = self.head.decode("utf-8", errors="replace")
-        tail = self.tail.decode("utf-8", errors="replace")
-        if not self.dropped:
-            return head + tail, False
-        return f"{head}\n...[{self.dropped} bytes of output omitted]...\n{tail}", True
-
-
 class PythonSession:
     """One worker process and its working directory; calls run one at a time, sharing variables."""
 
@@ -152,7 +96,7 @@ class PythonSession:
         self._proc: asyncio.subprocess.Process | None = None
         self._workdir: str | None = None
         self._pump: asyncio.Task | None = None
-        self._capture = _OutputCapture(config.max_output_chars)
+        self._capture = OutputCapture(config.max_output_chars)
         self._lock = asyncio.Lock()
         self._lost_state = False
 
@@ -177,53 +121,16 @@ class PythonSession:
             )
 
     async def _start(self) -> str | None:
-        self._workdir = self._workdir or tempfile.mkdtemp(prefix="tfgrpo-sandbox-")
-        uid = None
-        if self.isolation.private_uid:
-            uid = 1_000_000 + secrets.randbelow(1_000_000_000)  # unused and private: no shared NPROC count
-            os.chown(self._workdir, uid, uid)
-        os.chmod(self._workdir, 0o700)
-        worker_config = {
-            "session": self.session_id,
-            "workdir": self._workdir,
-            "uid": uid,
-            # under bubblewrap every parent directory is traversable: the uid needs no extra capability
-            "keep_read_access": uid is not None and not self.isolation.bubblewrap,
-            "block_network": True,
-            "block_processes": self.config.block_processes,
-            **self.config.model_dump(
-                include={"memory_mb", "cpu_s", "session_cpu_s", "max_file_mb", "max_open_files", "max_processes"}
-            ),
-        }
-        env = {
-            "PATH": os.defpath,
-            "HOME": self._workdir,
-            "TMPDIR": self._workdir,
-            "LANG": "C.UTF-8",
-            "OMP_NUM_THREADS": "1",
-            "OPENBLAS_NUM_THREADS": "1",
-            "MKL_NUM_THREADS": "1",
-            "MPLBACKEND": "Agg",
-        }
-        python = self.config.python or sys.executable
-        if self.isolation.bubblewrap:
-            prefix = bwrap_command(
-                python,
-                workdir=self._workdir,
-                read_only={str(WORKER_SCRIPT): WORKER_INSIDE},
-                user_namespace=not self.isolation.private_uid,
-            )
-            worker = WORKER_INSIDE
-        else:
-            prefix, worker = self.isolation.unshare_prefix, str(WORKER_SCRIPT)
-        command = [*prefix, python, "-I", "-B", worker, json.dumps(worker_config)]
+        """Start the worker in a private work directory; returns why it did not come up, or None."""
+        uid = self._prepare_workdir()
+        command, python = self._worker_command(uid)
         try:
             self._proc = await asyncio.create_subprocess_exec(
                 *command,
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
-                env=env,
+                env=self._worker_env(),
                 cwd=self._workdir,
                 start_new_session=True,
             )
@@ -240,6 +147,56 @@ class PythonSession:
         await self._kill()
         output, _ = self._capture.text()
         return f"the Python sandbox failed to start: {output.strip()[-1000:] or 'no output'}"
+
+    def _prepare_workdir(self) -> int | None:
+        """The session's work directory, owned by a fresh private uid where isolation gives one (returned)."""
+        self._workdir = self._workdir or tempfile.mkdtemp(prefix="tfgrpo-sandbox-")
+        uid = None
+        if self.isolation.private_uid:
+            uid = 1_000_000 + secrets.randbelow(1_000_000_000)  # unused and private: no shared NPROC count
+            os.chown(self._workdir, uid, uid)
+        os.chmod(self._workdir, 0o700)
+        return uid
+
+    def _worker_command(self, uid: int | None) -> tuple[list[str], str]:
+        """(the command line that starts the worker inside the isolation, the interpreter it runs)."""
+        worker_config = {
+            "session": self.session_id,
+            "workdir": self._workdir,
+            "uid": uid,
+            # under bubblewrap every parent directory is traversable: the uid needs no extra capability
+            "keep_read_access": uid is not None and not self.isolation.bubblewrap,
+            "block_network": True,
+            "block_processes": self.config.block_processes,
+            **self.config.model_dump(
+                include={"memory_mb", "cpu_s", "session_cpu_s", "max_file_mb", "max_open_files", "max_processes"}
+            ),
+        }
+        python = self.config.python or sys.executable
+        if self.isolation.bubblewrap:
+            prefix = bwrap_command(
+                python,
+                workdir=self._workdir,
+                read_only={str(WORKER_SCRIPT): WORKER_INSIDE},
+                user_namespace=not self.isolation.private_uid,
+            )
+            worker = WORKER_INSIDE
+        else:
+            prefix, worker = self.isolation.unshare_prefix, str(WORKER_SCRIPT)
+        return [*prefix, python, "-I", "-B", worker, json.dumps(worker_config)], python
+
+    def _worker_env(self) -> dict[str, str]:
+        """A minimal environment: no variable of ours (secrets included) reaches the sandbox."""
+        return {
+            "PATH": os.defpath,
+            "HOME": self._workdir,
+            "TMPDIR": self._workdir,
+            "LANG": "C.UTF-8",
+            "OMP_NUM_THREADS": "1",
+            "OPENBLAS_NUM_THREADS": "1",
+            "MKL_NUM_THREADS": "1",
+            "MPLBACKEND": "Agg",
+        }
 
     async def _pump_output(self, proc: asyncio.subprocess.Process) -> None:
         while chunk := await proc.stderr.read(65536):

@@ -1,0 +1,380 @@
+"""One learning step: a batch of queries turned into a new library, stage by stage.
+
+  0. rollouts       G samples per query with the library injected, scored, groups filtered
+  1. summaries      every valid rollout of a kept group, summarised (stages/summarize.py)
+  2. advantage      every kept group → operations on the library (stages/advantage.py)
+  3. consolidation  the batch's operations → one final list, screened for leakage, applied
+  (validation)      with `select_by: step` or the gate: the candidate library validated, maybe rejected
+  commit            library, rollouts, stage replies and metrics written to the run directory at once
+
+Each stage runs all its calls of the batch at once (the client bounds concurrency).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from experiences.apply import ApplyResult, Budget, apply_operations
+from experiences.model import Library
+from experiences.render import render
+from tfgrpo.core.answers import is_correct
+from tfgrpo.core.datasets import Problem
+from tfgrpo.core.progress import progress_task, stage_progress
+from tfgrpo.learn.config import LearnConfig
+from tfgrpo.learn.groups import Group, assess_group
+from tfgrpo.learn.guards import LeakageGuard, Screened, history_records
+from tfgrpo.learn.metrics import StepCounters
+from tfgrpo.learn.rundir import RunDir, RunState
+from tfgrpo.learn.stages.advantage import GroupAnalysis, GroupRequest, analyze_group
+from tfgrpo.learn.stages.consolidate import Consolidation, NearDuplicate, consolidate
+from tfgrpo.learn.stages.summarize import Summary, SummaryRequest, summarize_rollouts
+from tfgrpo.learn.store_worker import StoreWorker
+from tfgrpo.learn.validation import Validator
+from tfgrpo.llm.client import LLMClient
+from tfgrpo.llm.errors import AllRequestsFailedError
+from tfgrpo.rollout.sampling import PromptSpec, Rollout, gather_all, sample_group
+
+T = TypeVar("T")
+
+
+@dataclass
+class StepPlan:
+    step: int  # global, from 1
+    epoch: int  # from 1
+    batch: int  # from 1, within the epoch
+    problems: list[Problem]
+    last_in_epoch: bool
+
+
+@dataclass
+class StepOutputs:
+    """What the stages of one step produced: everything the run directory records for it."""
+
+    groups: list[Group]
+    summaries: list[Summary]
+    analyses: list[GroupAnalysis]
+    consolidation: Consolidation
+    screened: Screened
+    applied: ApplyResult
+
+
+class Engine:
+    """The stages of one step, wired to the client, the reward, the run directory and the progress display."""
+
+    def __init__(
+        self,
+        config: LearnConfig,
+        client: LLMClient,
+        reward: Any,
+        run: RunDir,
+        console: Any,
+        *,
+        guard: LeakageGuard | None = None,
+        val_problems: list[Problem] | None = None,
+        steps_planned: int = 0,
+    ):
+        self.config = config
+        self.client = client
+        self.run = run
+        self.console = console
+        self.progress = stage_progress(console)
+        self.guard = guard
+        self.steps_planned = steps_planned
+        self.reward = reward
+        self.prompt = PromptSpec(
+            config.templates.rollout_system,
+            config.templates.rollout_user,
+            Path(config.system_prompt).read_text(encoding="utf-8") if config.system_prompt else None,
+        )
+        self.agent = config.agent.build() if config.agent.tools else None
+        self.stores = StoreWorker(run.store_dir)
+        self.validator = Validator(
+            config, client, reward, self.prompt, self.agent, run, self.stores, self.progress, val_problems or []
+        )
+
+    @property
+    def needs_store(self) -> bool:
+        return self.config.dedup or self.config.inject != "all"
+
+    def close(self) -> None:
+        self.stores.close()
+
+    async def run_step(self, plan: StepPlan, library: Library, state: RunState) -> Library:
+        """Run the stages of one step on `library` and commit the step; returns the library it ends with."""
+        config, started = self.config, time.perf_counter()
+        usage_before = self.client.accounting.total
+        usage_before = type(usage_before)(**vars(usage_before))
+        counters = StepCounters(step=plan.step, epoch=plan.epoch, batch=plan.batch, queries=len(plan.problems))
+        label = f"epoch {plan.epoch}/{config.epochs} · step {plan.step}"
+        library = library.model_copy(deep=True)
+
+        groups = await self.rollout_stage(plan, library, label, counters)
+        kept = [g for g in groups if g.status == "kept"]
+        summaries = await self.summary_stage(label, kept, counters)
+        library_text = render(library)
+        analyses = await self.advantage_stage(label, kept, summaries, library, library_text, counters)
+        consolidation, screened, applied = await self.consolidation_stage(
+            plan, label, analyses, library, library_text, counters
+        )
+        new_library, gate_records = applied.library, []
+        if self.validator.problems and (config.select_by == "step" or config.gate):
+            new_library, gate_records = await self.validator.validate_step(
+                plan.step, plan.epoch, library, applied, state, counters
+            )
+            counters.lap("validation")
+
+        counters.finish(usage_before, self.client.accounting.total, time.perf_counter() - started, new_library)
+        outputs = StepOutputs(groups, summaries, analyses, consolidation, screened, applied)
+        self.commit(plan, state, counters, library, new_library, outputs, gate_records)
+        return new_library
+
+    # -- stage 0: rollouts -----------------------------------------------------------------------------
+    async def rollout_stage(self, plan: StepPlan, library: Library, label: str, counters: StepCounters) -> list[Group]:
+        """Rollouts of every query at once, scored and filtered; the library records which experiences were used."""
+        groups = await self.rollouts(plan, library, label)
+        failed = [r for g in groups for r in g.rollouts if not r.ok]
+        if failed and len(failed) == sum(len(g.rollouts) for g in groups):
+            raise AllRequestsFailedError(
+                f"every rollout of step {plan.step} failed ({len(failed)} calls), e.g. {failed[0].error}; "
+                "check the endpoint, then continue with --resume"
+            )
+        for group in groups:
+            for rollout in group.rollouts:
+                if rollout.ok:
+                    library.record_usage(
+                        group.injected_ids, correct=None if rollout.reward is None else is_correct(rollout.reward)
+                    )
+        counters.count_groups(groups)
+        counters.lap("rollouts")
+        return groups
+
+    async def rollouts(self, plan: StepPlan, library: Library, label: str) -> list[Group]:
+        config = self.config
+        injector = await self.stores.injector(library, config.inject)
+
+        async def one(problem: Problem) -> Group:
+            chosen = injector.select(problem.problem)
+            experiences = injector.text_for(problem.problem, chosen)
+            messages = self.prompt.messages(problem.problem, experiences)
+            rollouts = await sample_group(
+                self.client,
+                problem.id,
+                messages,
+                n=config.group_size,
+                sampling=config.rollout_sampling,
+                tag="rollout",
+                agent=self.agent,
+                # each epoch draws fresh samples of a prompt (cache keys include the index); a rerun the same ones
+                sample_offset=(plan.epoch - 1) * config.group_size,
+            )
+            if self.needs_store and (len(library) or plan.step < self.steps_planned):
+                # Dedup needs the store once the library has items (a later step, or a given library): it
+                # loads now, with the first wave on the wire (no start-up CPU taken from the first
+                # requests) and long before it is needed; a one-step run from scratch never loads it.
+                self.stores.start()
+            group = Group(problem, experiences, [e.id for e in chosen], rollouts)
+            await asyncio.to_thread(assess_group, group, self.reward, config)
+            return group
+
+        return await self.tracked(f"{label} · rollouts", [one(p) for p in plan.problems], weight=config.group_size)
+
+    # -- stage 1: summaries ----------------------------------------------------------------------------
+    async def summary_stage(self, label: str, kept: list[Group], counters: StepCounters) -> list[Summary]:
+        """Every valid rollout of every kept group summarised at once."""
+        requests = [
+            SummaryRequest(r, g.problem.problem, g.experiences, g.gold, g.gold_is_pseudo)
+            for g in kept
+            for r in g.rollouts
+            if r.ok
+        ]
+        with progress_task(self.progress, f"{label} · summaries", len(requests)) as advance:
+            summaries = await summarize_rollouts(
+                self.client,
+                requests,
+                template=self.config.templates.summarize,
+                sampling=self.config.stage_sampling,
+                token_budget=self.config.trajectory_token_budget,
+                on_done=advance,
+            )
+        counters.count_summaries(summaries)
+        counters.lap("summaries")
+        return summaries
+
+    # -- stage 2: group advantage ----------------------------------------------------------------------
+    async def advantage_stage(
+        self,
+        label: str,
+        kept: list[Group],
+        summaries: list[Summary],
+        library: Library,
+        library_text: str,
+        counters: StepCounters,
+    ) -> list[GroupAnalysis]:
+        """Every kept group with enough summaries → its semantic advantage as operations, all at once."""
+        config = self.config
+        requests = []
+        for group in kept:
+            usable = [s for s in summaries if s.rollout.query_id == group.problem.id and s.text]
+            if len(usable) >= min(2, config.group_size):
+                requests.append(
+                    GroupRequest(group.problem.id, group.problem.problem, group.gold, group.gold_is_pseudo, usable)
+                )
+            else:
+                counters.groups_skipped_no_summaries += 1
+        analyses = await self.tracked(
+            f"{label} · group advantage",
+            [
+                analyze_group(
+                    self.client,
+                    request,
+                    library=library,
+                    library_text=library_text,
+                    template=config.templates.group_advantage,
+                    sampling=config.stage_sampling,
+                    max_ops=config.max_ops_per_group,
+                    max_words=config.max_words,
+                )
+                for request in requests
+            ],
+        )
+        counters.count_analyses(analyses)
+        counters.lap("group_advantage")
+        return analyses
+
+    # -- stage 3: consolidation ------------------------------------------------------------------------
+    async def consolidation_stage(
+        self,
+        plan: StepPlan,
+        label: str,
+        analyses: list[GroupAnalysis],
+        library: Library,
+        library_text: str,
+        counters: StepCounters,
+    ) -> tuple[Consolidation, Screened, ApplyResult]:
+        """One consolidation of the batch's proposals, screened for leakage, applied to the library."""
+        config = self.config
+        near = await self.near_duplicates(library, analyses)
+        (consolidation,) = await self.tracked(
+            f"{label} · consolidation",
+            [
+                consolidate(
+                    self.client,
+                    analyses,
+                    library=library,
+                    library_text=library_text,
+                    near_duplicates=near,
+                    template=config.templates.consolidate,
+                    sampling=config.stage_sampling,
+                    max_words=config.max_words,
+                    on_failure=config.on_consolidation_failure,
+                )
+            ],
+        )
+        # Leakage guard: operations that contain a gold answer or copy a problem are rejected or flagged.
+        screened = (
+            await asyncio.to_thread(self.guard.screen, consolidation.final)
+            if self.guard
+            else Screened(list(consolidation.final))
+        )
+        applied = apply_operations(
+            library,
+            screened.kept,
+            step=plan.step,
+            provenance={
+                "run": self.run.root.name,
+                "epoch": plan.epoch,
+                "step": plan.step,
+                "batch": plan.batch,
+                "query_ids": [a.query_id for a in analyses if a.reply.operations],
+            },
+            max_words=config.max_words,
+            budget=Budget(max_items=config.max_experiences, max_prompt_tokens=config.max_library_tokens)
+            if config.max_experiences or config.max_library_tokens
+            else None,
+        )
+        counters.count_consolidation(consolidation, applied)
+        counters.count_leakage(screened.records)
+        counters.lap("consolidation")
+        return consolidation, screened, applied
+
+    async def near_duplicates(self, library: Library, analyses: list[GroupAnalysis]) -> list[NearDuplicate]:
+        """Proposed texts very close to an existing experience, for stage 3 to merge instead of copying."""
+        texts = [op.experience for a in analyses for op in a.reply.operations if hasattr(op, "experience")]
+        if not (self.config.dedup and texts and len(library)):
+            return []
+        store = await self.stores.synced(library)
+        matches = await self.stores.call(store.query_many, texts, k=1)
+        return [
+            NearDuplicate(text=text, id=found[0].id, similarity=round(found[0].similarity, 2))
+            for text, found in zip(texts, matches, strict=False)
+            if found and found[0].similarity >= self.config.dedup_threshold
+        ]
+
+    # -- commit ----------------------------------------------------------------------------------------
+    def commit(
+        self,
+        plan: StepPlan,
+        state: RunState,
+        counters: StepCounters,
+        before: Library,
+        after: Library,
+        outputs: StepOutputs,
+        gate_records: list[dict[str, Any]],
+    ) -> None:
+        """Write the step (library, rollouts, stage replies, metrics, history) to the run directory at once."""
+        context = {"epoch": plan.epoch, "step": plan.step, "batch": plan.batch}
+        consolidation, applied = outputs.consolidation, outputs.applied
+        self.run.commit_step(
+            state,
+            step=plan.step,
+            library=after,
+            rollout_rows=[self.rollout_row(g, r, before, plan) for g in outputs.groups for r in g.rollouts],
+            stage_rows={
+                "summaries": [{**context, **s.to_row()} for s in outputs.summaries],
+                "group_ops": [{**context, **a.to_row()} for a in outputs.analyses],
+                "consolidation": [{**context, **consolidation.to_row(), "apply": applied.log_records()}]
+                if consolidation.reply
+                else [],
+            },
+            step_metrics=counters.as_dict(),
+            library_records=history_records(outputs.screened) + (gate_records or applied.log_records()),
+        )
+        self.run.log(counters.one_line())
+        self.console.print(counters.one_line(), highlight=False)
+
+    def rollout_row(self, group: Group, rollout: Rollout, library: Library, plan: StepPlan) -> dict[str, Any]:
+        return {
+            "run": self.run.root.name,
+            "epoch": plan.epoch,
+            "step": plan.step,
+            "batch": plan.batch,
+            "problem": group.problem.problem,
+            "answer": group.problem.answer,
+            **rollout.to_row(),
+            "library_version": library.version,
+            "group_mean": group.mean,
+            "group_std": group.std,
+            "group_status": group.status,
+            "pseudo_label": group.gold if group.gold_is_pseudo else None,
+        }
+
+    # -- helpers ---------------------------------------------------------------------------------------
+    async def tracked(self, description: str, coroutines: Iterable[Awaitable[T]], *, weight: int = 1) -> list[T]:
+        """Run all at once under one progress bar; on any failure the rest are cancelled, not orphaned."""
+        coroutines = list(coroutines)
+        with progress_task(self.progress, description, len(coroutines) * weight) as advance:
+
+            async def one(coroutine: Awaitable[T]) -> T:
+                result = await coroutine
+                advance(weight)
+                return result
+
+            return await gather_all(one(c) for c in coroutines)
+
+
+__all__ = ["Engine", "Group", "StepOutputs", "StepPlan"]
