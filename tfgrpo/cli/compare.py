@@ -7,8 +7,6 @@ from typing import Annotated
 
 import typer
 
-from tfgrpo.cli.options import SeedOpt
-
 
 def register(app: typer.Typer) -> None:
     @app.command("compare")
@@ -31,7 +29,7 @@ def register(app: typer.Typer) -> None:
                 help="Compare the A (holdout) and B (library) arms of `tfgrpo serve` traces instead (SQLite file or database URL).",
             ),
         ] = None,
-        seed: SeedOpt = None,
+        seed: Annotated[int, typer.Option("--seed", help="Seed of the bootstrap CIs and the permutation tests.")] = 0,
         matrix: Annotated[
             Path | None,
             typer.Option(
@@ -48,7 +46,7 @@ def register(app: typer.Typer) -> None:
         if traces is not None:
             if run_dirs:
                 raise ConfigError("--traces compares served arms; give either eval run directories or --traces")
-            _compare_traces(traces, out, seed=0 if seed is None else seed)
+            _compare_traces(traces, out, seed=seed)
             return
         if (not run_dirs and matrix is None) or out is None:
             raise ConfigError("give eval run directories (or --matrix DIR) and --out, or --traces TRACES")
@@ -56,9 +54,7 @@ def register(app: typer.Typer) -> None:
         from eval.compare import compare_runs
         from eval.report import build_tables
 
-        comparison, files = compare_runs(
-            run_dirs or [], out, learn_run=learn_run, seed=0 if seed is None else seed, matrix=matrix
-        )
+        comparison, files = compare_runs(run_dirs or [], out, learn_run=learn_run, seed=seed, matrix=matrix)
         console = Console()
         for table in build_tables(comparison):
             if table.key == "per_problem":

@@ -7,13 +7,22 @@ utility (leave-one-out) into the library's metadata; `prune LIB --by-utility` de
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
+from eval.runner import EvalConfig
 from tfgrpo.cli import options as opt
+from tfgrpo.core.config import build_config
 
-EXIT_LEAKS = 1  # like a linter: a check that found something fails a CI step
+EXIT_LEAKS = 1
+ABLATE_FLAGS = [
+    opt.flag("samples", "-k"),
+    opt.flag("limit"),
+    *opt.llm_flags("backend", "model", "base_url", "api_key", "concurrency"),
+    *opt.sampling_flags("sampling", "temperature", "max_tokens"),
+    opt.flag("seed", also=["sampling.seed"]),
+]  # like a linter: a check that found something fails a CI step
 
 
 def register(library_app: typer.Typer) -> None:
@@ -73,7 +82,9 @@ def register(library_app: typer.Typer) -> None:
             raise typer.Exit(EXIT_LEAKS)
 
     @library_app.command("ablate")
+    @opt.config_options(EvalConfig, ABLATE_FLAGS)
     def ablate_command(
+        overrides: dict[str, Any],
         library_path: Annotated[Path, typer.Argument(help="Library JSON file.", show_default=False)],
         data: Annotated[
             str,
@@ -81,9 +92,6 @@ def register(library_app: typer.Typer) -> None:
                 "--data", help="Validation problems (bundled name or file); never the test set.", show_default=False
             ),
         ],
-        samples: Annotated[
-            int | None, typer.Option("--samples", "-k", help="K samples per problem and variant.")
-        ] = None,
         max_groups: Annotated[
             int,
             typer.Option("--max-groups", help="More experiences than this: leave out groups instead of single ones."),
@@ -94,58 +102,22 @@ def register(library_app: typer.Typer) -> None:
                 "--out", "-o", help="Eval runs of the ablation (default: LIB's stem + '.ablation' beside it)."
             ),
         ] = None,
-        limit: Annotated[int | None, typer.Option("--limit", help="Only the first N problems.")] = None,
         config: opt.ConfigOpt = None,
-        backend: opt.BackendOpt = None,
-        model: opt.ModelOpt = None,
-        base_url: opt.BaseUrlOpt = None,
-        api_key: opt.ApiKeyOpt = None,
-        concurrency: opt.ConcurrencyOpt = None,
-        budget_usd: opt.BudgetOpt = None,
-        temperature: opt.TemperatureOpt = None,
-        max_tokens: opt.MaxTokensOpt = None,
-        seed: opt.SeedOpt = None,
+        budget_usd: Annotated[
+            float | None, typer.Option("--budget-usd", help="Stop the ablation once this many USD were spent.")
+        ] = None,
     ) -> None:
         """Leave-one-out utility of every experience (with a bootstrap CI), written into LIB's metadata."""
         from rich.console import Console
 
-        from eval.ablation import ablate, plan_ablation
-        from eval.runner import EvalConfig
+        from eval.ablation import ablate
         from experiences import Library
-        from tfgrpo.core.config import build_config
-        from tfgrpo.core.datasets import load_dataset_rows
-        from tfgrpo.llm.accounting import resolve_pricing
-        from tfgrpo.llm.factory import LOCAL_BACKENDS
 
-        overrides = {
-            "data": data,
-            "samples": samples,
-            "limit": limit,
-            "seed": seed,
-            "out": str(out or library_path.with_name(library_path.stem + ".ablation")),
-            "llm": opt.llm_overrides(backend, model, base_url, api_key, None, concurrency),
-            "sampling": opt.sampling_overrides(temperature, None, max_tokens, seed),
-        }
-        settings = build_config(EvalConfig, config, overrides)
+        out = out or library_path.with_name(library_path.stem + ".ablation")
+        settings = build_config(EvalConfig, config, {**overrides, "data": data, "out": str(out)})
         library = Library.load(library_path)
-        problems = load_dataset_rows(settings.data, limit=settings.limit)
-        pricing = resolve_pricing(
-            settings.llm.model,
-            settings.llm.price_input_per_1m,
-            settings.llm.price_output_per_1m,
-            local=settings.llm.backend in LOCAL_BACKENDS,
-        )
-        plan = plan_ablation(library, [p.problem for p in problems], settings, max_groups=max_groups, pricing=pricing)
         console = Console(stderr=True, soft_wrap=True)
-        cost = "unknown price" if plan.cost_usd is None else f"at most ${plan.cost_usd:.4f}"
-        console.print(
-            f"ablation plan: {len(plan.groups)} variant(s){' (grouped)' if any(len(g) > 1 for g in plan.groups) else ''} + the full "
-            f"library x {plan.problems} problems x {plan.samples} samples = {plan.calls} samples, ~{plan.prompt_tokens:,} prompt "
-            f"tokens, <= {plan.completion_tokens:,} completion tokens, {cost}"
-            + (f"; capped at ${budget_usd:.4f}" if budget_usd is not None else ""),
-            highlight=False,
-            markup=False,
-        )
+        plan = _announce_plan(library, settings, max_groups=max_groups, budget_usd=budget_usd, console=console)
         block = ablate(library_path, settings, plan, budget_usd=budget_usd, console=console, seed=settings.seed)
         if block["full_mean_at_k"] is None:
             raise typer.BadParameter(
@@ -194,6 +166,33 @@ def register(library_app: typer.Typer) -> None:
             f"{library_path}: removed {len(removed)} ({', '.join(removed) or 'none'}); version {library.version} -> "
             f"{result.library.version} ({len(result.library)} experiences)"
         )
+
+
+def _announce_plan(library, settings: EvalConfig, *, max_groups: int, budget_usd: float | None, console):
+    """Plan the ablation and print what it will cost before any call."""
+    from eval.ablation import plan_ablation
+    from tfgrpo.core.datasets import load_dataset_rows
+    from tfgrpo.llm.accounting import resolve_pricing
+    from tfgrpo.llm.factory import LOCAL_BACKENDS
+
+    problems = load_dataset_rows(settings.data, limit=settings.limit)
+    pricing = resolve_pricing(
+        settings.llm.model,
+        settings.llm.price_input_per_1m,
+        settings.llm.price_output_per_1m,
+        local=settings.llm.backend in LOCAL_BACKENDS,
+    )
+    plan = plan_ablation(library, [p.problem for p in problems], settings, max_groups=max_groups, pricing=pricing)
+    cost = "unknown price" if plan.cost_usd is None else f"at most ${plan.cost_usd:.4f}"
+    console.print(
+        f"ablation plan: {len(plan.groups)} variant(s){' (grouped)' if any(len(g) > 1 for g in plan.groups) else ''} + the full "
+        f"library x {plan.problems} problems x {plan.samples} samples = {plan.calls} samples, ~{plan.prompt_tokens:,} prompt "
+        f"tokens, <= {plan.completion_tokens:,} completion tokens, {cost}"
+        + (f"; capped at ${budget_usd:.4f}" if budget_usd is not None else ""),
+        highlight=False,
+        markup=False,
+    )
+    return plan
 
 
 def _print_utilities(library, block) -> None:
