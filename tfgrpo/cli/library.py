@@ -11,6 +11,8 @@ from typing import Annotated
 
 import typer
 
+from experiences.dedup import DEFAULT_MERGE_THRESHOLD, DEFAULT_THRESHOLD
+from experiences.parse import DEFAULT_MAX_WORDS
 from tfgrpo.cli import library_trust
 
 LibArg = Annotated[Path, typer.Argument(help="Library JSON file.", show_default=False)]
@@ -171,16 +173,15 @@ def register(app: typer.Typer) -> None:
     def dedup(
         library_path: LibArg,
         threshold: Annotated[
-            float | None,
-            typer.Option("--threshold", help="Cosine similarity that makes a near-duplicate group (default 0.90)."),
-        ] = None,
+            float, typer.Option("--threshold", help="Cosine similarity that makes a near-duplicate group.")
+        ] = DEFAULT_THRESHOLD,
         merge_threshold: Annotated[
-            float | None,
+            float,
             typer.Option(
                 "--merge-threshold",
-                help="Cosine at or above which near-identical wording is merged directly with --merge (default 0.95).",
+                help="Cosine at or above which near-identical wording is merged directly with --merge.",
             ),
-        ] = None,
+        ] = DEFAULT_MERGE_THRESHOLD,
         merge: Annotated[
             bool | None, typer.Option("--merge", help="Merge near-exact groups and save LIB as the next version.")
         ] = None,
@@ -192,7 +193,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Groups of near-duplicate experiences (vector store, offline embedder); optionally merge near-exact ones."""
         from experiences import Library, apply_operations
-        from experiences.dedup import DEFAULT_MERGE_THRESHOLD, DEFAULT_THRESHOLD, dedup_library
+        from experiences.dedup import dedup_library
         from experiences.embedders import build_embedder
         from experiences.store import ExperienceStore
 
@@ -201,12 +202,7 @@ def register(app: typer.Typer) -> None:
             store_dir or library_path.with_name(f"{library_path.stem}.chroma"),
             embedder=build_embedder(embedder or "local", model=embed_model, base_url=embed_base_url),
         )
-        report = dedup_library(
-            library,
-            store,
-            threshold=DEFAULT_THRESHOLD if threshold is None else threshold,
-            merge_threshold=DEFAULT_MERGE_THRESHOLD if merge_threshold is None else merge_threshold,
-        )
+        report = dedup_library(library, store, threshold=threshold, merge_threshold=merge_threshold)
         if not report.groups:
             typer.echo("no near-duplicates found")
         for group in report.groups:
@@ -234,9 +230,7 @@ def register(app: typer.Typer) -> None:
         reply_path: Annotated[
             Path, typer.Argument(help="A raw LLM reply (text file) with operations.", show_default=False)
         ],
-        max_words: Annotated[
-            int | None, typer.Option("--max-words", help="Word limit per experience (default 32).")
-        ] = None,
+        max_words: Annotated[int, typer.Option("--max-words", help="Word limit per experience.")] = DEFAULT_MAX_WORDS,
         max_items: Annotated[
             int | None,
             typer.Option("--max-items", help="Library budget: most experiences kept (lowest value evicted)."),
@@ -281,14 +275,13 @@ def _apply_reply(
     from experiences.errors import ExperienceError
     from tfgrpo.core.textfile import read_text
 
-    words = 32 if max_words is None else max_words
-    parsed = parse_operations(read_text(reply_path, error=ExperienceError), library, max_words=words)
+    parsed = parse_operations(read_text(reply_path, error=ExperienceError), library, max_words=max_words)
     budget = Budget(max_items=max_items, max_prompt_tokens=max_tokens) if (max_items or max_tokens) else None
     result = apply_operations(
         library,
         parsed.operations,
         step=step,
-        max_words=words,
+        max_words=max_words,
         budget=budget,
         provenance={"step": step},
     )

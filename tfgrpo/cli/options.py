@@ -151,9 +151,9 @@ def option_help(model: type, option: Flag) -> str:
     text = setting.description
     choices = [str(c) for c in typing.get_args(_without_none(setting.annotation)) if isinstance(c, str)]
     if typing.get_origin(_without_none(setting.annotation)) is typing.Literal and not all(c in text for c in choices):
-        text = f"{text.rstrip('.')}: {' | '.join(choices)}."
+        text = f"{text} One of: {' | '.join(choices)}."
     if option.label:
-        text = f"{option.label}: {text[:1].lower()}{text[1:]}"
+        text = f"{option.label}: {text}"
     default = shown_default(setting, option)
     return escape(text) + (f" [dim]\\[default: {escape(default)}][/dim]" if default is not None else "")
 
