@@ -23,6 +23,9 @@ HEAVY = {
     "math_verify",
     "sympy",
     "openai",
+    "scipy",  # 1.4 s: the CLI derives its options from the config classes, so their modules must stay light
+    "numpy",
+    "matplotlib",
 }
 
 
