@@ -181,7 +181,7 @@ def _values(model: type, option: options.Flag) -> tuple[Any, Any]:
     if leaf in special:
         return special[leaf]
     plain = options.cli_type(annotation)
-    choices = typing.get_args(options._without_none(annotation))
+    choices = typing.get_args(options.non_optional(annotation))
     if choices and all(isinstance(c, str) for c in choices):
         return choices[0], choices[-1]
     if plain is bool:

@@ -114,8 +114,7 @@ def _section_type(annotation: Any) -> type:
 def cli_type(annotation: Any) -> Any:
     """The type typer parses the option as: the field's own for plain types, else str (pydantic converts and
     validates it, so a bad value gets the same message from the command line as from YAML)."""
-    kinds = [a for a in typing.get_args(annotation) if a is not type(None)] if _is_union(annotation) else [annotation]
-    kind = kinds[0] if len(kinds) == 1 else str
+    kind = non_optional(annotation)
     if typing.get_origin(kind) is list:
         return list[str]
     return kind if kind in _PLAIN_TYPES else str
@@ -149,8 +148,8 @@ def option_help(model: type, option: Flag) -> str:
     if not setting.description:
         raise TypeError(f"{model.__name__}.{option.path} has no description: give the field one")
     text = setting.description
-    choices = [str(c) for c in typing.get_args(_without_none(setting.annotation)) if isinstance(c, str)]
-    if typing.get_origin(_without_none(setting.annotation)) is typing.Literal and not all(c in text for c in choices):
+    choices = [str(c) for c in typing.get_args(non_optional(setting.annotation)) if isinstance(c, str)]
+    if typing.get_origin(non_optional(setting.annotation)) is typing.Literal and not all(c in text for c in choices):
         text = f"{text} One of: {' | '.join(choices)}."
     if option.label:
         text = f"{option.label}: {text}"
@@ -158,7 +157,8 @@ def option_help(model: type, option: Flag) -> str:
     return escape(text) + (f" [dim]\\[default: {escape(default)}][/dim]" if default is not None else "")
 
 
-def _without_none(annotation: Any) -> Any:
+def non_optional(annotation: Any) -> Any:
+    """`int | None` -> int; a union of several types stays as it is."""
     if _is_union(annotation):
         kinds = [a for a in typing.get_args(annotation) if a is not type(None)]
         return kinds[0] if len(kinds) == 1 else annotation
