@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import io
 import json
 import math
@@ -38,6 +39,7 @@ import socket
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -117,8 +119,45 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+@contextlib.contextmanager
+def scripted_server(latency_s: float) -> Iterator[int]:
+    """The scripted OpenAI-compatible server in its own process for the duration of the block; yields its port."""
+    port = free_port()
+    ready = multiprocessing.Event()
+    server = multiprocessing.Process(target=serve, args=(port, latency_s, ready), daemon=True)
+    server.start()
+    if not ready.wait(30):
+        raise RuntimeError("benchmark server did not start")
+    try:
+        yield port
+    finally:
+        server.terminate()
+        server.join()
+
+
+def write_problems(path: Path, queries: int) -> Path:
+    """`queries` addition problems ("What is i+(i+7)?") as the JSONL training set."""
+    path.write_text(
+        "".join(
+            json.dumps({"id": f"q{i}", "problem": f"What is {i}+{i + 7}?", "answer": str(2 * i + 7)}) + "\n"
+            for i in range(queries)
+        )
+    )
+    return path
+
+
 def wave(calls: int, concurrency: int, latency_s: float) -> float:
     return math.ceil(calls / concurrency) * latency_s if calls else 0.0
+
+
+def stage_waves(calls: dict[str, int], concurrency: int, latency_s: float) -> dict[str, float]:
+    """The fastest each stage of one batch can be: parallel waves, except the one consolidation call per batch."""
+    return {
+        "rollout": wave(calls.get("rollout", 0), concurrency, latency_s),
+        "summary": wave(calls.get("summary", 0), concurrency, latency_s),
+        "group": wave(calls.get("group", 0), concurrency, latency_s),
+        "consolidate": calls.get("consolidate", 0) * latency_s,
+    }
 
 
 def run(queries: int, group_size: int, concurrency: int, latency_s: float) -> dict:
@@ -127,51 +166,30 @@ def run(queries: int, group_size: int, concurrency: int, latency_s: float) -> di
     from tfgrpo.learn.config import LearnConfig
     from tfgrpo.learn.loop import learn
 
-    port = free_port()
-    ready = multiprocessing.Event()
-    server = multiprocessing.Process(target=serve, args=(port, latency_s, ready), daemon=True)
-    server.start()
-    if not ready.wait(30):
-        raise RuntimeError("benchmark server did not start")
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            data = Path(tmp) / "train.jsonl"
-            data.write_text(
-                "".join(
-                    json.dumps({"id": f"q{i}", "problem": f"What is {i}+{i + 7}?", "answer": str(2 * i + 7)}) + "\n"
-                    for i in range(queries)
-                )
-            )
-            config = LearnConfig(
-                data=str(data),
-                out=str(Path(tmp) / "run"),
-                group_size=group_size,
-                epochs=1,
-                dedup=False,
-                llm={
-                    "backend": "openai",
-                    "model": "bench",
-                    "base_url": f"http://127.0.0.1:{port}/v1",
-                    "api_key": "x",
-                    "concurrency": concurrency,
-                    "max_retries": 0,
-                },
-            )
-            started = time.perf_counter()
-            result = learn(config, console=Console(file=io.StringIO()))
-            total_s = time.perf_counter() - started
-            calls = {tag: t["calls"] for tag, t in result.metrics["sessions"][-1]["usage"]["by_tag"].items()}
-            floor = asyncio.run(client_floor(config, calls))
-    finally:
-        server.terminate()
-        server.join()
+    with scripted_server(latency_s) as port, tempfile.TemporaryDirectory() as tmp:
+        data = write_problems(Path(tmp) / "train.jsonl", queries)
+        config = LearnConfig(
+            data=str(data),
+            out=str(Path(tmp) / "run"),
+            group_size=group_size,
+            epochs=1,
+            dedup=False,
+            llm={
+                "backend": "openai",
+                "model": "bench",
+                "base_url": f"http://127.0.0.1:{port}/v1",
+                "api_key": "x",
+                "concurrency": concurrency,
+                "max_retries": 0,
+            },
+        )
+        started = time.perf_counter()
+        result = learn(config, console=Console(file=io.StringIO()))
+        total_s = time.perf_counter() - started
+        calls = {tag: t["calls"] for tag, t in result.metrics["sessions"][-1]["usage"]["by_tag"].items()}
+        floor = asyncio.run(client_floor(config, calls))
     step = result.metrics["steps"][0]
-    waves = {
-        "rollout": wave(calls.get("rollout", 0), concurrency, latency_s),
-        "summary": wave(calls.get("summary", 0), concurrency, latency_s),
-        "group": wave(calls.get("group", 0), concurrency, latency_s),
-        "consolidate": calls.get("consolidate", 0) * latency_s,
-    }
+    waves = stage_waves(calls, concurrency, latency_s)
     bound = sum(waves.values())
     return {
         "queries": queries,
@@ -264,71 +282,33 @@ def run_steps(
     import subprocess
     import urllib.request
 
-    port = free_port()
-    ready = multiprocessing.Event()
-    server = multiprocessing.Process(target=serve, args=(port, latency_s, ready), daemon=True)
-    server.start()
-    if not ready.wait(30):
-        raise RuntimeError("benchmark server did not start")
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            data = Path(tmp) / "train.jsonl"
-            data.write_text(
-                "".join(
-                    json.dumps({"id": f"q{i}", "problem": f"What is {i}+{i + 7}?", "answer": str(2 * i + 7)}) + "\n"
-                    for i in range(queries)
-                )
-            )
-            out = Path(tmp) / "run"
-            command = [
-                sys.executable,
-                "-m",
-                "tfgrpo",
-                "learn",
-                "--data",
-                str(data),
-                "--out",
-                str(out),
-                "--backend",
-                "openai",
-                "--model",
-                "bench",
-                "--base-url",
-                f"http://127.0.0.1:{port}/v1",
-                "--api-key",
-                "x",
-                "-G",
-                str(group_size),
-                "--epochs",
-                str(epochs),
-                "--batch-size",
-                str(batch_size),
-                "--concurrency",
-                str(concurrency),
-                "--dedup",
-            ]
-            env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
-            started = time.time()
-            finished = subprocess.run(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-            total_s = time.time() - started
-            if finished.returncode != 0:
-                raise SystemExit(f"tfgrpo learn failed ({finished.returncode}):\n{finished.stderr[-3000:]}")
-            metrics = json.loads((out / "metrics.json").read_text())
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/log") as response:
-                log = json.loads(response.read())
-    finally:
-        server.terminate()
-        server.join()
+    with scripted_server(latency_s) as port, tempfile.TemporaryDirectory() as tmp:
+        data = write_problems(Path(tmp) / "train.jsonl", queries)
+        out = Path(tmp) / "run"
+        command = [sys.executable, "-m", "tfgrpo", "learn", "--data", str(data), "--out", str(out)]
+        command += ["--backend", "openai", "--model", "bench", "--base-url", f"http://127.0.0.1:{port}/v1"]
+        command += ["--api-key", "x", "-G", str(group_size), "--epochs", str(epochs)]
+        command += ["--batch-size", str(batch_size), "--concurrency", str(concurrency), "--dedup"]
+        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+        started = time.time()
+        finished = subprocess.run(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        total_s = time.time() - started
+        if finished.returncode != 0:
+            raise SystemExit(f"tfgrpo learn failed ({finished.returncode}):\n{finished.stderr[-3000:]}")
+        metrics = json.loads((out / "metrics.json").read_text())
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/log") as response:
+            log = json.loads(response.read())
+    return steps_report(metrics, log, started=started, total_s=total_s, concurrency=concurrency, latency_s=latency_s)
+
+
+def steps_report(
+    metrics: dict, log: list[dict], *, started: float, total_s: float, concurrency: int, latency_s: float
+):
+    """The steps workload's row: wall time against the bound of its steps, start-up, tail and prefix sharing."""
     steps = metrics["steps"]
     calls = {tag: t["calls"] for tag, t in metrics["sessions"][-1]["usage"]["by_tag"].items()}
     per_step = {tag: math.ceil(count / len(steps)) for tag, count in calls.items()}
-    step_bound = (
-        wave(per_step.get("rollout", 0), concurrency, latency_s)
-        + wave(per_step.get("summary", 0), concurrency, latency_s)
-        + wave(per_step.get("group", 0), concurrency, latency_s)
-        + per_step.get("consolidate", 0) * latency_s
-    )
-    bound = step_bound * len(steps)
+    bound = sum(stage_waves(per_step, concurrency, latency_s).values()) * len(steps)
     first_request_s = log[0]["t"] - started
     # a step starts with its rollouts: the first rollout request after the previous step's consolidation
     step_starts, previous = [], "consolidate"

@@ -63,7 +63,7 @@ class EvalConfig(BaseModel):
     problem_key: str = "problem"
     answer_key: str = "answer"
     id_key: str = "id"
-    seed: int = 0
+    seed: int = Field(0, description="Seed of the bootstrap confidence interval; `--seed` also sets sampling.seed.")
     sampling: SamplingParams = Field(
         default_factory=lambda: SamplingParams(temperature=0.6, top_p=0.95, max_tokens=2048)
     )

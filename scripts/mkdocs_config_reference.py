@@ -272,7 +272,11 @@ def cli_sections(path: str) -> str:
 
 
 def command_section(command: Any, name: str) -> str:
-    context = command.context_class(command, info_name=name.split()[-1])
+    from rich.text import Text  # comes with typer, needed only here
+    from typer.core import MARKUP_MODE_KEY
+
+    # In rich mode typer escapes the `[default: ...]` it appends, so the whole help reads as markup.
+    context = command.context_class(command, info_name=name.split()[-1], obj={MARKUP_MODE_KEY: "rich"})
     help_text = inspect.cleandoc(command.help or "").split("\n\n")[0].replace("\n", " ")
     rows = []
     for param in command.params:
@@ -281,8 +285,8 @@ def command_section(command: Any, name: str) -> str:
         record = param.get_help_record(context)
         if record is None:  # an argument: click lists it in the usage line only
             rows.append((f"`{param.name.upper()}`", "argument" + ("" if param.required else " (optional)")))
-        else:
-            rows.append((f"`{record[0]}`", record[1]))
+        else:  # help is typer's rich markup (defaults in `[dim]`, escaped brackets): the text `--help` shows
+            rows.append((f"`{record[0]}`", Text.from_markup(record[1]).plain))
     table = "| option | meaning |\n|---|---|\n" + "\n".join(f"| {cell(a)} | {cell(b)} |" for a, b in rows)
     subcommands = getattr(command, "commands", {})
     if subcommands:

@@ -135,5 +135,9 @@ def test_cli_reference_lists_every_command_and_its_options():
     assert {"tfgrpo learn", "tfgrpo eval", "tfgrpo finetune", "tfgrpo library diff"} <= set(commands)
     assert "tfgrpo library" in commands and "Sub-commands: `tfgrpo library show`" in markdown
     learn = markdown.split("### `tfgrpo learn`", 1)[1].split("\n### ", 1)[0]
-    assert "| `-G, --group-size <int>` | Rollouts per query" in learn
+    # help and default come from LearnConfig.group_size, rich markup rendered to plain text as `--help` shows it
+    assert (
+        "| `-G, --group-size <int>` | G: rollouts per query (1 works, as an ablation: no group to compare). [default: 5] |"
+        in learn
+    )
     assert "transformers \\| llamacpp" in learn  # a `|` in help text is escaped, so the table keeps its columns

@@ -23,6 +23,9 @@ HEAVY = {
     "math_verify",
     "sympy",
     "openai",
+    "scipy",  # 1.4 s: the CLI derives its options from the config classes, so their modules must stay light
+    "numpy",
+    "matplotlib",
 }
 
 
@@ -32,7 +35,9 @@ def test_cli_start_imports_no_heavy_library():
         f"import sys, tfgrpo.cli.app; print(sorted({{m.split('.')[0] for m in sys.modules}} & set({sorted(HEAVY)!r})))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
-    assert out == "[]"
+    # A config class whose module imports one of these at the top (eval.runner -> tfgrpo.core.metrics -> scipy)
+    # belongs in a light module of its own (e.g. eval/config.py), which the CLI then imports.
+    assert out == "[]", f"`import tfgrpo.cli.app` loads {out}"
 
 
 def test_every_command_has_help():

@@ -2,35 +2,20 @@
 
 from __future__ import annotations
 
-import io
 import json
-from pathlib import Path
 
 import pytest
 import yaml
-from rich.console import Console
 from typer.testing import CliRunner
 
-from eval.matrix import MatrixConfig, run_matrix
-from tests.helpers.trust_worlds import make_matrix, responder_for
+from tests.helpers.trust_worlds import make_matrix, run_scripted_matrix
 from tfgrpo.cli.app import app, main
-from tfgrpo.llm.backends.scripted import ScriptedBackend
-from tfgrpo.llm.factory import build_client
 
 pytestmark = pytest.mark.timeout(180)
 
 
 def test_matrix_eval_and_compare_table(tmp_path):
-    config = MatrixConfig.model_validate(make_matrix(tmp_path))
-
-    def clients(cell):
-        return build_client(
-            cell.llm,
-            backends=[ScriptedBackend(responder_for(cell.llm.model))],
-            cache_path=Path(cell.out) / "cache.sqlite",
-        )
-
-    results = run_matrix(config, client_for=clients, console=Console(file=io.StringIO()))
+    results = run_scripted_matrix(tmp_path)
     assert [r.metrics["label"] for r in results] == [
         "alpha / none",
         "alpha / alpha-lib",

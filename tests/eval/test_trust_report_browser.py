@@ -8,7 +8,8 @@ import shutil
 import pytest
 from PIL import Image
 
-from tests.helpers.trust_worlds import run_learn
+from eval.compare import compare_runs
+from tests.helpers.trust_worlds import gated_learn_report, run_scripted_matrix
 
 pytestmark = pytest.mark.timeout(180)
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -16,29 +17,7 @@ CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 
 def test_pareto_view_renders_in_headless_chromium(tmp_path):
     sync_api = pytest.importorskip("playwright.sync_api", reason="dev extra (CI installs it)")
-    import json
-
-    from eval.compare import compare_runs
-    from tfgrpo.core.metrics import summarize
-
-    run_learn(tmp_path, gate=True)
-    rows = [
-        {
-            "problem_id": f"p{i}",
-            "sample": s,
-            "reward": float((i + s) % 2),
-            "extracted": "1",
-            "gold": "1",
-            "error": None,
-        }
-        for i in range(4)
-        for s in range(2)
-    ]
-    eval_dir = tmp_path / "eval"
-    eval_dir.mkdir()
-    (eval_dir / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (eval_dir / "metrics.json").write_text(json.dumps({**summarize(rows, n_bootstrap=200), "provenance": {}}))
-    _, files = compare_runs([eval_dir], tmp_path / "report", learn_run=tmp_path / "run")
+    _, files = gated_learn_report(tmp_path)
 
     with sync_api.sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
@@ -64,26 +43,7 @@ def test_pareto_view_renders_in_headless_chromium(tmp_path):
 
 def test_transfer_matrix_renders_in_headless_chromium(tmp_path):
     sync_api = pytest.importorskip("playwright.sync_api", reason="dev extra (CI installs it)")
-    from pathlib import Path
-
-    from rich.console import Console
-
-    from eval.compare import compare_runs
-    from eval.matrix import MatrixConfig, run_matrix
-    from tests.helpers.trust_worlds import make_matrix, responder_for
-    from tfgrpo.llm.backends.scripted import ScriptedBackend
-    from tfgrpo.llm.factory import build_client
-
-    config = MatrixConfig.model_validate(make_matrix(tmp_path))
-    run_matrix(
-        config,
-        console=Console(file=io.StringIO()),
-        client_for=lambda cell: build_client(
-            cell.llm,
-            backends=[ScriptedBackend(responder_for(cell.llm.model))],
-            cache_path=Path(cell.out) / "cache.sqlite",
-        ),
-    )
+    run_scripted_matrix(tmp_path)
     _, files = compare_runs([], tmp_path / "report", matrix=tmp_path / "matrix")
 
     with sync_api.sync_playwright() as playwright:

@@ -14,20 +14,14 @@ from datasets import Dataset
 
 from finetune.errors import FinetuneError
 from finetune.run import run_finetune
+from tests.helpers.cli import run_cli
+from tests.helpers.finetune_cells import assistant, user
+from tests.helpers.finetune_rows import write_jsonl
 from tests.helpers.tiny_models import build_tiny_model, build_tiny_tokenizer, tiny_model_dir
-from tfgrpo.cli.app import main
 
 pytestmark = pytest.mark.timeout(180)
 
 COMMON = dict(use_cpu=True, bf16=False, report_to="none", logging_steps=1, save_strategy="no", seed=0)
-
-
-def user(text):
-    return [{"role": "user", "content": text}]
-
-
-def assistant(text):
-    return [{"role": "assistant", "content": text}]
 
 
 # Prompts of different lengths, so batches are padded and no length is a multiple of the S2 group.
@@ -57,35 +51,46 @@ def tiny_dir(tmp_path_factory):
     return tiny_model_dir(tmp_path_factory.mktemp("tiny"), "qwen2")
 
 
-def write_jsonl(path, rows):
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
+@pytest.fixture
+def sft_data(tmp_path):
+    return write_jsonl(tmp_path / "sft.jsonl", SFT_ROWS)
 
 
-def run_cli(*args):
-    try:
-        main([str(a) for a in args])
-    except SystemExit as exc:
-        return exc.code
-    return 0
+@pytest.fixture
+def pairs_data(tmp_path):
+    return write_jsonl(tmp_path / "pairs.jsonl", PAIRS)
+
+
+def finetune_sft(tiny_dir, data, out, *, peft, **options):
+    """One tiny SFT step (batch 2) with `peft`; returns the output folder."""
+    options = {"max_steps": 1, "per_device_train_batch_size": 2, **options}
+    run_finetune("sft", model=str(tiny_dir), data=data, out=out, options={"peft": peft, **options})
+    return out
+
+
+def eval_with_adapter(tiny_dir, tmp_path, adapter):
+    """`tfgrpo eval` of the tiny model with `adapter` on one problem; returns the exit code."""
+    problems = write_jsonl(tmp_path / "problems.jsonl", [{"id": "p", "problem": "1 + 1", "answer": "2"}])
+    return run_cli(
+        "eval",
+        *("--data", problems, "--backend", "transformers", "--model", tiny_dir, "--adapter", adapter),
+        *("--samples", 1, "--max-tokens", 4, "--out", tmp_path / "eval"),
+    )
+
+
+def one_error_line(capsys):
+    """The `error:` lines the command printed to stderr."""
+    return [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
 
 
 # --- 1. PiSSA / OLoRA: saved as a plain LoRA delta on the unmodified base -----------------------------------
 @pytest.mark.parametrize("peft_name", ["pissa", "olora"])
-def test_fresh_base_changing_adapter_reloaded_on_the_base_is_the_base(tiny_dir, tmp_path, peft_name):
+def test_fresh_base_changing_adapter_reloaded_on_the_base_is_the_base(tiny_dir, sft_data, tmp_path, peft_name):
     """Trained with learning rate 0 (the adapter stays at its init), the saved adapter on the base = the base."""
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    data = write_jsonl(tmp_path / "sft.jsonl", SFT_ROWS)
-    out = tmp_path / "out"
-    run_finetune(
-        "sft",
-        model=str(tiny_dir),
-        data=data,
-        out=out,
-        options=dict(peft=peft_name, lora_r=4, max_steps=1, learning_rate=0.0, per_device_train_batch_size=2),
-    )
+    out = finetune_sft(tiny_dir, sft_data, tmp_path / "out", peft=peft_name, lora_r=4, learning_rate=0.0)
     ids = torch.tensor([[5, 17, 230, 41, 99, 3, 250]])
     base = AutoModelForCausalLM.from_pretrained(tiny_dir).eval()
     with torch.no_grad():
@@ -210,12 +215,11 @@ def test_longlora_runs_shifted_attention_for_every_method(tokenizer, tmp_path, m
         assert model.config._attn_implementation == "s2_attention"
 
 
-def test_longlora_run_logs_its_attention_calls(tiny_dir, tmp_path):
-    data = write_jsonl(tmp_path / "pairs.jsonl", PAIRS)
+def test_longlora_run_logs_its_attention_calls(tiny_dir, pairs_data, tmp_path):
     summary = run_finetune(
         "dpo",
         model=str(tiny_dir),
-        data=data,
+        data=pairs_data,
         out=tmp_path / "out",
         options=dict(peft="longlora", max_steps=1, per_device_train_batch_size=2),
     )
@@ -253,12 +257,20 @@ def test_label_smoothing_stays_allowed_where_trl_reads_it(tmp_path):
     assert build_method_config("cdpo", {"output_dir": str(tmp_path), **COMMON}).label_smoothing == 0.1
 
 
-def test_cli_refuses_label_smoothing_on_dpo(tiny_dir, tmp_path, capsys):
-    data = write_jsonl(tmp_path / "pairs.jsonl", PAIRS)
+def test_cli_refuses_label_smoothing_on_dpo(tiny_dir, pairs_data, tmp_path, capsys):
     code = run_cli(
-        "finetune", "dpo", "--model", tiny_dir, "--data", data, "--out", tmp_path / "o", "--set", "label_smoothing=0.2"
+        "finetune",
+        "dpo",
+        "--model",
+        tiny_dir,
+        "--data",
+        pairs_data,
+        "--out",
+        tmp_path / "o",
+        "--set",
+        "label_smoothing=0.2",
     )
-    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
+    err = one_error_line(capsys)
     assert code == 2 and len(err) == 1 and "use method cdpo" in err[0]
 
 
@@ -317,89 +329,25 @@ def test_grpo_step_with_signal_reports_its_tokens(tokenizer, tmp_path):
 
 
 # --- 5. config errors are one line; eval of a full fine-tune; eval label --------------------------------------
-def test_router_aux_loss_on_a_dense_model_is_one_line(tiny_dir, tmp_path, capsys):
-    data = write_jsonl(tmp_path / "sft.jsonl", SFT_ROWS)
+def test_router_aux_loss_on_a_dense_model_is_one_line(tiny_dir, sft_data, tmp_path, capsys):
     code = run_cli(
-        "finetune",
-        "sft",
-        "--model",
-        tiny_dir,
-        "--data",
-        data,
-        "--out",
-        tmp_path / "o",
-        "--max-steps",
-        1,
-        "--set",
-        "router_aux_loss_coef=0.01",
+        *("finetune", "sft", "--model", tiny_dir, "--data", sft_data, "--out", tmp_path / "o", "--max-steps", 1),
+        *("--set", "router_aux_loss_coef=0.01"),
     )
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert code == 2 and "Traceback" not in "\n".join(err)
     assert any("router_aux_loss_coef=0.01 needs a Mixture-of-Experts model" in line for line in err)
 
 
-def test_eval_adapter_on_a_full_finetune_names_the_model_to_use(tiny_dir, tmp_path, capsys):
-    data = write_jsonl(tmp_path / "sft.jsonl", SFT_ROWS)
-    out = tmp_path / "full"
-    run_finetune(
-        "sft",
-        model=str(tiny_dir),
-        data=data,
-        out=out,
-        options=dict(peft="none", max_steps=1, per_device_train_batch_size=2),
-    )
-    problems = write_jsonl(tmp_path / "problems.jsonl", [{"id": "p", "problem": "1 + 1", "answer": "2"}])
-    code = run_cli(
-        "eval",
-        "--data",
-        problems,
-        "--backend",
-        "transformers",
-        "--model",
-        tiny_dir,
-        "--adapter",
-        out,
-        "--samples",
-        1,
-        "--max-tokens",
-        4,
-        "--out",
-        tmp_path / "eval",
-    )
-    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
+def test_eval_adapter_on_a_full_finetune_names_the_model_to_use(tiny_dir, sft_data, tmp_path, capsys):
+    out = finetune_sft(tiny_dir, sft_data, tmp_path / "full", peft="none")
+    code = eval_with_adapter(tiny_dir, tmp_path, out)
+    err = one_error_line(capsys)
     assert code != 0 and len(err) == 1
     assert f"--model {out}" in err[0] and "full fine-tune" in err[0]
 
 
-def test_eval_label_carries_method_adapter_and_run_name(tiny_dir, tmp_path):
-    data = write_jsonl(tmp_path / "sft.jsonl", SFT_ROWS)
-    out = tmp_path / "my-run"
-    run_finetune(
-        "sft",
-        model=str(tiny_dir),
-        data=data,
-        out=out,
-        options=dict(peft="lora", max_steps=1, per_device_train_batch_size=2),
-    )
-    problems = write_jsonl(tmp_path / "problems.jsonl", [{"id": "p", "problem": "1 + 1", "answer": "2"}])
-    assert (
-        run_cli(
-            "eval",
-            "--data",
-            problems,
-            "--backend",
-            "transformers",
-            "--model",
-            tiny_dir,
-            "--adapter",
-            out,
-            "--samples",
-            1,
-            "--max-tokens",
-            4,
-            "--out",
-            tmp_path / "eval",
-        )
-        == 0
-    )
+def test_eval_label_carries_method_adapter_and_run_name(tiny_dir, sft_data, tmp_path):
+    out = finetune_sft(tiny_dir, sft_data, tmp_path / "my-run", peft="lora")
+    assert eval_with_adapter(tiny_dir, tmp_path, out) == 0
     assert json.loads((tmp_path / "eval" / "metrics.json").read_text())["label"] == "sft+lora:my-run"

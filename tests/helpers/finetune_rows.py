@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 
 def rollout(query_id, sample, reward, *, step=0, completion=None, error=None):
     return {
@@ -28,3 +30,9 @@ def rollout(query_id, sample, reward, *, step=0, completion=None, error=None):
         "group_mean": 0.5,
         "group_std": 0.5,
     }
+
+
+def write_jsonl(path, rows):
+    """`rows` as a JSONL file at `path`; returns the path."""
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path

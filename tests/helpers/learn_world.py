@@ -122,6 +122,16 @@ class WorldServer:
         self._thread.start()
         return self
 
+    def learn_args(
+        self, data: Path, out: Path, *options: str, model: str = "world-model", api_key: str = "k"
+    ) -> list[str]:
+        """`tfgrpo learn` arguments that learn from `data` into `out` through the openai backend on this server."""
+        return [
+            *("learn", "--data", str(data), "--out", str(out)),
+            *("--backend", "openai", "--model", model, "--base-url", self.base_url, "--api-key", api_key),
+            *options,
+        ]
+
     def __exit__(self, *exc: object) -> None:
         self._httpd.shutdown()
         self._httpd.server_close()

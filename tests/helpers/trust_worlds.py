@@ -9,8 +9,11 @@ from pathlib import Path
 
 from rich.console import Console
 
+from eval.compare import compare_runs
+from eval.matrix import MatrixConfig, run_matrix
 from experiences import Library
 from tests.helpers.learn_world import World, write_problems
+from tfgrpo.core.metrics import summarize
 from tfgrpo.learn.config import LearnConfig
 from tfgrpo.learn.loop import learn
 from tfgrpo.llm.backends.scripted import ScriptedBackend
@@ -56,6 +59,29 @@ def run_learn(tmp_path: Path, **settings):
     return learn(config, client=client, console=Console(file=io.StringIO(), width=300))
 
 
+def gated_learn_report(tmp_path: Path) -> tuple[dict, dict[str, Path]]:
+    """A gated learn run (one step kept, one rejected) compared with a small eval run: the report's
+    Pareto view and gate summary. Returns `compare_runs`' (comparison, files)."""
+    run_learn(tmp_path, gate=True)
+    rows = [
+        {
+            "problem_id": f"p{i}",
+            "sample": s,
+            "reward": float((i + s) % 2),
+            "extracted": "1",
+            "gold": "1",
+            "error": None,
+        }
+        for i in range(4)
+        for s in range(2)
+    ]
+    eval_dir = tmp_path / "eval"
+    eval_dir.mkdir()
+    (eval_dir / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (eval_dir / "metrics.json").write_text(json.dumps({**summarize(rows, n_bootstrap=200), "provenance": {}}))
+    return compare_runs([eval_dir], tmp_path / "report", learn_run=tmp_path / "run")
+
+
 LESSON = "Carry the tens digit."
 
 
@@ -89,3 +115,17 @@ def make_matrix(tmp_path: Path) -> dict:
         ],
         "libraries": [{"name": "none", "library": None}, {"name": "alpha-lib", "library": str(library)}],
     }
+
+
+def run_scripted_matrix(tmp_path: Path) -> list:
+    """`make_matrix`'s models x libraries evaluated against `responder_for` each model (no server)."""
+    config = MatrixConfig.model_validate(make_matrix(tmp_path))
+
+    def client_for(cell):
+        return build_client(
+            cell.llm,
+            backends=[ScriptedBackend(responder_for(cell.llm.model))],
+            cache_path=Path(cell.out) / "cache.sqlite",
+        )
+
+    return run_matrix(config, client_for=client_for, console=Console(file=io.StringIO()))

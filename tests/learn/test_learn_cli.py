@@ -27,32 +27,8 @@ def test_cli_learn_through_the_openai_backend(tmp_path):
     data = write_problems(tmp_path / "train.jsonl", [(1, 2), (3, 4)])
     out = tmp_path / "run"
     with WorldServer(World()) as server:
-        args = [
-            "learn",
-            "--data",
-            str(data),
-            "--out",
-            str(out),
-            "--backend",
-            "openai",
-            "--model",
-            "world-model",
-            "--base-url",
-            server.base_url,
-            "--api-key",
-            "sk-test-secret",
-            "-G",
-            "2",
-            "--epochs",
-            "1",
-            "--batch-size",
-            "1",
-            "--concurrency",
-            "8",
-            "--max-tokens",
-            "64",
-        ]
-        result = CliRunner().invoke(app, args)
+        options = ("-G", "2", "--epochs", "1", "--batch-size", "1", "--concurrency", "8", "--max-tokens", "64")
+        result = CliRunner().invoke(app, server.learn_args(data, out, *options, api_key="sk-test-secret"))
         assert result.exit_code == 0, result.output
         requests_made = len(server.bodies)
         assert requests_made > 0 and {b["model"] for b in server.bodies} == {"world-model"}
@@ -86,33 +62,8 @@ def test_ctrl_c_stops_cleanly_and_says_how_to_resume(tmp_path):
     data = write_problems(tmp_path / "train.jsonl", [(1, 2), (3, 4), (5, 6)])
     out = tmp_path / "run"
     with WorldServer(World(), delay_s=0.3) as server:
-        command = [
-            sys.executable,
-            "-m",
-            "tfgrpo",
-            "learn",
-            "--data",
-            str(data),
-            "--out",
-            str(out),
-            "--backend",
-            "openai",
-            "--model",
-            "m",
-            "--base-url",
-            server.base_url,
-            "--api-key",
-            "k",
-            "-G",
-            "2",
-            "--epochs",
-            "2",
-            "--batch-size",
-            "1",
-            "--concurrency",
-            "4",
-            "--no-dedup",
-        ]
+        options = ("-G", "2", "--epochs", "2", "--batch-size", "1", "--concurrency", "4", "--no-dedup")
+        command = [sys.executable, "-m", "tfgrpo", *server.learn_args(data, out, *options, model="m")]
         env = {**os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": "200"}
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         deadline = time.monotonic() + 120

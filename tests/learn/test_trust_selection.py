@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from experiences import Library
-from tests.helpers.trust_worlds import HARMFUL, run_learn
+from tests.helpers.trust_worlds import HARMFUL, gated_learn_report, run_learn
 from tfgrpo.core.config import ConfigError, build_config
 from tfgrpo.learn.config import LearnConfig
 from tfgrpo.learn.selection import gate_decision, pareto_view
@@ -71,29 +71,7 @@ def test_gate_decision_and_pareto_units():
 
 
 def test_compare_report_shows_the_pareto_view_and_gate(tmp_path):
-    import json
-
-    from eval.compare import compare_runs
-    from tfgrpo.core.metrics import summarize
-
-    run_learn(tmp_path, gate=True)
-    rows = [
-        {
-            "problem_id": f"p{i}",
-            "sample": s,
-            "reward": float((i + s) % 2),
-            "extracted": "1",
-            "gold": "1",
-            "error": None,
-        }
-        for i in range(4)
-        for s in range(2)
-    ]
-    eval_dir = tmp_path / "eval"
-    eval_dir.mkdir()
-    (eval_dir / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (eval_dir / "metrics.json").write_text(json.dumps({**summarize(rows, n_bootstrap=200), "provenance": {}}))
-    comparison, files = compare_runs([eval_dir], tmp_path / "report", learn_run=tmp_path / "run")
+    _comparison, files = gated_learn_report(tmp_path)
     markdown = files["markdown"].read_text()
     assert "Candidate libraries on validation (Pareto view)" in markdown
     assert "1 step(s) kept, 1 rejected" in markdown

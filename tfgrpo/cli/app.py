@@ -18,7 +18,8 @@ app = typer.Typer(
 
 
 def _register() -> None:
-    # Each module imports only typer at the top, so `tfgrpo --help` stays fast.
+    # Each module imports typer and the config classes its options come from (pydantic models); the
+    # libraries that do the work load inside the commands, so `tfgrpo --help` stays fast (a test guards it).
     from tfgrpo.cli import chat, compare, evaluate, experiment, export, finetune, learn, library, score, serve
 
     for module in (chat, learn, evaluate, compare, score, library, export, finetune, serve, experiment):

@@ -7,8 +7,6 @@ from typing import Annotated
 
 import typer
 
-from tfgrpo.cli.options import SeedOpt
-
 
 def register(app: typer.Typer) -> None:
     @app.command("compare")
@@ -31,7 +29,7 @@ def register(app: typer.Typer) -> None:
                 help="Compare the A (holdout) and B (library) arms of `tfgrpo serve` traces instead (SQLite file or database URL).",
             ),
         ] = None,
-        seed: SeedOpt = None,
+        seed: Annotated[int, typer.Option("--seed", help="Seed of the bootstrap CIs and the permutation tests.")] = 0,
         matrix: Annotated[
             Path | None,
             typer.Option(
@@ -40,44 +38,47 @@ def register(app: typer.Typer) -> None:
         ] = None,
     ) -> None:
         """Compare eval runs: Mean@K with CIs, pass@k, maj@k, paired differences vs the first run, cost table."""
-        from rich.console import Console
-        from rich.table import Table as RichTable
-
         from tfgrpo.core.config import ConfigError
 
         if traces is not None:
             if run_dirs:
                 raise ConfigError("--traces compares served arms; give either eval run directories or --traces")
-            _compare_traces(traces, out, seed=0 if seed is None else seed)
+            _compare_traces(traces, out, seed=seed)
             return
         if (not run_dirs and matrix is None) or out is None:
             raise ConfigError("give eval run directories (or --matrix DIR) and --out, or --traces TRACES")
 
         from eval.compare import compare_runs
-        from eval.report import build_tables
 
-        comparison, files = compare_runs(
-            run_dirs or [], out, learn_run=learn_run, seed=0 if seed is None else seed, matrix=matrix
-        )
-        console = Console()
-        for table in build_tables(comparison):
-            if table.key == "per_problem":
-                continue  # long; it is in the report files
-            rich_table = RichTable(title=table.title, title_justify="left")
-            if len(table.rows) == 1 and len(table.headers) > 6:  # one wide record reads better as a list
-                rich_table.add_column("")
-                rich_table.add_column("")
-                for header, value in zip(table.headers, table.rows[0], strict=False):
-                    rich_table.add_row(header, value)
-            else:
-                for header in table.headers:
-                    rich_table.add_column(header)
-                for row in table.rows:
-                    rich_table.add_row(*row)
-            console.print(rich_table)
-            if table.note and table.key != "cost":
-                console.print(f"[dim]{table.note}[/]", highlight=False)
-        console.print(f"report: {files['markdown']}  {files['html']}", highlight=False)
+        comparison, files = compare_runs(run_dirs or [], out, learn_run=learn_run, seed=seed, matrix=matrix)
+        _print_comparison(comparison, files)
+
+
+def _print_comparison(comparison, files: dict[str, Path]) -> None:
+    from rich.console import Console
+    from rich.table import Table as RichTable
+
+    from eval.report import build_tables
+
+    console = Console()
+    for table in build_tables(comparison):
+        if table.key == "per_problem":
+            continue  # long; it is in the report files
+        rich_table = RichTable(title=table.title, title_justify="left")
+        if len(table.rows) == 1 and len(table.headers) > 6:  # one wide record reads better as a list
+            rich_table.add_column("")
+            rich_table.add_column("")
+            for header, value in zip(table.headers, table.rows[0], strict=False):
+                rich_table.add_row(header, value)
+        else:
+            for header in table.headers:
+                rich_table.add_column(header)
+            for row in table.rows:
+                rich_table.add_row(*row)
+        console.print(rich_table)
+        if table.note and table.key != "cost":
+            console.print(f"[dim]{table.note}[/]", highlight=False)
+    console.print(f"report: {files['markdown']}  {files['html']}", highlight=False)
 
 
 def _compare_traces(traces: str, out: Path | None, *, seed: int) -> None:

@@ -7,7 +7,8 @@ from typing import Annotated
 
 import typer
 
-from tfgrpo.cli.options import ApiKeyOpt
+from tfgrpo.cli import options as opt
+from tfgrpo.experiment.recipe import Recipe
 
 EXIT_BUDGET = 3
 EXIT_INTERRUPTED = 130
@@ -39,7 +40,9 @@ def register(app: typer.Typer) -> None:
         dry_run: Annotated[
             bool, typer.Option("--dry-run", help="Print the plan and the cost estimate; spend nothing.")
         ] = False,
-        api_key: ApiKeyOpt = None,
+        api_key: Annotated[
+            str | None, typer.Option("--api-key", help=opt.option_help(Recipe, opt.flag("model.api_key")))
+        ] = None,
     ) -> None:
         """Run a recipe: learn runs, fine-tuned baselines, evals, then one table with CIs and paired tests."""
         from rich.console import Console

@@ -6,7 +6,9 @@ from typing import Annotated, Any
 
 import typer
 
-from tfgrpo.cli.options import ConfigOpt, ModelOpt, SeedOpt
+from finetune.adapters import AdapterArguments
+from tfgrpo.cli import options as opt
+from tfgrpo.core.config import ConfigError, deep_merge, drop_unset, read_yaml
 
 METHOD_HELP = "sft | dpo | ipo | cdpo | kto | orpo | ppo | grpo | gspo"
 
@@ -14,8 +16,6 @@ METHOD_HELP = "sft | dpo | ipo | cdpo | kto | orpo | ppo | grpo | gspo"
 def _parse_sets(items: list[str] | None) -> dict[str, Any]:
     """`--set beta=0.2 --set lora_target_modules=[q_proj,v_proj]`: values parsed as YAML scalars/lists."""
     import yaml
-
-    from tfgrpo.core.config import ConfigError
 
     parsed: dict[str, Any] = {}
     for item in items or []:
@@ -26,54 +26,42 @@ def _parse_sets(items: list[str] | None) -> dict[str, Any]:
     return parsed
 
 
+FLAGS = [
+    opt.flag(
+        "data",
+        "-d",
+        help="A learn run dir (its rollouts.jsonl), a problem/answer JSONL or bundled name such as "
+        "math_l5_train200 (RL methods), or TRL-format JSONL.",
+        kind=str,
+    ),
+    opt.flag("out", "-o", help="Output folder (adapter or model, metrics.jsonl, finetune_summary.json).", kind=str),
+    opt.flag("model", "-m", help="Model name or local path (default: the embedded SmolLM2-135M-Instruct).", kind=str),
+    opt.flag("peft"),
+    opt.flag("lora_r"),
+    opt.flag("lora_alpha"),
+    # TRL's own fields: their classes import torch, and their defaults depend on METHOD (docs/finetune.md)
+    opt.flag("max_steps", help="Optimizer steps (default: epochs).", kind=int),
+    opt.flag(
+        "learning_rate", "--learning-rate", "--lr", help="Peak learning rate (default: the method's).", kind=float
+    ),
+    opt.flag("per_device_train_batch_size", "--batch-size", help="Per-device train batch size.", kind=int),
+    opt.flag("num_generations", "--group-size", help="GRPO/GSPO/PPO samples per prompt (1-16).", kind=int),
+    opt.flag("reward", help="RL reward: a rewards/ name (math, ...) or a reward-model folder.", kind=str),
+    opt.flag(
+        "tools", help="GRPO/GSPO multi-turn rollouts with tools, e.g. python (repeatable or a,b).", kind=list[str]
+    ),
+    opt.flag("max_turns", help="Model turns per trajectory with tools (final answer included).", kind=int),
+    opt.flag("seed", help="Random seed.", kind=int),
+]
+
+
 def register(app: typer.Typer) -> None:
     @app.command("finetune")
+    @opt.config_options(AdapterArguments, FLAGS)
     def finetune_command(
+        overrides: dict[str, Any],
         method: Annotated[str, typer.Argument(help=METHOD_HELP)],
-        data: Annotated[
-            str | None,
-            typer.Option(
-                "--data",
-                "-d",
-                help="A learn run dir (its rollouts.jsonl), a "
-                "problem/answer JSONL or bundled name such as math_l5_train200 "
-                "(RL methods), or TRL-format JSONL.",
-            ),
-        ] = None,
-        out: Annotated[
-            str | None,
-            typer.Option(
-                "--out", "-o", help="Output folder (adapter or model, metrics.jsonl, finetune_summary.json)."
-            ),
-        ] = None,
-        model: ModelOpt = None,
-        config: ConfigOpt = None,
-        peft: Annotated[
-            str | None, typer.Option("--peft", help="lora | rslora | dora | pissa | olora | longlora | qlora | none")
-        ] = None,
-        max_steps: Annotated[
-            int | None, typer.Option("--max-steps", help="Optimizer steps (default: epochs).")
-        ] = None,
-        learning_rate: Annotated[float | None, typer.Option("--learning-rate", "--lr")] = None,
-        batch_size: Annotated[int | None, typer.Option("--batch-size", help="Per-device train batch size.")] = None,
-        lora_r: Annotated[int | None, typer.Option("--lora-r")] = None,
-        lora_alpha: Annotated[int | None, typer.Option("--lora-alpha")] = None,
-        group_size: Annotated[
-            int | None, typer.Option("--group-size", help="GRPO/GSPO/PPO samples per prompt (1-16).")
-        ] = None,
-        reward: Annotated[
-            str | None,
-            typer.Option("--reward", help="RL reward: a rewards/ name (math, ...) or a reward-model folder."),
-        ] = None,
-        tools: Annotated[
-            list[str] | None,
-            typer.Option("--tools", help="GRPO/GSPO multi-turn rollouts with tools, e.g. python (repeatable or a,b)."),
-        ] = None,
-        max_turns: Annotated[
-            int | None,
-            typer.Option("--max-turns", help="Model turns per trajectory with tools (final answer included)."),
-        ] = None,
-        seed: SeedOpt = None,
+        config: opt.ConfigOpt = None,
         set_: Annotated[
             list[str] | None,
             typer.Option("--set", help="Any config field: KEY=VALUE (repeatable), e.g. --set beta=0.2."),
@@ -82,36 +70,14 @@ def register(app: typer.Typer) -> None:
         """Fine-tune a model with METHOD on a learn run's rollouts or a problem file; save adapter + summary."""
         from rich.console import Console
 
-        from tfgrpo.core.config import ConfigError, deep_merge, drop_unset, read_yaml
-
-        file_options = read_yaml(config) if config else {}
-        cli_options = drop_unset(
-            {
-                "peft": peft,
-                "max_steps": max_steps,
-                "learning_rate": learning_rate,
-                "per_device_train_batch_size": batch_size,
-                "lora_r": lora_r,
-                "lora_alpha": lora_alpha,
-                "num_generations": group_size,
-                "reward": reward,
-                "seed": seed,
-                "tools": tools,
-                "max_turns": max_turns,
-            }
-        )
-        options = deep_merge(deep_merge(file_options, cli_options), _parse_sets(set_))
-        model = model or options.get("model")
-        data = data or options.get("data")
-        out = out or options.get("out")
-        for key in ("model", "data", "out"):
-            options.pop(key, None)
-        if not data or not out:
-            raise ConfigError("finetune needs --data and --out (or `data:` and `out:` in --config)")
-
         from finetune.errors import FinetuneError
         from finetune.run import load_method, run_finetune
 
+        file_options = read_yaml(config) if config else {}
+        options = deep_merge(deep_merge(file_options, drop_unset(overrides)), _parse_sets(set_))
+        model, data, out = (options.pop(key, None) for key in ("model", "data", "out"))
+        if not data or not out:
+            raise ConfigError("finetune needs --data and --out (or `data:` and `out:` in --config)")
         console = Console(stderr=True, soft_wrap=True)
         try:
             load_method(method)  # an unknown method or a missing finetune extra fails before anything is printed

@@ -11,6 +11,8 @@ from typing import Annotated
 
 import typer
 
+from experiences.dedup import DEFAULT_MERGE_THRESHOLD, DEFAULT_THRESHOLD
+from experiences.parse import DEFAULT_MAX_WORDS
 from tfgrpo.cli import library_trust
 
 LibArg = Annotated[Path, typer.Argument(help="Library JSON file.", show_default=False)]
@@ -38,232 +40,221 @@ def register(app: typer.Typer) -> None:
         no_args_is_help=True,
     )
     app.add_typer(library_app, name="library")
+    library_app.command("show")(show)
+    library_app.command("history")(history)
+    library_app.command("diff")(diff)
+    library_app.command("rollback")(rollback)
+    library_app.command("dedup")(dedup)
+    library_app.command("apply")(apply)
+    library_trust.register(library_app)  # check, ablate, prune (docs/trust.md)
 
-    @library_app.command("show")
-    def show(
-        library_path: LibArg,
-        as_json: Annotated[bool | None, typer.Option("--json", help="Print the library file as JSON.")] = None,
-        rendered: Annotated[
-            bool | None, typer.Option("--rendered", help="Print exactly the text injected into prompts.")
-        ] = None,
-    ) -> None:
-        """The experiences with ids, steps and usage counters."""
-        from rich.console import Console
-        from rich.table import Table
 
-        from experiences import Library, approximate_tokens, render
+def show(
+    library_path: LibArg,
+    as_json: Annotated[bool | None, typer.Option("--json", help="Print the library file as JSON.")] = None,
+    rendered: Annotated[
+        bool | None, typer.Option("--rendered", help="Print exactly the text injected into prompts.")
+    ] = None,
+) -> None:
+    """The experiences with ids, steps and usage counters."""
+    from rich.console import Console
+    from rich.table import Table
 
-        library = Library.load(library_path)
-        console = Console()
-        if as_json:
-            console.print_json(library.to_json())
-            return
-        if rendered:
-            print(render(library))
-            return
-        facts = [
-            f"version {library.version}",
-            f"{len(library)} experiences",
-            f"~{approximate_tokens(render(library))} prompt tokens",
-        ]
-        facts += [
-            f"{name} {value}"
-            for name, value in (("task", library.task), ("model", library.model), ("step", library.step))
-            if value is not None
-        ]
-        table = Table(title=f"{library_path} ({', '.join(facts)})", title_justify="left")
-        for column in ("id", "text", "created", "updated", "op", "in ctx", "correct", "wrong"):
-            table.add_column(column, overflow="fold")
-        for e in library:
-            table.add_row(
-                e.id,
-                e.text,
-                _opt(e.created_step),
-                _opt(e.updated_step),
-                e.provenance.operation or "",
-                str(e.usage.in_context),
-                str(e.usage.correct),
-                str(e.usage.wrong),
-            )
-        console.print(table)
+    from experiences import Library, approximate_tokens, render
 
-    @library_app.command("history")
-    def history(
-        library_path: LibArg,
-        ops: Annotated[bool | None, typer.Option("--ops", help="Also list every logged operation.")] = None,
-        history_dir: HistoryOpt = None,
-    ) -> None:
-        """Versions kept in the history, with what each changed."""
-        import json
+    library = Library.load(library_path)
+    console = Console()
+    if as_json:
+        console.print_json(library.to_json())
+        return
+    if rendered:
+        print(render(library))
+        return
+    facts = [
+        f"version {library.version}",
+        f"{len(library)} experiences",
+        f"~{approximate_tokens(render(library))} prompt tokens",
+    ]
+    facts += [
+        f"{name} {value}"
+        for name, value in (("task", library.task), ("model", library.model), ("step", library.step))
+        if value is not None
+    ]
+    table = Table(title=f"{library_path} ({', '.join(facts)})", title_justify="left")
+    for column in ("id", "text", "created", "updated", "op", "in ctx", "correct", "wrong"):
+        table.add_column(column, overflow="fold")
+    for e in library:
+        table.add_row(
+            e.id,
+            e.text,
+            _opt(e.created_step),
+            _opt(e.updated_step),
+            e.provenance.operation or "",
+            str(e.usage.in_context),
+            str(e.usage.correct),
+            str(e.usage.wrong),
+        )
+    console.print(table)
 
-        from rich.console import Console
-        from rich.table import Table
 
-        history = _history(library_path, history_dir)
-        console = Console()
-        versions = history.versions()
-        if not versions:
+def history(
+    library_path: LibArg,
+    ops: Annotated[bool | None, typer.Option("--ops", help="Also list every logged operation.")] = None,
+    history_dir: HistoryOpt = None,
+) -> None:
+    """Versions kept in the history, with what each changed."""
+    import json
+
+    from rich.console import Console
+    from rich.table import Table
+
+    history = _history(library_path, history_dir)
+    console = Console()
+    versions = history.versions()
+    if not versions:
+        console.print(
+            f"no history for {library_path} (expected {history.directory}); `tfgrpo library apply` creates one."
+        )
+        return
+    records = history.records()
+    table = Table(title=f"history of {library_path}", title_justify="left")
+    for column in ("version", "step", "experiences", "applied", "rejected", "evicted", "other", "time"):
+        table.add_column(column)
+    for version in versions:
+        rows = [r for r in records if r.get("version") == version]
+        counts = {kind: sum(1 for r in rows if r.get("kind") == kind) for kind in ("applied", "rejected", "evicted")}
+        other = ", ".join(sorted({str(r.get("kind")) for r in rows} - set(counts)))
+        snapshot = history.load(version)
+        stamp = rows[-1].get("time", "") if rows else ""
+        table.add_row(
+            str(version), _opt(snapshot.step), str(len(snapshot)), *(str(counts[k]) for k in counts), other, stamp
+        )
+    console.print(table)
+    if ops:
+        for record in records:
+            detail = {k: v for k, v in record.items() if k not in ("version", "step", "time", "kind", "reason")}
+            reason = f"  ({record['reason']})" if record.get("reason") else ""
             console.print(
-                f"no history for {library_path} (expected {history.directory}); `tfgrpo library apply` creates one."
+                f"v{record.get('version')} {record.get('kind')}: {json.dumps(detail, ensure_ascii=False)}{reason}",
+                highlight=False,
+                markup=False,
+                soft_wrap=True,
             )
-            return
-        records = history.records()
-        table = Table(title=f"history of {library_path}", title_justify="left")
-        for column in ("version", "step", "experiences", "applied", "rejected", "evicted", "other", "time"):
-            table.add_column(column)
-        for version in versions:
-            rows = [r for r in records if r.get("version") == version]
-            counts = {
-                kind: sum(1 for r in rows if r.get("kind") == kind) for kind in ("applied", "rejected", "evicted")
-            }
-            other = ", ".join(sorted({str(r.get("kind")) for r in rows} - set(counts)))
-            snapshot = history.load(version)
-            stamp = rows[-1].get("time", "") if rows else ""
-            table.add_row(
-                str(version), _opt(snapshot.step), str(len(snapshot)), *(str(counts[k]) for k in counts), other, stamp
-            )
-        console.print(table)
-        if ops:
-            for record in records:
-                detail = {k: v for k, v in record.items() if k not in ("version", "step", "time", "kind", "reason")}
-                reason = f"  ({record['reason']})" if record.get("reason") else ""
-                console.print(
-                    f"v{record.get('version')} {record.get('kind')}: {json.dumps(detail, ensure_ascii=False)}{reason}",
-                    highlight=False,
-                    markup=False,
-                    soft_wrap=True,
-                )
 
-    @library_app.command("diff")
-    def diff(
-        library_path: LibArg,
-        from_version: Annotated[int, typer.Option("--from", help="Older version.")],
-        to_version: Annotated[
-            int | None, typer.Option("--to", help="Newer version (default: LIB as it is now).")
-        ] = None,
-        history_dir: HistoryOpt = None,
-    ) -> None:
-        """What changed between two versions, by stable id (added +, removed -, modified ~)."""
-        from experiences import Library, diff_libraries
 
-        history = _history(library_path, history_dir)
-        after = history.load(to_version) if to_version is not None else Library.load(library_path)
-        print(diff_libraries(history.load(from_version), after).format())
+def diff(
+    library_path: LibArg,
+    from_version: Annotated[int, typer.Option("--from", help="Older version.")],
+    to_version: Annotated[int | None, typer.Option("--to", help="Newer version (default: LIB as it is now).")] = None,
+    history_dir: HistoryOpt = None,
+) -> None:
+    """What changed between two versions, by stable id (added +, removed -, modified ~)."""
+    from experiences import Library, diff_libraries
 
-    @library_app.command("rollback")
-    def rollback(
-        library_path: LibArg,
-        to_version: Annotated[int, typer.Option("--to", help="Version whose experiences to restore.")],
-        history_dir: HistoryOpt = None,
-    ) -> None:
-        """Restore an old version's experiences as a NEW version (history is never rewritten; ids are not reused)."""
-        from experiences.transaction import commit_version, open_library
+    history = _history(library_path, history_dir)
+    after = history.load(to_version) if to_version is not None else Library.load(library_path)
+    print(diff_libraries(history.load(from_version), after).format())
 
-        history = _history(library_path, history_dir)
-        with open_library(library_path, history) as current:
-            restored = history.rollback(to_version, current=current)
-            commit_version(library_path, history, restored)
-        typer.echo(
-            f"{library_path}: version {restored.version} = experiences of version {to_version} ({len(restored)} experiences)"
-        )
 
-    @library_app.command("dedup")
-    def dedup(
-        library_path: LibArg,
-        threshold: Annotated[
-            float | None,
-            typer.Option("--threshold", help="Cosine similarity that makes a near-duplicate group (default 0.90)."),
-        ] = None,
-        merge_threshold: Annotated[
-            float | None,
-            typer.Option(
-                "--merge-threshold",
-                help="Cosine at or above which near-identical wording is merged directly with --merge (default 0.95).",
-            ),
-        ] = None,
-        merge: Annotated[
-            bool | None, typer.Option("--merge", help="Merge near-exact groups and save LIB as the next version.")
-        ] = None,
-        store_dir: StoreOpt = None,
-        history_dir: HistoryOpt = None,
-        embedder: EmbedderOpt = None,
-        embed_model: EmbedModelOpt = None,
-        embed_base_url: EmbedUrlOpt = None,
-    ) -> None:
-        """Groups of near-duplicate experiences (vector store, offline embedder); optionally merge near-exact ones."""
-        from experiences import Library, apply_operations
-        from experiences.dedup import DEFAULT_MERGE_THRESHOLD, DEFAULT_THRESHOLD, dedup_library
-        from experiences.embedders import build_embedder
-        from experiences.store import ExperienceStore
+def rollback(
+    library_path: LibArg,
+    to_version: Annotated[int, typer.Option("--to", help="Version whose experiences to restore.")],
+    history_dir: HistoryOpt = None,
+) -> None:
+    """Restore an old version's experiences as a NEW version (history is never rewritten; ids are not reused)."""
+    from experiences.transaction import commit_version, open_library
 
-        library = Library.load(library_path)
-        store = ExperienceStore(
-            store_dir or library_path.with_name(f"{library_path.stem}.chroma"),
-            embedder=build_embedder(embedder or "local", model=embed_model, base_url=embed_base_url),
-        )
-        report = dedup_library(
-            library,
-            store,
-            threshold=DEFAULT_THRESHOLD if threshold is None else threshold,
-            merge_threshold=DEFAULT_MERGE_THRESHOLD if merge_threshold is None else merge_threshold,
-        )
-        if not report.groups:
-            typer.echo("no near-duplicates found")
-        for group in report.groups:
-            typer.echo(f"group (cosine >= {group.similarity:.3f}):")
-            for experience_id in group.ids:
-                typer.echo(f"  [{experience_id}]. {library.get(experience_id).text}")
-        if merge and report.merges:
-            from experiences.transaction import open_library
+    history = _history(library_path, history_dir)
+    with open_library(library_path, history) as current:
+        restored = history.rollback(to_version, current=current)
+        commit_version(library_path, history, restored)
+    typer.echo(
+        f"{library_path}: version {restored.version} = experiences of version {to_version} ({len(restored)} experiences)"
+    )
 
-            history = _history(library_path, history_dir)
-            with open_library(library_path, history) as library:  # the file may have changed meanwhile
-                result = apply_operations(
-                    library, report.merges, step=library.step, provenance={"operation": "merge"}, max_words=None
-                )
-                _commit(library_path, library, result, history_dir)
-            typer.echo(
-                f"merged {len(result.applied)} near-exact group(s); {library_path} is now version {result.library.version}"
-            )
-        elif report.merges:
-            typer.echo(f"{len(report.merges)} group(s) are near-exact (>= merge threshold); --merge merges them")
 
-    @library_app.command("apply")
-    def apply(
-        library_path: LibArg,
-        reply_path: Annotated[
-            Path, typer.Argument(help="A raw LLM reply (text file) with operations.", show_default=False)
-        ],
-        max_words: Annotated[
-            int | None, typer.Option("--max-words", help="Word limit per experience (default 32).")
-        ] = None,
-        max_items: Annotated[
-            int | None,
-            typer.Option("--max-items", help="Library budget: most experiences kept (lowest value evicted)."),
-        ] = None,
-        max_tokens: Annotated[
-            int | None,
-            typer.Option("--max-prompt-tokens", help="Library budget: most tokens of the rendered library."),
-        ] = None,
-        step: Annotated[int | None, typer.Option("--step", help="Engine step to record (provenance).")] = None,
-        dry_run: Annotated[
-            bool | None, typer.Option("--dry-run", help="Show what would happen; save nothing.")
-        ] = None,
-        history_dir: HistoryOpt = None,
-    ) -> None:
-        """Parse a raw reply, apply the valid operations, save LIB as the next version; print applied and rejected."""
-        from experiences.errors import ExperienceError
+def dedup(
+    library_path: LibArg,
+    threshold: Annotated[
+        float, typer.Option("--threshold", help="Cosine similarity that makes a near-duplicate group.")
+    ] = DEFAULT_THRESHOLD,
+    merge_threshold: Annotated[
+        float,
+        typer.Option(
+            "--merge-threshold",
+            help="Cosine at or above which near-identical wording is merged directly with --merge.",
+        ),
+    ] = DEFAULT_MERGE_THRESHOLD,
+    merge: Annotated[
+        bool | None, typer.Option("--merge", help="Merge near-exact groups and save LIB as the next version.")
+    ] = None,
+    store_dir: StoreOpt = None,
+    history_dir: HistoryOpt = None,
+    embedder: EmbedderOpt = None,
+    embed_model: EmbedModelOpt = None,
+    embed_base_url: EmbedUrlOpt = None,
+) -> None:
+    """Groups of near-duplicate experiences (vector store, offline embedder); optionally merge near-exact ones."""
+    from experiences import Library, apply_operations
+    from experiences.dedup import dedup_library
+    from experiences.embedders import build_embedder
+    from experiences.store import ExperienceStore
+
+    library = Library.load(library_path)
+    store = ExperienceStore(
+        store_dir or library_path.with_name(f"{library_path.stem}.chroma"),
+        embedder=build_embedder(embedder or "local", model=embed_model, base_url=embed_base_url),
+    )
+    report = dedup_library(library, store, threshold=threshold, merge_threshold=merge_threshold)
+    if not report.groups:
+        typer.echo("no near-duplicates found")
+    for group in report.groups:
+        typer.echo(f"group (cosine >= {group.similarity:.3f}):")
+        for experience_id in group.ids:
+            typer.echo(f"  [{experience_id}]. {library.get(experience_id).text}")
+    if merge and report.merges:
         from experiences.transaction import open_library
 
-        if not reply_path.is_file():
-            raise ExperienceError(f"reply file not found: {reply_path}")
-        # the whole read-modify-write under the library's lock: a concurrent apply waits, no update is lost
-        with open_library(library_path, _history(library_path, history_dir)) as library:
-            _apply_reply(
-                library_path, library, reply_path, max_words, max_items, max_tokens, step, dry_run, history_dir
+        history = _history(library_path, history_dir)
+        with open_library(library_path, history) as library:  # the file may have changed meanwhile
+            result = apply_operations(
+                library, report.merges, step=library.step, provenance={"operation": "merge"}, max_words=None
             )
+            _commit(library_path, library, result, history_dir)
+        typer.echo(
+            f"merged {len(result.applied)} near-exact group(s); {library_path} is now version {result.library.version}"
+        )
+    elif report.merges:
+        typer.echo(f"{len(report.merges)} group(s) are near-exact (>= merge threshold); --merge merges them")
 
-    library_trust.register(library_app)  # check, ablate, prune (docs/trust.md)
+
+def apply(
+    library_path: LibArg,
+    reply_path: Annotated[
+        Path, typer.Argument(help="A raw LLM reply (text file) with operations.", show_default=False)
+    ],
+    max_words: Annotated[int, typer.Option("--max-words", help="Word limit per experience.")] = DEFAULT_MAX_WORDS,
+    max_items: Annotated[
+        int | None,
+        typer.Option("--max-items", help="Library budget: most experiences kept (lowest value evicted)."),
+    ] = None,
+    max_tokens: Annotated[
+        int | None,
+        typer.Option("--max-prompt-tokens", help="Library budget: most tokens of the rendered library."),
+    ] = None,
+    step: Annotated[int | None, typer.Option("--step", help="Engine step to record (provenance).")] = None,
+    dry_run: Annotated[bool | None, typer.Option("--dry-run", help="Show what would happen; save nothing.")] = None,
+    history_dir: HistoryOpt = None,
+) -> None:
+    """Parse a raw reply, apply the valid operations, save LIB as the next version; print applied and rejected."""
+    from experiences.errors import ExperienceError
+    from experiences.transaction import open_library
+
+    if not reply_path.is_file():
+        raise ExperienceError(f"reply file not found: {reply_path}")
+    # the whole read-modify-write under the library's lock: a concurrent apply waits, no update is lost
+    with open_library(library_path, _history(library_path, history_dir)) as library:
+        _apply_reply(library_path, library, reply_path, max_words, max_items, max_tokens, step, dry_run, history_dir)
 
 
 def _apply_reply(
@@ -281,14 +272,13 @@ def _apply_reply(
     from experiences.errors import ExperienceError
     from tfgrpo.core.textfile import read_text
 
-    words = 32 if max_words is None else max_words
-    parsed = parse_operations(read_text(reply_path, error=ExperienceError), library, max_words=words)
+    parsed = parse_operations(read_text(reply_path, error=ExperienceError), library, max_words=max_words)
     budget = Budget(max_items=max_items, max_prompt_tokens=max_tokens) if (max_items or max_tokens) else None
     result = apply_operations(
         library,
         parsed.operations,
         step=step,
-        max_words=words,
+        max_words=max_words,
         budget=budget,
         provenance={"step": step},
     )

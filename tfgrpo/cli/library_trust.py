@@ -7,193 +7,194 @@ utility (leave-one-out) into the library's metadata; `prune LIB --by-utility` de
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
+from eval.runner import EvalConfig
 from tfgrpo.cli import options as opt
+from tfgrpo.core.config import build_config
 
-EXIT_LEAKS = 1  # like a linter: a check that found something fails a CI step
+EXIT_LEAKS = 1
+ABLATE_FLAGS = [
+    opt.flag("samples", "-k"),
+    opt.flag("limit"),
+    *opt.llm_flags("backend", "model", "base_url", "api_key", "concurrency"),
+    *opt.sampling_flags("sampling", "temperature", "max_tokens"),
+    opt.flag("seed", also=["sampling.seed"]),
+]  # like a linter: a check that found something fails a CI step
 
 
 def register(library_app: typer.Typer) -> None:
-    @library_app.command("check")
-    def check(
-        library_path: Annotated[Path, typer.Argument(help="Library JSON file.", show_default=False)],
-        against: Annotated[
-            list[str],
-            typer.Option("--against", help="Problem set (bundled name or file); repeatable.", show_default=False),
-        ],
-        ngram: Annotated[int, typer.Option("--ngram", help="n of the word n-grams compared for copied problems.")] = 6,
-        copy_threshold: Annotated[
-            float,
-            typer.Option("--copy-threshold", help="Shared n-gram fraction from which an experience copies a problem."),
-        ] = 0.5,
-        min_integer: Annotated[
-            int, typer.Option("--min-integer", help="Integer answers below this (in absolute value) are not compared.")
-        ] = 10,
-        as_json: Annotated[bool | None, typer.Option("--json", help="Print the findings as JSON lines.")] = None,
-    ) -> None:
-        """Flag experiences containing a gold answer (equal under the math reward) or copying a problem; exit 1 if any."""
-        import json
+    library_app.command("check")(check)
+    library_app.command("ablate")(ablate_command)
+    library_app.command("prune")(prune_command)
 
-        from rich.console import Console
-        from rich.table import Table
 
-        from experiences import Library
-        from experiences.leakage import LeakageChecker
-        from tfgrpo.core.datasets import load_dataset_rows
+def check(
+    library_path: Annotated[Path, typer.Argument(help="Library JSON file.", show_default=False)],
+    against: Annotated[
+        list[str],
+        typer.Option("--against", help="Problem set (bundled name or file); repeatable.", show_default=False),
+    ],
+    ngram: Annotated[int, typer.Option("--ngram", help="n of the word n-grams compared for copied problems.")] = 6,
+    copy_threshold: Annotated[
+        float,
+        typer.Option("--copy-threshold", help="Shared n-gram fraction from which an experience copies a problem."),
+    ] = 0.5,
+    min_integer: Annotated[
+        int, typer.Option("--min-integer", help="Integer answers below this (in absolute value) are not compared.")
+    ] = 10,
+    as_json: Annotated[bool | None, typer.Option("--json", help="Print the findings as JSON lines.")] = None,
+) -> None:
+    """Flag experiences containing a gold answer (equal under the math reward) or copying a problem; exit 1 if any."""
+    import json
 
-        library = Library.load(library_path)
-        sets = {name: load_dataset_rows(name, require_answer=False) for name in dict.fromkeys(against)}
-        try:
-            checker = LeakageChecker(sets, ngram=ngram, copy_threshold=copy_threshold, min_integer=min_integer)
-        except ValueError as exc:
-            raise typer.BadParameter(str(exc)) from None
-        findings = checker.check_library(library)
-        console = Console(soft_wrap=True)
-        if as_json:
-            for finding in findings:
-                print(json.dumps(finding.model_dump(), ensure_ascii=False))
-        elif findings:
-            table = Table(
-                title=f"{library_path}: {len(findings)} finding(s) against {checker.size} problems",
-                title_justify="left",
-            )
-            for column in ("id", "kind", "problem", "evidence", "text"):
-                table.add_column(column, overflow="fold")
-            for f in findings:
-                table.add_row(f.experience_id or "", f.kind, f"{f.source}:{f.problem_id}", f.evidence, f.text)
-            console.print(table)
-        else:
-            console.print(
-                f"{library_path}: clean ({len(library)} experiences against {checker.size} problems of {', '.join(sets)})"
-            )
-        if findings:
-            raise typer.Exit(EXIT_LEAKS)
+    from rich.console import Console
+    from rich.table import Table
 
-    @library_app.command("ablate")
-    def ablate_command(
-        library_path: Annotated[Path, typer.Argument(help="Library JSON file.", show_default=False)],
-        data: Annotated[
-            str,
-            typer.Option(
-                "--data", help="Validation problems (bundled name or file); never the test set.", show_default=False
-            ),
-        ],
-        samples: Annotated[
-            int | None, typer.Option("--samples", "-k", help="K samples per problem and variant.")
-        ] = None,
-        max_groups: Annotated[
-            int,
-            typer.Option("--max-groups", help="More experiences than this: leave out groups instead of single ones."),
-        ] = 20,
-        out: Annotated[
-            Path | None,
-            typer.Option(
-                "--out", "-o", help="Eval runs of the ablation (default: LIB's stem + '.ablation' beside it)."
-            ),
-        ] = None,
-        limit: Annotated[int | None, typer.Option("--limit", help="Only the first N problems.")] = None,
-        config: opt.ConfigOpt = None,
-        backend: opt.BackendOpt = None,
-        model: opt.ModelOpt = None,
-        base_url: opt.BaseUrlOpt = None,
-        api_key: opt.ApiKeyOpt = None,
-        concurrency: opt.ConcurrencyOpt = None,
-        budget_usd: opt.BudgetOpt = None,
-        temperature: opt.TemperatureOpt = None,
-        max_tokens: opt.MaxTokensOpt = None,
-        seed: opt.SeedOpt = None,
-    ) -> None:
-        """Leave-one-out utility of every experience (with a bootstrap CI), written into LIB's metadata."""
-        from rich.console import Console
+    from experiences import Library
+    from experiences.leakage import LeakageChecker
+    from tfgrpo.core.datasets import load_dataset_rows
 
-        from eval.ablation import ablate, plan_ablation
-        from eval.runner import EvalConfig
-        from experiences import Library
-        from tfgrpo.core.config import build_config
-        from tfgrpo.core.datasets import load_dataset_rows
-        from tfgrpo.llm.accounting import resolve_pricing
-        from tfgrpo.llm.factory import LOCAL_BACKENDS
-
-        overrides = {
-            "data": data,
-            "samples": samples,
-            "limit": limit,
-            "seed": seed,
-            "out": str(out or library_path.with_name(library_path.stem + ".ablation")),
-            "llm": opt.llm_overrides(backend, model, base_url, api_key, None, concurrency),
-            "sampling": opt.sampling_overrides(temperature, None, max_tokens, seed),
-        }
-        settings = build_config(EvalConfig, config, overrides)
-        library = Library.load(library_path)
-        problems = load_dataset_rows(settings.data, limit=settings.limit)
-        pricing = resolve_pricing(
-            settings.llm.model,
-            settings.llm.price_input_per_1m,
-            settings.llm.price_output_per_1m,
-            local=settings.llm.backend in LOCAL_BACKENDS,
+    library = Library.load(library_path)
+    sets = {name: load_dataset_rows(name, require_answer=False) for name in dict.fromkeys(against)}
+    try:
+        checker = LeakageChecker(sets, ngram=ngram, copy_threshold=copy_threshold, min_integer=min_integer)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    findings = checker.check_library(library)
+    console = Console(soft_wrap=True)
+    if as_json:
+        for finding in findings:
+            print(json.dumps(finding.model_dump(), ensure_ascii=False))
+    elif findings:
+        table = Table(
+            title=f"{library_path}: {len(findings)} finding(s) against {checker.size} problems",
+            title_justify="left",
         )
-        plan = plan_ablation(library, [p.problem for p in problems], settings, max_groups=max_groups, pricing=pricing)
-        console = Console(stderr=True, soft_wrap=True)
-        cost = "unknown price" if plan.cost_usd is None else f"at most ${plan.cost_usd:.4f}"
+        for column in ("id", "kind", "problem", "evidence", "text"):
+            table.add_column(column, overflow="fold")
+        for f in findings:
+            table.add_row(f.experience_id or "", f.kind, f"{f.source}:{f.problem_id}", f.evidence, f.text)
+        console.print(table)
+    else:
         console.print(
-            f"ablation plan: {len(plan.groups)} variant(s){' (grouped)' if any(len(g) > 1 for g in plan.groups) else ''} + the full "
-            f"library x {plan.problems} problems x {plan.samples} samples = {plan.calls} samples, ~{plan.prompt_tokens:,} prompt "
-            f"tokens, <= {plan.completion_tokens:,} completion tokens, {cost}"
-            + (f"; capped at ${budget_usd:.4f}" if budget_usd is not None else ""),
+            f"{library_path}: clean ({len(library)} experiences against {checker.size} problems of {', '.join(sets)})"
+        )
+    if findings:
+        raise typer.Exit(EXIT_LEAKS)
+
+
+@opt.config_options(EvalConfig, ABLATE_FLAGS)
+def ablate_command(
+    overrides: dict[str, Any],
+    library_path: Annotated[Path, typer.Argument(help="Library JSON file.", show_default=False)],
+    data: Annotated[
+        str,
+        typer.Option(
+            "--data", help="Validation problems (bundled name or file); never the test set.", show_default=False
+        ),
+    ],
+    max_groups: Annotated[
+        int,
+        typer.Option("--max-groups", help="More experiences than this: leave out groups instead of single ones."),
+    ] = 20,
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", "-o", help="Eval runs of the ablation (default: LIB's stem + '.ablation' beside it)."),
+    ] = None,
+    config: opt.ConfigOpt = None,
+    budget_usd: Annotated[
+        float | None, typer.Option("--budget-usd", help="Stop the ablation once this many USD were spent.")
+    ] = None,
+) -> None:
+    """Leave-one-out utility of every experience (with a bootstrap CI), written into LIB's metadata."""
+    from rich.console import Console
+
+    from eval.ablation import ablate
+    from experiences import Library
+
+    out = out or library_path.with_name(library_path.stem + ".ablation")
+    settings = build_config(EvalConfig, config, {**overrides, "data": data, "out": str(out)})
+    library = Library.load(library_path)
+    console = Console(stderr=True, soft_wrap=True)
+    plan = _announce_plan(library, settings, max_groups=max_groups, budget_usd=budget_usd, console=console)
+    block = ablate(library_path, settings, plan, budget_usd=budget_usd, console=console, seed=settings.seed)
+    if block["full_mean_at_k"] is None:
+        raise typer.BadParameter(
+            f"--budget-usd {budget_usd} ran out before the full library was evaluated; nothing written"
+        )
+    library.metadata["ablation"] = block
+    library.save(library_path)
+    _print_utilities(library, block)
+    if not block["complete"]:
+        console.print(
+            f"budget reached after {len(block['utilities'])} experience(s); rerun with a larger --budget-usd "
+            "(measured variants are cached)",
+            style="yellow",
             highlight=False,
             markup=False,
         )
-        block = ablate(library_path, settings, plan, budget_usd=budget_usd, console=console, seed=settings.seed)
-        if block["full_mean_at_k"] is None:
-            raise typer.BadParameter(
-                f"--budget-usd {budget_usd} ran out before the full library was evaluated; nothing written"
-            )
-        library.metadata["ablation"] = block
-        library.save(library_path)
-        _print_utilities(library, block)
-        if not block["complete"]:
-            console.print(
-                f"budget reached after {len(block['utilities'])} experience(s); rerun with a larger --budget-usd "
-                "(measured variants are cached)",
-                style="yellow",
-                highlight=False,
-                markup=False,
-            )
 
-    @library_app.command("prune")
-    def prune_command(
-        library_path: Annotated[Path, typer.Argument(help="Library JSON file.", show_default=False)],
-        by_utility: Annotated[
-            bool, typer.Option("--by-utility", help="Delete experiences whose ablation verdict is 'hurts'.")
-        ] = False,
-        min_utility: Annotated[
-            float | None, typer.Option("--min-utility", help="Also delete those with utility below this.")
-        ] = None,
-    ) -> None:
-        """Remove experiences that hurt, by the utilities `library ablate` wrote (a new version, kept in the history)."""
-        from eval.ablation import prune_by_utility
-        from experiences import History, Library
 
-        if not by_utility:
-            raise typer.BadParameter("say how to prune: --by-utility")
-        library = Library.load(library_path)
-        if not (library.metadata.get("ablation") or {}).get("utilities"):
-            raise typer.BadParameter(
-                f"{library_path} has no utilities: run `tfgrpo library ablate {library_path} --data VAL` first"
-            )
-        result = prune_by_utility(library, min_utility=min_utility)
-        history = History.for_library(library_path)
-        history.ensure_baseline(library)
-        history.commit_result(result)
-        result.library.save(library_path)
-        removed = [a.ids[0] for a in result.applied]
-        typer.echo(
-            f"{library_path}: removed {len(removed)} ({', '.join(removed) or 'none'}); version {library.version} -> "
-            f"{result.library.version} ({len(result.library)} experiences)"
+def prune_command(
+    library_path: Annotated[Path, typer.Argument(help="Library JSON file.", show_default=False)],
+    by_utility: Annotated[
+        bool, typer.Option("--by-utility", help="Delete experiences whose ablation verdict is 'hurts'.")
+    ] = False,
+    min_utility: Annotated[
+        float | None, typer.Option("--min-utility", help="Also delete those with utility below this.")
+    ] = None,
+) -> None:
+    """Remove experiences that hurt, by the utilities `library ablate` wrote (a new version, kept in the history)."""
+    from eval.ablation import prune_by_utility
+    from experiences import History, Library
+
+    if not by_utility:
+        raise typer.BadParameter("say how to prune: --by-utility")
+    library = Library.load(library_path)
+    if not (library.metadata.get("ablation") or {}).get("utilities"):
+        raise typer.BadParameter(
+            f"{library_path} has no utilities: run `tfgrpo library ablate {library_path} --data VAL` first"
         )
+    result = prune_by_utility(library, min_utility=min_utility)
+    history = History.for_library(library_path)
+    history.ensure_baseline(library)
+    history.commit_result(result)
+    result.library.save(library_path)
+    removed = [a.ids[0] for a in result.applied]
+    typer.echo(
+        f"{library_path}: removed {len(removed)} ({', '.join(removed) or 'none'}); version {library.version} -> "
+        f"{result.library.version} ({len(result.library)} experiences)"
+    )
+
+
+def _announce_plan(library, settings: EvalConfig, *, max_groups: int, budget_usd: float | None, console):
+    """Plan the ablation and print what it will cost before any call."""
+    from eval.ablation import plan_ablation
+    from tfgrpo.core.datasets import load_dataset_rows
+    from tfgrpo.llm.accounting import resolve_pricing
+    from tfgrpo.llm.factory import LOCAL_BACKENDS
+
+    problems = load_dataset_rows(settings.data, limit=settings.limit)
+    pricing = resolve_pricing(
+        settings.llm.model,
+        settings.llm.price_input_per_1m,
+        settings.llm.price_output_per_1m,
+        local=settings.llm.backend in LOCAL_BACKENDS,
+    )
+    plan = plan_ablation(library, [p.problem for p in problems], settings, max_groups=max_groups, pricing=pricing)
+    cost = "unknown price" if plan.cost_usd is None else f"at most ${plan.cost_usd:.4f}"
+    console.print(
+        f"ablation plan: {len(plan.groups)} variant(s){' (grouped)' if any(len(g) > 1 for g in plan.groups) else ''} + the full "
+        f"library x {plan.problems} problems x {plan.samples} samples = {plan.calls} samples, ~{plan.prompt_tokens:,} prompt "
+        f"tokens, <= {plan.completion_tokens:,} completion tokens, {cost}"
+        + (f"; capped at ${budget_usd:.4f}" if budget_usd is not None else ""),
+        highlight=False,
+        markup=False,
+    )
+    return plan
 
 
 def _print_utilities(library, block) -> None:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from tfgrpo.cli import options as opt
+from tfgrpo.core.config import build_config
+from tfgrpo.llm.config import LLMConfig
 
 
 def _parse_params(pairs: list[str] | None) -> dict[str, object]:
@@ -24,9 +26,14 @@ def _parse_params(pairs: list[str] | None) -> dict[str, object]:
     return params
 
 
+JUDGE_FLAGS = opt.llm_flags("backend", "model", "base_url", "api_key", "timeout_s", section="")
+
+
 def register(app: typer.Typer) -> None:
     @app.command("score")
+    @opt.config_options(LLMConfig, JUDGE_FLAGS)  # the model of `--reward judge`
     def score(
+        overrides: dict[str, Any],
         input_path: Annotated[
             str, typer.Argument(metavar="INPUT.jsonl", help="Rows with a completion and a reference answer.")
         ],
@@ -45,11 +52,6 @@ def register(app: typer.Typer) -> None:
             list[str] | None,
             typer.Option("--param", "-p", help="Reward parameter KEY=VALUE (repeatable), e.g. rel_tol=0.01."),
         ] = None,
-        backend: opt.BackendOpt = None,
-        model: opt.ModelOpt = None,
-        base_url: opt.BaseUrlOpt = None,
-        api_key: opt.ApiKeyOpt = None,
-        timeout: opt.TimeoutOpt = None,
     ) -> None:
         """Score each row of a JSONL file. Malformed rows are reported by line number; the rest are scored.
         Exit code 1 when any row was malformed."""
@@ -66,7 +68,7 @@ def register(app: typer.Typer) -> None:
 
         params = _parse_params(param)
         if reward_name == "judge" and "complete" not in params:
-            params["complete"] = _judge_callable(backend, model, base_url, api_key, timeout)
+            params["complete"] = _judge_callable(overrides)
         reward = get_reward(reward_name, **params)
         source = Path(input_path)
         if not source.is_file():
@@ -90,17 +92,12 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(1)
 
 
-def _judge_callable(backend, model, base_url, api_key, timeout=None):  # type: ignore[no-untyped-def]
+def _judge_callable(overrides: dict[str, Any]):  # type: ignore[no-untyped-def]
     """The judge's sync `complete(messages) -> str`, over the project's LLM client."""
-    from tfgrpo.cli import options as opt
-    from tfgrpo.core.config import build_config
-    from tfgrpo.llm.config import LLMConfig
     from tfgrpo.llm.factory import build_client
     from tfgrpo.rollout.scoring import daemon_loop, judge_completer
 
-    client = build_client(
-        build_config(LLMConfig, None, opt.llm_overrides(backend, model, base_url, api_key, timeout_s=timeout))
-    )
+    client = build_client(build_config(LLMConfig, None, overrides))
     # One loop for every judge call of this command: async clients must not hop between event loops.
     loop, _ = daemon_loop()
     return judge_completer(client, loop)

@@ -14,7 +14,7 @@ class ChatConfig(BaseModel):
 
     llm: LLMConfig = Field(default_factory=LLMConfig)
     sampling: SamplingParams = Field(default_factory=lambda: SamplingParams(temperature=0.0, max_tokens=256))
-    system: str | None = None
+    system: str | None = Field(None, description="An optional system message.")
 
 
 def run_chat(config: ChatConfig, prompt: str) -> Completion:

@@ -22,7 +22,10 @@ class LLMConfig(BaseModel):
         description="Model name (API), local path / GGUF file (transformers, llamacpp, vllm). "
         "None = the embedded SmolLM2-135M-Instruct.",
     )
-    base_url: list[str] = Field(default_factory=list, description="One or more OpenAI-compatible base URLs.")
+    base_url: list[str] = Field(
+        default_factory=list,
+        description="One or more OpenAI-compatible base URLs; several replicas get least-busy routing.",
+    )
     api_key: SecretKey = Field(None, description="API key; else OPENAI_API_KEY or the provider's variable.")
     adapter: str | None = Field(None, description="A LoRA adapter directory (transformers, vllm).")
     concurrency: int = Field(64, ge=1, description="Requests in flight at once, per endpoint.")
