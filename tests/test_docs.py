@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from eval.runner import EvalConfig
+from eval.config import EvalConfig
 from tfgrpo.learn.config import LearnConfig
 from tfgrpo.llm.config import LLMConfig
 

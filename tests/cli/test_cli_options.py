@@ -20,7 +20,7 @@ from pydantic import BaseModel, SecretStr
 from typer.testing import CliRunner
 
 import finetune.run
-from eval.runner import EvalConfig
+from eval.config import EvalConfig
 from tfgrpo.cli import chat, evaluate, learn, library_trust, options, score, serve
 from tfgrpo.cli.app import app
 from tfgrpo.core.config import build_config

@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 import typer
 
-from eval.runner import EvalConfig, evaluate
+from eval.config import EvalConfig
 from tfgrpo.cli import options as opt
 from tfgrpo.core.config import build_config
 
@@ -59,6 +59,8 @@ def register(app: typer.Typer) -> None:
         settings = build_config(EvalConfig, config, overrides)
         console = Console(stderr=True, soft_wrap=True)
         try:
+            # the engine loads when the command runs (numpy and the SDKs), so `tfgrpo --help` stays fast
+            from eval.runner import evaluate
             from eval.seeds import is_seed_set
 
             if settings.library and is_seed_set(settings.library):  # a learn seed set: one eval per seed

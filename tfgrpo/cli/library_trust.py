@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
-from eval.runner import EvalConfig
+from eval.config import EvalConfig
 from tfgrpo.cli import options as opt
 from tfgrpo.core.config import build_config
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eval.runner import EvalConfig
+from eval.config import EvalConfig
 from tfgrpo.core.config import ConfigError, build_config
 from tfgrpo.experiment.recipe import FinetuneSpec, Recipe
 from tfgrpo.learn.config import LearnConfig
