@@ -16,10 +16,13 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingRes
 
 from rewards.registry import get_reward
 from tfgrpo.core.config import secret_value
+from tfgrpo.llm.client import LLMClient
+from tfgrpo.llm.factory import build_client
 from tfgrpo.serve.config import ServeConfig
 from tfgrpo.serve.exchange import BadRequest, Exchange, parse_body, prepare, reply_from_json, reply_from_sse
 from tfgrpo.serve.feedback import FeedbackError, score_feedback
 from tfgrpo.serve.live_library import LiveLibrary
+from tfgrpo.serve.llm_upstream import LLMUpstream, usage_of
 from tfgrpo.serve.page import render_page
 from tfgrpo.serve.traces import TraceStore
 from tfgrpo.serve.upstream import Upstream, UpstreamFailure
@@ -31,21 +34,16 @@ API_KEY_ENV = "TFGRPO_UPSTREAM_API_KEY"
 class ServeState:
     config: ServeConfig
     live: LiveLibrary
-    upstream: Upstream
+    upstream: Upstream | LLMUpstream
     traces: TraceStore
 
 
-def create_app(config: ServeConfig) -> FastAPI:
+def create_app(config: ServeConfig, *, llm_client: LLMClient | None = None) -> FastAPI:
+    """`llm_client` replaces the one an llm: upstream would build (tests pass a scripted backend's)."""
     state = ServeState(
         config=config,
         live=LiveLibrary(config.library, store_dir=config.store_dir),
-        upstream=Upstream(
-            config.upstream,
-            api_key=secret_value(config.api_key) or os.environ.get(API_KEY_ENV),
-            timeout_s=config.timeout_s,
-            max_retries=config.max_retries,
-            backoff_s=config.backoff_s,
-        ),
+        upstream=_upstream(config, llm_client),
         traces=TraceStore(config.traces),
     )
 
@@ -77,6 +75,19 @@ def create_app(config: ServeConfig) -> FastAPI:
     return app
 
 
+def _upstream(config: ServeConfig, llm_client: LLMClient | None) -> Upstream | LLMUpstream:
+    api_key = secret_value(config.api_key) or os.environ.get(API_KEY_ENV)
+    if config.llm_spec is not None:
+        return LLMUpstream(llm_client or build_client(config.llm_config(api_key)), config.llm_spec)
+    return Upstream(
+        config.upstream,
+        api_key=api_key,
+        timeout_s=config.timeout_s,
+        max_retries=config.max_retries,
+        backoff_s=config.backoff_s,
+    )
+
+
 def _add_openai_routes(app: FastAPI, state: ServeState) -> None:
     config = state.config
 
@@ -98,6 +109,8 @@ def _add_openai_routes(app: FastAPI, state: ServeState) -> None:
             exchange = await asyncio.to_thread(prepare, **arguments) if topk else prepare(**arguments)
         except BadRequest as exc:
             return _error(400, str(exc), "invalid_request_error")
+        if isinstance(state.upstream, LLMUpstream):
+            return await _complete_llm(state, state.upstream, exchange)
         if exchange.stream:
             return await _stream(state, exchange)
         return await _complete(state, exchange)
@@ -176,6 +189,21 @@ async def _complete(state: ServeState, exchange: Exchange) -> Response:
     reply, usage = reply_from_json(content)
     _trace(state, exchange, status=response.status, reply=reply, usage=usage, upstream=url)
     return Response(content, status_code=response.status, media_type="application/json", headers=exchange.headers())
+
+
+async def _complete_llm(state: ServeState, upstream: LLMUpstream, exchange: Exchange) -> Response:
+    """A whole reply from the client layer, sent as JSON or as a finished SSE stream."""
+    try:
+        completions = await upstream.complete(exchange)
+    except UpstreamFailure as failure:
+        return _failed(state, exchange, failure)
+    usage = usage_of(completions)
+    _trace(state, exchange, status=200, reply=completions[0].text, usage=usage, upstream=upstream.urls[0])
+    if exchange.stream:
+        content, media_type = upstream.sse_body(exchange, completions), "text/event-stream"
+    else:
+        content, media_type = upstream.json_body(exchange, completions), "application/json"
+    return Response(content, media_type=media_type, headers=exchange.headers())
 
 
 def _trace(
