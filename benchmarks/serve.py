@@ -8,6 +8,11 @@ it does not come back 200 with the whole body (a stream must end with `data: [DO
 
     OMP_NUM_THREADS=1 python benchmarks/serve.py                       # 1, 64, 256 clients; JSON and SSE
     python benchmarks/serve.py --concurrency 64 --requests 10000 --modes json   # the "none lost" run
+    python benchmarks/serve.py --latency-ms 0 --concurrency 256 --modes json     # capacity: req/s one worker proxies
+    python benchmarks/serve.py --concurrency 64 --modes json --profile prof.txt  # + py-spy profile of the proxy
+
+"proxy req/s" is the proxied run's throughput (requests / wall time); "proxy CPU / request" is the proxy
+process's own user+system CPU time per request, so 1000 / that is what one fully busy core could proxy.
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -54,6 +61,15 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def proxy_cpu_seconds(pid: int) -> float:
+    """CPU time of the proxy and its worker processes (`--workers N` forks them), dead children included."""
+    children = Path(f"/proc/{pid}/task/{pid}/children")
+    kids = [int(child) for child in children.read_text().split()] if children.exists() else []
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    reaped = (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")
+    return cpu_seconds(pid) + reaped + sum(cpu_seconds(kid) for kid in kids)
+
+
 def wait_ready(url: str, process: subprocess.Popen, timeout_s: float = 60.0) -> None:
     import urllib.request
 
@@ -85,7 +101,7 @@ async def one(session: aiohttp.ClientSession, url: str, body: bytes, stream: boo
     return time.perf_counter() - started
 
 
-async def load(url: str, *, concurrency: int, requests: int, stream: bool) -> tuple[np.ndarray, int]:
+async def load(url: str, *, concurrency: int, requests: int, stream: bool) -> tuple[np.ndarray, int, float]:
     body = json.dumps({"model": "m", "messages": MESSAGES, "stream": stream}).encode()
     connector = aiohttp.TCPConnector(limit=concurrency, force_close=False)
     latencies: list[float] = []
@@ -93,6 +109,7 @@ async def load(url: str, *, concurrency: int, requests: int, stream: bool) -> tu
     queue = iter(range(requests))
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=120)) as session:
         await one(session, url, body, stream)  # warm the connection pool and both servers
+        started = time.perf_counter()
 
         async def worker() -> None:
             nonlocal lost
@@ -104,7 +121,21 @@ async def load(url: str, *, concurrency: int, requests: int, stream: bool) -> tu
                     latencies.append(latency)
 
         await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return np.asarray(latencies) * 1000.0, lost
+        wall_s = time.perf_counter() - started
+    return np.asarray(latencies) * 1000.0, lost, wall_s
+
+
+def start_profiler(pid: int, out: str) -> subprocess.Popen | None:
+    """py-spy sampling the proxy until stopped (SIGINT makes it write `out`); None without py-spy."""
+    spy = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
+    if spy is None:
+        print("(py-spy is not installed: pip install py-spy; no profile)")
+        return None
+    return subprocess.Popen(
+        [spy, "record", "--threads", "--pid", str(pid), "--format", "raw", "--output", out, "--rate", "200"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 def main() -> None:
@@ -115,6 +146,12 @@ def main() -> None:
     )
     parser.add_argument("--modes", nargs="+", default=["json", "stream"], choices=["json", "stream"])
     parser.add_argument("--latency-ms", type=float, default=20.0, help="Fixed upstream latency.")
+    parser.add_argument(
+        "--profile", default=None, help="Write a py-spy profile (raw format) of the proxied runs here."
+    )
+    parser.add_argument(
+        "--proxy-args", default="", help="Extra `tfgrpo serve` options, e.g. '--workers 2' (one string)."
+    )
     args = parser.parse_args()
     print(
         f"uptime: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}  cores: {os.cpu_count()}"
@@ -152,6 +189,7 @@ def main() -> None:
                 str(proxy_port),
                 "--traces",
                 str(Path(scratch) / "traces.sqlite"),
+                *args.proxy_args.split(),
             ],
             env=env,
             stderr=subprocess.PIPE,
@@ -160,14 +198,14 @@ def main() -> None:
             wait_ready(f"http://127.0.0.1:{up_port}/v1/models", upstream)
             wait_ready(f"http://127.0.0.1:{proxy_port}/health", proxy)
             print(f"upstream latency {args.latency_ms:g} ms; library of 20 experiences injected; traces in SQLite\n")
-            header = "| clients | mode | requests | direct p50 | direct p99 | proxy p50 | proxy p99 | overhead p50 | overhead p99 | proxy CPU / request | lost |"
+            header = "| clients | mode | requests | direct p50 | direct p99 | proxy p50 | proxy p99 | overhead p50 | overhead p99 | proxy req/s | proxy CPU / request | lost |"
             print(header)
-            print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+            print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
             for concurrency in args.concurrency:
                 for mode in args.modes:
                     requests = args.requests or (200 if concurrency == 1 else 2000)
                     stream = mode == "stream"
-                    direct, lost_direct = asyncio.run(
+                    direct, lost_direct, _ = asyncio.run(
                         load(
                             f"http://127.0.0.1:{up_port}/v1/chat/completions",
                             concurrency=concurrency,
@@ -175,8 +213,9 @@ def main() -> None:
                             stream=stream,
                         )
                     )
-                    cpu_before = cpu_seconds(proxy.pid)
-                    proxied, lost = asyncio.run(
+                    cpu_before = proxy_cpu_seconds(proxy.pid)
+                    profiler = start_profiler(proxy.pid, args.profile) if args.profile else None
+                    proxied, lost, wall_s = asyncio.run(
                         load(
                             f"http://127.0.0.1:{proxy_port}/v1/chat/completions",
                             concurrency=concurrency,
@@ -184,12 +223,15 @@ def main() -> None:
                             stream=stream,
                         )
                     )
-                    cpu_ms = (cpu_seconds(proxy.pid) - cpu_before) * 1000 / (requests + 1)
+                    cpu_ms = (proxy_cpu_seconds(proxy.pid) - cpu_before) * 1000 / (requests + 1)
+                    if profiler is not None:
+                        profiler.send_signal(signal.SIGINT)
+                        profiler.wait(timeout=60)
                     d50, d99 = np.percentile(direct, [50, 99])
                     p50, p99 = np.percentile(proxied, [50, 99])
                     print(
                         f"| {concurrency} | {mode} | {requests} | {d50:.2f} ms | {d99:.2f} ms | {p50:.2f} ms | {p99:.2f} ms | "
-                        f"{p50 - d50:+.2f} ms | {p99 - d99:+.2f} ms | {cpu_ms:.2f} ms | {lost}"
+                        f"{p50 - d50:+.2f} ms | {p99 - d99:+.2f} ms | {requests / wall_s:.0f} | {cpu_ms:.2f} ms | {lost}"
                         + (f" (direct lost {lost_direct})" if lost_direct else "")
                         + " |",
                         flush=True,

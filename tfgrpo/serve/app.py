@@ -28,6 +28,7 @@ from tfgrpo.serve.traces import TraceStore
 from tfgrpo.serve.upstream import Upstream, UpstreamFailure
 
 API_KEY_ENV = "TFGRPO_UPSTREAM_API_KEY"
+CHAT_PATH = "/v1/chat/completions"
 
 
 @dataclass
@@ -38,7 +39,7 @@ class ServeState:
     traces: TraceStore
 
 
-def create_app(config: ServeConfig, *, llm_client: LLMClient | None = None) -> FastAPI:
+def create_app(config: ServeConfig, *, llm_client: LLMClient | None = None) -> ServeApp:
     """`llm_client` replaces the one an llm: upstream would build (tests pass a scripted backend's)."""
     state = ServeState(
         config=config,
@@ -64,15 +65,11 @@ def create_app(config: ServeConfig, *, llm_client: LLMClient | None = None) -> F
 
     @app.exception_handler(Exception)
     async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
-        return _error(
-            500,
-            f"internal error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
-            "internal_error",
-        )
+        return _internal_error(exc)
 
     _add_openai_routes(app, state)
     _add_service_routes(app, state)
-    return app
+    return ServeApp(app)
 
 
 def _upstream(config: ServeConfig, llm_client: LLMClient | None) -> Upstream | LLMUpstream:
@@ -88,33 +85,59 @@ def _upstream(config: ServeConfig, llm_client: LLMClient | None) -> Upstream | L
     )
 
 
-def _add_openai_routes(app: FastAPI, state: ServeState) -> None:
+class ServeApp:
+    """The ASGI app: POST /v1/chat/completions goes straight to its handler, everything else to FastAPI.
+
+    Why not a FastAPI route: its middleware chain and routing (error, telemetry, body-limit, exception and
+    exit-stack middlewares, the router, the request handler) cost about a fifth of the proxy's CPU per
+    request (py-spy, benchmarks/serve.py), and the hot route needs none of them: it reads the body
+    itself, answers its own errors and catches the unexpected. Lifespan and all other routes stay FastAPI's.
+    """
+
+    def __init__(self, api: FastAPI):
+        self.api = api
+        self.state = api.state  # `app.state.serve`, as on the FastAPI app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["path"] != CHAT_PATH:
+            await self.api(scope, receive, send)
+            return
+        if scope["method"] != "POST":
+            response: Response = _error(405, f"{CHAT_PATH} takes POST", "method_not_allowed")
+        else:
+            try:
+                response = await chat_completions(self.state.serve, Request(scope, receive))
+            except Exception as exc:  # noqa: BLE001 - one line and a 500, never a traceback to the client
+                response = _internal_error(exc)
+        await response(scope, receive, send)
+
+
+async def chat_completions(state: ServeState, request: Request) -> Response:
     config = state.config
+    inject = request.headers.get("x-tfgrpo-inject")
+    try:
+        arguments = dict(
+            body=parse_body(await request.body()),
+            live=state.live,
+            holdout=config.holdout,
+            arm_key=request.headers.get(config.arm_key_header),
+            inject=inject,
+            default_inject=config.inject,
+            model=config.model,
+        )
+        # topk embeds the query (tens of ms of CPU): off the event loop, so other requests keep flowing
+        topk = (inject or config.inject).strip().lower().startswith("topk")
+        exchange = await asyncio.to_thread(prepare, **arguments) if topk else prepare(**arguments)
+    except BadRequest as exc:
+        return _error(400, str(exc), "invalid_request_error")
+    if isinstance(state.upstream, LLMUpstream):
+        return await _complete_llm(state, state.upstream, exchange)
+    if exchange.stream:
+        return await _stream(state, exchange)
+    return await _complete(state, exchange)
 
-    @app.post("/v1/chat/completions")
-    async def chat_completions(request: Request) -> Response:
-        inject = request.headers.get("x-tfgrpo-inject")
-        try:
-            arguments = dict(
-                body=parse_body(await request.body()),
-                live=state.live,
-                holdout=config.holdout,
-                arm_key=request.headers.get(config.arm_key_header),
-                inject=inject,
-                default_inject=config.inject,
-                model=config.model,
-            )
-            # topk embeds the query (tens of ms of CPU): off the event loop, so other requests keep flowing
-            topk = (inject or config.inject).strip().lower().startswith("topk")
-            exchange = await asyncio.to_thread(prepare, **arguments) if topk else prepare(**arguments)
-        except BadRequest as exc:
-            return _error(400, str(exc), "invalid_request_error")
-        if isinstance(state.upstream, LLMUpstream):
-            return await _complete_llm(state, state.upstream, exchange)
-        if exchange.stream:
-            return await _stream(state, exchange)
-        return await _complete(state, exchange)
 
+def _add_openai_routes(app: FastAPI, state: ServeState) -> None:
     @app.get("/v1/models")
     async def models() -> Response:
         try:
@@ -257,6 +280,11 @@ def _failed(state: ServeState, exchange: Exchange, failure: UpstreamFailure) -> 
     headers = failure.headers | exchange.headers() | {"x-tfgrpo-attempts": str(failure.attempts)}
     headers.pop("content-type", None)
     return Response(failure.body, status_code=failure.status, media_type="application/json", headers=headers)
+
+
+def _internal_error(exc: Exception) -> JSONResponse:
+    detail = str(exc).splitlines()[0] if str(exc) else ""
+    return _error(500, f"internal error: {type(exc).__name__}: {detail}", "internal_error")
 
 
 def _error(status: int, message: str, kind: str) -> JSONResponse:
