@@ -12,7 +12,7 @@ from typing import Any
 
 import aiohttp
 from fastapi import FastAPI, Request
-from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 from rewards.registry import get_reward
 from tfgrpo.core.config import secret_value
@@ -24,6 +24,7 @@ from tfgrpo.serve.feedback import FeedbackError, score_feedback
 from tfgrpo.serve.live_library import LiveLibrary
 from tfgrpo.serve.llm_upstream import LLMUpstream, usage_of
 from tfgrpo.serve.page import render_page
+from tfgrpo.serve.passthrough import SSEPassthrough
 from tfgrpo.serve.traces import TraceStore
 from tfgrpo.serve.upstream import Upstream, UpstreamFailure
 
@@ -103,7 +104,7 @@ class ServeApp:
             await self.api(scope, receive, send)
             return
         if scope["method"] != "POST":
-            response: Response = _error(405, f"{CHAT_PATH} takes POST", "method_not_allowed")
+            response: Response | SSEPassthrough = _error(405, f"{CHAT_PATH} takes POST", "method_not_allowed")
         else:
             try:
                 response = await chat_completions(self.state.serve, Request(scope, receive))
@@ -112,7 +113,7 @@ class ServeApp:
         await response(scope, receive, send)
 
 
-async def chat_completions(state: ServeState, request: Request) -> Response:
+async def chat_completions(state: ServeState, request: Request) -> Response | SSEPassthrough:
     config = state.config
     inject = request.headers.get("x-tfgrpo-inject")
     try:
@@ -249,30 +250,17 @@ def _trace(
     state.traces.add(row)
 
 
-async def _stream(state: ServeState, exchange: Exchange) -> Response:
+async def _stream(state: ServeState, exchange: Exchange) -> Response | SSEPassthrough:
     try:
         response, url = await state.upstream.post("/chat/completions", exchange.upstream_bytes())
     except UpstreamFailure as failure:
         return _failed(state, exchange, failure)
 
-    async def passthrough() -> AsyncIterator[bytes]:
-        received: list[bytes] = []
-        status = response.status
-        try:
-            async for chunk in response.content.iter_any():
-                received.append(chunk)
-                yield chunk
-        except (aiohttp.ClientError, asyncio.TimeoutError):
-            status = 502  # the upstream broke off mid-stream: the client sees a stream without [DONE]
-        finally:  # also when the client hangs up mid-stream: what it got is traced
-            response.release()
-            reply, usage = reply_from_sse(b"".join(received))
-            _trace(state, exchange, status=status, reply=reply, usage=usage, upstream=url)
+    def traced(status: int, sent: bytes) -> None:
+        reply, usage = reply_from_sse(sent)
+        _trace(state, exchange, status=status, reply=reply, usage=usage, upstream=url)
 
-    media_type = response.headers.get("content-type", "text/event-stream")
-    return StreamingResponse(
-        passthrough(), status_code=response.status, media_type=media_type, headers=exchange.headers()
-    )
+    return SSEPassthrough(response, exchange.headers(), traced)
 
 
 def _failed(state: ServeState, exchange: Exchange, failure: UpstreamFailure) -> Response:
