@@ -138,6 +138,45 @@ def start_profiler(pid: int, out: str) -> subprocess.Popen | None:
     )
 
 
+def one_cell(
+    args: argparse.Namespace,
+    proxy_pid: int,
+    up_port: int,
+    proxy_port: int,
+    concurrency: int,
+    requests: int,
+    stream: bool,
+) -> dict[str, float]:
+    """One run of a cell: the requests straight to the upstream, then through the proxy."""
+    path = "/v1/chat/completions"
+    direct, lost_direct, _ = asyncio.run(
+        load(f"http://127.0.0.1:{up_port}{path}", concurrency=concurrency, requests=requests, stream=stream)
+    )
+    cpu_before = proxy_cpu_seconds(proxy_pid)
+    profiler = start_profiler(proxy_pid, args.profile) if args.profile else None
+    proxied, lost, wall_s = asyncio.run(
+        load(f"http://127.0.0.1:{proxy_port}{path}", concurrency=concurrency, requests=requests, stream=stream)
+    )
+    cpu_ms = (proxy_cpu_seconds(proxy_pid) - cpu_before) * 1000 / (requests + 1)
+    if profiler is not None:
+        profiler.send_signal(signal.SIGINT)
+        profiler.wait(timeout=60)
+    d50, d99 = np.percentile(direct, [50, 99])
+    p50, p99 = np.percentile(proxied, [50, 99])
+    return {
+        "d50": d50,
+        "d99": d99,
+        "p50": p50,
+        "p99": p99,
+        "o50": p50 - d50,
+        "o99": p99 - d99,
+        "rate": requests / wall_s,
+        "cpu_ms": cpu_ms,
+        "lost": lost,
+        "lost_direct": lost_direct,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 64, 256])
@@ -146,6 +185,9 @@ def main() -> None:
     )
     parser.add_argument("--modes", nargs="+", default=["json", "stream"], choices=["json", "stream"])
     parser.add_argument("--latency-ms", type=float, default=20.0, help="Fixed upstream latency.")
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="Runs per cell; the table shows each column's median (lost: the most)."
+    )
     parser.add_argument(
         "--profile", default=None, help="Write a py-spy profile (raw format) of the proxied runs here."
     )
@@ -204,35 +246,17 @@ def main() -> None:
             for concurrency in args.concurrency:
                 for mode in args.modes:
                     requests = args.requests or (200 if concurrency == 1 else 2000)
-                    stream = mode == "stream"
-                    direct, lost_direct, _ = asyncio.run(
-                        load(
-                            f"http://127.0.0.1:{up_port}/v1/chat/completions",
-                            concurrency=concurrency,
-                            requests=requests,
-                            stream=stream,
-                        )
-                    )
-                    cpu_before = proxy_cpu_seconds(proxy.pid)
-                    profiler = start_profiler(proxy.pid, args.profile) if args.profile else None
-                    proxied, lost, wall_s = asyncio.run(
-                        load(
-                            f"http://127.0.0.1:{proxy_port}/v1/chat/completions",
-                            concurrency=concurrency,
-                            requests=requests,
-                            stream=stream,
-                        )
-                    )
-                    cpu_ms = (proxy_cpu_seconds(proxy.pid) - cpu_before) * 1000 / (requests + 1)
-                    if profiler is not None:
-                        profiler.send_signal(signal.SIGINT)
-                        profiler.wait(timeout=60)
-                    d50, d99 = np.percentile(direct, [50, 99])
-                    p50, p99 = np.percentile(proxied, [50, 99])
+                    runs = [
+                        one_cell(args, proxy.pid, up_port, proxy_port, concurrency, requests, mode == "stream")
+                        for _ in range(args.repeat)
+                    ]
+                    cell = {key: float(np.median([run[key] for run in runs])) for key in runs[0]}
+                    lost, lost_direct = max(run["lost"] for run in runs), max(run["lost_direct"] for run in runs)
                     print(
-                        f"| {concurrency} | {mode} | {requests} | {d50:.2f} ms | {d99:.2f} ms | {p50:.2f} ms | {p99:.2f} ms | "
-                        f"{p50 - d50:+.2f} ms | {p99 - d99:+.2f} ms | {requests / wall_s:.0f} | {cpu_ms:.2f} ms | {lost}"
-                        + (f" (direct lost {lost_direct})" if lost_direct else "")
+                        f"| {concurrency} | {mode} | {requests} | {cell['d50']:.2f} ms | {cell['d99']:.2f} ms | "
+                        f"{cell['p50']:.2f} ms | {cell['p99']:.2f} ms | {cell['o50']:+.2f} ms | {cell['o99']:+.2f} ms | "
+                        f"{cell['rate']:.0f} | {cell['cpu_ms']:.2f} ms | {lost:.0f}"
+                        + (f" (direct lost {lost_direct:.0f})" if lost_direct else "")
                         + " |",
                         flush=True,
                     )
