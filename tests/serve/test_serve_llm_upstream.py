@@ -171,13 +171,11 @@ def test_config_spec_parsing_and_refusals(tmp_path):
 def test_embedded_smollm2_in_process_llamacpp_behind_serve(tmp_path):
     pytest.importorskip("llama_cpp", reason="needs the llamacpp extra (CI installs it)")
     from tfgrpo.llm.backends.llamacpp_backend import LlamaCppBackend
-    from tfgrpo.llm.factory import build_client
 
     library = write_library(tmp_path / "library.json")
     config = ServeConfig(library=library, upstream="llm:llamacpp", traces=str(tmp_path / "traces.sqlite"))
-    client = build_client(config.llm_config(None))
-    assert isinstance(client.backends[0], LlamaCppBackend)  # what `--upstream llm:llamacpp` builds
-    app = create_app(config, llm_client=client)
+    app = create_app(config)
+    assert isinstance(app.state.serve.upstream.client.backends[0], LlamaCppBackend)  # the embedded model, in process
     with running(app) as url:
         openai_client = _openai(url)
         ask = [{"role": "user", "content": "Say hello."}]
