@@ -8,6 +8,11 @@ it does not come back 200 with the whole body (a stream must end with `data: [DO
 
     OMP_NUM_THREADS=1 python benchmarks/serve.py                       # 1, 64, 256 clients; JSON and SSE
     python benchmarks/serve.py --concurrency 64 --requests 10000 --modes json   # the "none lost" run
+    python benchmarks/serve.py --latency-ms 0 --concurrency 256 --modes json     # capacity: req/s one worker proxies
+    python benchmarks/serve.py --concurrency 64 --modes json --profile prof.txt  # + py-spy profile of the proxy
+
+"proxy req/s" is the proxied run's throughput (requests / wall time); "proxy CPU / request" is the proxy
+process's own user+system CPU time per request, so 1000 / that is what one fully busy core could proxy.
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -54,6 +61,15 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def proxy_cpu_seconds(pid: int) -> float:
+    """CPU time of the proxy and its worker processes (`--workers N` forks them), dead children included."""
+    children = Path(f"/proc/{pid}/task/{pid}/children")
+    kids = [int(child) for child in children.read_text().split()] if children.exists() else []
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    reaped = (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")
+    return cpu_seconds(pid) + reaped + sum(cpu_seconds(kid) for kid in kids)
+
+
 def wait_ready(url: str, process: subprocess.Popen, timeout_s: float = 60.0) -> None:
     import urllib.request
 
@@ -85,7 +101,7 @@ async def one(session: aiohttp.ClientSession, url: str, body: bytes, stream: boo
     return time.perf_counter() - started
 
 
-async def load(url: str, *, concurrency: int, requests: int, stream: bool) -> tuple[np.ndarray, int]:
+async def load(url: str, *, concurrency: int, requests: int, stream: bool) -> tuple[np.ndarray, int, float]:
     body = json.dumps({"model": "m", "messages": MESSAGES, "stream": stream}).encode()
     connector = aiohttp.TCPConnector(limit=concurrency, force_close=False)
     latencies: list[float] = []
@@ -93,6 +109,7 @@ async def load(url: str, *, concurrency: int, requests: int, stream: bool) -> tu
     queue = iter(range(requests))
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=120)) as session:
         await one(session, url, body, stream)  # warm the connection pool and both servers
+        started = time.perf_counter()
 
         async def worker() -> None:
             nonlocal lost
@@ -104,7 +121,60 @@ async def load(url: str, *, concurrency: int, requests: int, stream: bool) -> tu
                     latencies.append(latency)
 
         await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return np.asarray(latencies) * 1000.0, lost
+        wall_s = time.perf_counter() - started
+    return np.asarray(latencies) * 1000.0, lost, wall_s
+
+
+def start_profiler(pid: int, out: str) -> subprocess.Popen | None:
+    """py-spy sampling the proxy until stopped (SIGINT makes it write `out`); None without py-spy."""
+    spy = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
+    if spy is None:
+        print("(py-spy is not installed: pip install py-spy; no profile)")
+        return None
+    return subprocess.Popen(
+        [spy, "record", "--threads", "--pid", str(pid), "--format", "raw", "--output", out, "--rate", "200"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def one_cell(
+    args: argparse.Namespace,
+    proxy_pid: int,
+    up_port: int,
+    proxy_port: int,
+    concurrency: int,
+    requests: int,
+    stream: bool,
+) -> dict[str, float]:
+    """One run of a cell: the requests straight to the upstream, then through the proxy."""
+    path = "/v1/chat/completions"
+    direct, lost_direct, _ = asyncio.run(
+        load(f"http://127.0.0.1:{up_port}{path}", concurrency=concurrency, requests=requests, stream=stream)
+    )
+    cpu_before = proxy_cpu_seconds(proxy_pid)
+    profiler = start_profiler(proxy_pid, args.profile) if args.profile else None
+    proxied, lost, wall_s = asyncio.run(
+        load(f"http://127.0.0.1:{proxy_port}{path}", concurrency=concurrency, requests=requests, stream=stream)
+    )
+    cpu_ms = (proxy_cpu_seconds(proxy_pid) - cpu_before) * 1000 / (requests + 1)
+    if profiler is not None:
+        profiler.send_signal(signal.SIGINT)
+        profiler.wait(timeout=60)
+    d50, d99 = np.percentile(direct, [50, 99])
+    p50, p99 = np.percentile(proxied, [50, 99])
+    return {
+        "d50": d50,
+        "d99": d99,
+        "p50": p50,
+        "p99": p99,
+        "o50": p50 - d50,
+        "o99": p99 - d99,
+        "rate": requests / wall_s,
+        "cpu_ms": cpu_ms,
+        "lost": lost,
+        "lost_direct": lost_direct,
+    }
 
 
 def main() -> None:
@@ -115,6 +185,15 @@ def main() -> None:
     )
     parser.add_argument("--modes", nargs="+", default=["json", "stream"], choices=["json", "stream"])
     parser.add_argument("--latency-ms", type=float, default=20.0, help="Fixed upstream latency.")
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="Runs per cell; the table shows each column's median (lost: the most)."
+    )
+    parser.add_argument(
+        "--profile", default=None, help="Write a py-spy profile (raw format) of the proxied runs here."
+    )
+    parser.add_argument(
+        "--proxy-args", default="", help="Extra `tfgrpo serve` options, e.g. '--workers 2' (one string)."
+    )
     args = parser.parse_args()
     print(
         f"uptime: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}  cores: {os.cpu_count()}"
@@ -152,6 +231,7 @@ def main() -> None:
                 str(proxy_port),
                 "--traces",
                 str(Path(scratch) / "traces.sqlite"),
+                *args.proxy_args.split(),
             ],
             env=env,
             stderr=subprocess.PIPE,
@@ -160,37 +240,23 @@ def main() -> None:
             wait_ready(f"http://127.0.0.1:{up_port}/v1/models", upstream)
             wait_ready(f"http://127.0.0.1:{proxy_port}/health", proxy)
             print(f"upstream latency {args.latency_ms:g} ms; library of 20 experiences injected; traces in SQLite\n")
-            header = "| clients | mode | requests | direct p50 | direct p99 | proxy p50 | proxy p99 | overhead p50 | overhead p99 | proxy CPU / request | lost |"
+            header = "| clients | mode | requests | direct p50 | direct p99 | proxy p50 | proxy p99 | overhead p50 | overhead p99 | proxy req/s | proxy CPU / request | lost |"
             print(header)
-            print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+            print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
             for concurrency in args.concurrency:
                 for mode in args.modes:
                     requests = args.requests or (200 if concurrency == 1 else 2000)
-                    stream = mode == "stream"
-                    direct, lost_direct = asyncio.run(
-                        load(
-                            f"http://127.0.0.1:{up_port}/v1/chat/completions",
-                            concurrency=concurrency,
-                            requests=requests,
-                            stream=stream,
-                        )
-                    )
-                    cpu_before = cpu_seconds(proxy.pid)
-                    proxied, lost = asyncio.run(
-                        load(
-                            f"http://127.0.0.1:{proxy_port}/v1/chat/completions",
-                            concurrency=concurrency,
-                            requests=requests,
-                            stream=stream,
-                        )
-                    )
-                    cpu_ms = (cpu_seconds(proxy.pid) - cpu_before) * 1000 / (requests + 1)
-                    d50, d99 = np.percentile(direct, [50, 99])
-                    p50, p99 = np.percentile(proxied, [50, 99])
+                    runs = [
+                        one_cell(args, proxy.pid, up_port, proxy_port, concurrency, requests, mode == "stream")
+                        for _ in range(args.repeat)
+                    ]
+                    cell = {key: float(np.median([run[key] for run in runs])) for key in runs[0]}
+                    lost, lost_direct = max(run["lost"] for run in runs), max(run["lost_direct"] for run in runs)
                     print(
-                        f"| {concurrency} | {mode} | {requests} | {d50:.2f} ms | {d99:.2f} ms | {p50:.2f} ms | {p99:.2f} ms | "
-                        f"{p50 - d50:+.2f} ms | {p99 - d99:+.2f} ms | {cpu_ms:.2f} ms | {lost}"
-                        + (f" (direct lost {lost_direct})" if lost_direct else "")
+                        f"| {concurrency} | {mode} | {requests} | {cell['d50']:.2f} ms | {cell['d99']:.2f} ms | "
+                        f"{cell['p50']:.2f} ms | {cell['p99']:.2f} ms | {cell['o50']:+.2f} ms | {cell['o99']:+.2f} ms | "
+                        f"{cell['rate']:.0f} | {cell['cpu_ms']:.2f} ms | {lost:.0f}"
+                        + (f" (direct lost {lost_direct:.0f})" if lost_direct else "")
                         + " |",
                         flush=True,
                     )

@@ -84,7 +84,8 @@ def test_serve_refuses_bad_settings_with_one_line(tmp_path):
         (["--upstream", "http://127.0.0.1:9/v1"], "--library and --upstream are required"),
         (["--library", str(tmp_path / "missing.json"), "--upstream", "http://127.0.0.1:9/v1"], "missing.json"),
         (["--library", str(library), "--upstream", "http://127.0.0.1:9/v1", "--holdout", "2"], "holdout"),
-        (["--library", str(library), "--upstream", "127.0.0.1:9"], "is not an http(s) URL"),
+        (["--library", str(library), "--upstream", "127.0.0.1:9"], "neither an http(s) URL nor llm:BACKEND"),
+        (["--library", str(library), "--upstream", "llm:nosuch"], "backend 'nosuch' is not one of"),
         (["--library", str(library), "--upstream", "http://127.0.0.1:9/v1", "--inject", "top5"], "topk:K"),
     ]
     for args, message in cases:

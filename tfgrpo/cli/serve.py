@@ -64,4 +64,5 @@ def register(app: typer.Typer) -> None:
             log_level="warning",
             access_log=False,
             timeout_graceful_shutdown=30,
+            proxy_headers=False,  # nothing reads the client address: its middleware was ~2% of CPU per request
         )

@@ -12,40 +12,40 @@ from typing import Any
 
 import aiohttp
 from fastapi import FastAPI, Request
-from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 from rewards.registry import get_reward
 from tfgrpo.core.config import secret_value
+from tfgrpo.llm.client import LLMClient
+from tfgrpo.llm.factory import build_client
 from tfgrpo.serve.config import ServeConfig
 from tfgrpo.serve.exchange import BadRequest, Exchange, parse_body, prepare, reply_from_json, reply_from_sse
 from tfgrpo.serve.feedback import FeedbackError, score_feedback
 from tfgrpo.serve.live_library import LiveLibrary
+from tfgrpo.serve.llm_upstream import LLMUpstream, usage_of
 from tfgrpo.serve.page import render_page
+from tfgrpo.serve.passthrough import SSEPassthrough
 from tfgrpo.serve.traces import TraceStore
 from tfgrpo.serve.upstream import Upstream, UpstreamFailure
 
 API_KEY_ENV = "TFGRPO_UPSTREAM_API_KEY"
+CHAT_PATH = "/v1/chat/completions"
 
 
 @dataclass
 class ServeState:
     config: ServeConfig
     live: LiveLibrary
-    upstream: Upstream
+    upstream: Upstream | LLMUpstream
     traces: TraceStore
 
 
-def create_app(config: ServeConfig) -> FastAPI:
+def create_app(config: ServeConfig, *, llm_client: LLMClient | None = None) -> ServeApp:
+    """`llm_client` replaces the one an llm: upstream would build (tests pass a scripted backend's)."""
     state = ServeState(
         config=config,
         live=LiveLibrary(config.library, store_dir=config.store_dir),
-        upstream=Upstream(
-            config.upstream,
-            api_key=secret_value(config.api_key) or os.environ.get(API_KEY_ENV),
-            timeout_s=config.timeout_s,
-            max_retries=config.max_retries,
-            backoff_s=config.backoff_s,
-        ),
+        upstream=_upstream(config, llm_client),
         traces=TraceStore(config.traces),
     )
 
@@ -66,42 +66,79 @@ def create_app(config: ServeConfig) -> FastAPI:
 
     @app.exception_handler(Exception)
     async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
-        return _error(
-            500,
-            f"internal error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
-            "internal_error",
-        )
+        return _internal_error(exc)
 
     _add_openai_routes(app, state)
     _add_service_routes(app, state)
-    return app
+    return ServeApp(app)
+
+
+def _upstream(config: ServeConfig, llm_client: LLMClient | None) -> Upstream | LLMUpstream:
+    api_key = secret_value(config.api_key) or os.environ.get(API_KEY_ENV)
+    if config.llm_spec is not None:
+        return LLMUpstream(llm_client or build_client(config.llm_config(api_key)), config.llm_spec)
+    return Upstream(
+        config.upstream,
+        api_key=api_key,
+        timeout_s=config.timeout_s,
+        max_retries=config.max_retries,
+        backoff_s=config.backoff_s,
+    )
+
+
+class ServeApp:
+    """The ASGI app: POST /v1/chat/completions goes straight to its handler, everything else to FastAPI.
+
+    Why not a FastAPI route: its middleware chain and routing (error, telemetry, body-limit, exception and
+    exit-stack middlewares, the router, the request handler) cost about a fifth of the proxy's CPU per
+    request (py-spy, benchmarks/serve.py), and the hot route needs none of them: it reads the body
+    itself, answers its own errors and catches the unexpected. Lifespan and all other routes stay FastAPI's.
+    """
+
+    def __init__(self, api: FastAPI):
+        self.api = api
+        self.state = api.state  # `app.state.serve`, as on the FastAPI app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["path"] != CHAT_PATH:
+            await self.api(scope, receive, send)
+            return
+        if scope["method"] != "POST":
+            response: Response | SSEPassthrough = _error(405, f"{CHAT_PATH} takes POST", "method_not_allowed")
+        else:
+            try:
+                response = await chat_completions(self.state.serve, Request(scope, receive))
+            except Exception as exc:  # noqa: BLE001 - one line and a 500, never a traceback to the client
+                response = _internal_error(exc)
+        await response(scope, receive, send)
+
+
+async def chat_completions(state: ServeState, request: Request) -> Response | SSEPassthrough:
+    config = state.config
+    inject = request.headers.get("x-tfgrpo-inject")
+    try:
+        arguments = dict(
+            body=parse_body(await request.body()),
+            live=state.live,
+            holdout=config.holdout,
+            arm_key=request.headers.get(config.arm_key_header),
+            inject=inject,
+            default_inject=config.inject,
+            model=config.model,
+        )
+        # topk embeds the query (tens of ms of CPU): off the event loop, so other requests keep flowing
+        topk = (inject or config.inject).strip().lower().startswith("topk")
+        exchange = await asyncio.to_thread(prepare, **arguments) if topk else prepare(**arguments)
+    except BadRequest as exc:
+        return _error(400, str(exc), "invalid_request_error")
+    if isinstance(state.upstream, LLMUpstream):
+        return await _complete_llm(state, state.upstream, exchange)
+    if exchange.stream:
+        return await _stream(state, exchange)
+    return await _complete(state, exchange)
 
 
 def _add_openai_routes(app: FastAPI, state: ServeState) -> None:
-    config = state.config
-
-    @app.post("/v1/chat/completions")
-    async def chat_completions(request: Request) -> Response:
-        inject = request.headers.get("x-tfgrpo-inject")
-        try:
-            arguments = dict(
-                body=parse_body(await request.body()),
-                live=state.live,
-                holdout=config.holdout,
-                arm_key=request.headers.get(config.arm_key_header),
-                inject=inject,
-                default_inject=config.inject,
-                model=config.model,
-            )
-            # topk embeds the query (tens of ms of CPU): off the event loop, so other requests keep flowing
-            topk = (inject or config.inject).strip().lower().startswith("topk")
-            exchange = await asyncio.to_thread(prepare, **arguments) if topk else prepare(**arguments)
-        except BadRequest as exc:
-            return _error(400, str(exc), "invalid_request_error")
-        if exchange.stream:
-            return await _stream(state, exchange)
-        return await _complete(state, exchange)
-
     @app.get("/v1/models")
     async def models() -> Response:
         try:
@@ -178,6 +215,21 @@ async def _complete(state: ServeState, exchange: Exchange) -> Response:
     return Response(content, status_code=response.status, media_type="application/json", headers=exchange.headers())
 
 
+async def _complete_llm(state: ServeState, upstream: LLMUpstream, exchange: Exchange) -> Response:
+    """A whole reply from the client layer, sent as JSON or as a finished SSE stream."""
+    try:
+        completions = await upstream.complete(exchange)
+    except UpstreamFailure as failure:
+        return _failed(state, exchange, failure)
+    usage = usage_of(completions)
+    _trace(state, exchange, status=200, reply=completions[0].text, usage=usage, upstream=upstream.urls[0])
+    if exchange.stream:
+        content, media_type = upstream.sse_body(exchange, completions), "text/event-stream"
+    else:
+        content, media_type = upstream.json_body(exchange, completions), "application/json"
+    return Response(content, media_type=media_type, headers=exchange.headers())
+
+
 def _trace(
     state: ServeState,
     exchange: Exchange,
@@ -198,30 +250,17 @@ def _trace(
     state.traces.add(row)
 
 
-async def _stream(state: ServeState, exchange: Exchange) -> Response:
+async def _stream(state: ServeState, exchange: Exchange) -> Response | SSEPassthrough:
     try:
         response, url = await state.upstream.post("/chat/completions", exchange.upstream_bytes())
     except UpstreamFailure as failure:
         return _failed(state, exchange, failure)
 
-    async def passthrough() -> AsyncIterator[bytes]:
-        received: list[bytes] = []
-        status = response.status
-        try:
-            async for chunk in response.content.iter_any():
-                received.append(chunk)
-                yield chunk
-        except (aiohttp.ClientError, asyncio.TimeoutError):
-            status = 502  # the upstream broke off mid-stream: the client sees a stream without [DONE]
-        finally:  # also when the client hangs up mid-stream: what it got is traced
-            response.release()
-            reply, usage = reply_from_sse(b"".join(received))
-            _trace(state, exchange, status=status, reply=reply, usage=usage, upstream=url)
+    def traced(status: int, sent: bytes) -> None:
+        reply, usage = reply_from_sse(sent)
+        _trace(state, exchange, status=status, reply=reply, usage=usage, upstream=url)
 
-    media_type = response.headers.get("content-type", "text/event-stream")
-    return StreamingResponse(
-        passthrough(), status_code=response.status, media_type=media_type, headers=exchange.headers()
-    )
+    return SSEPassthrough(response, exchange.headers(), traced)
 
 
 def _failed(state: ServeState, exchange: Exchange, failure: UpstreamFailure) -> Response:
@@ -229,6 +268,11 @@ def _failed(state: ServeState, exchange: Exchange, failure: UpstreamFailure) -> 
     headers = failure.headers | exchange.headers() | {"x-tfgrpo-attempts": str(failure.attempts)}
     headers.pop("content-type", None)
     return Response(failure.body, status_code=failure.status, media_type="application/json", headers=headers)
+
+
+def _internal_error(exc: Exception) -> JSONResponse:
+    detail = str(exc).splitlines()[0] if str(exc) else ""
+    return _error(500, f"internal error: {type(exc).__name__}: {detail}", "internal_error")
 
 
 def _error(status: int, message: str, kind: str) -> JSONResponse:

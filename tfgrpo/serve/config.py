@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import get_args
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from experiences.render import Injection
 from tfgrpo.core.config import SecretKey
+from tfgrpo.llm.config import BackendName, LLMConfig
+
+#: `--upstream llm:BACKEND[:MODEL]`: a backend of the client layer instead of an HTTP server
+LLM_PREFIX = "llm:"
+#: LLMConfig fields an `llm:` upstream takes from elsewhere (the spec, or serve's own option of that name)
+LLM_FIELDS_SET_ELSEWHERE = {"backend", "model", "api_key", "timeout_s", "max_retries"}
 
 
 class ServeConfig(BaseModel):
@@ -17,7 +24,9 @@ class ServeConfig(BaseModel):
     upstream: list[str] = Field(
         ...,
         min_length=1,
-        description="OpenAI-compatible base URL(s), e.g. http://127.0.0.1:8080/v1; several: least-busy routing.",
+        description="OpenAI-compatible base URL(s), e.g. http://127.0.0.1:8080/v1 (several: least-busy routing), "
+        "or one backend of the client layer: llm:BACKEND[:MODEL], e.g. llm:llamacpp (the embedded SmolLM2), "
+        "llm:litellm:gpt-4o-mini.",
     )
     host: str = Field("127.0.0.1", description="Address to listen on.")
     port: int = Field(8000, ge=0, le=65535, description="Port to listen on (0: any free port).")
@@ -45,6 +54,11 @@ class ServeConfig(BaseModel):
     )
     backoff_s: float = Field(0.5, ge=0, description="First retry delay (exponential with jitter; Retry-After wins).")
     reload_interval_s: float = Field(1.0, gt=0, description="How often the library file is checked for a new version.")
+    llm: LLMConfig | None = Field(
+        None,
+        description="More client-layer settings of an llm: upstream (base_url, concurrency, prices, dtype, ...); "
+        "backend and model come from the upstream spec, api_key/timeout_s/max_retries from serve's own options.",
+    )
 
     @field_validator("inject")
     @classmethod
@@ -58,8 +72,56 @@ class ServeConfig(BaseModel):
 
     @field_validator("upstream")
     @classmethod
-    def _http_urls(cls, value: list[str]) -> list[str]:
+    def _http_urls_or_one_llm(cls, value: list[str]) -> list[str]:
+        specs = [url for url in value if url.startswith(LLM_PREFIX)]
+        if specs:
+            if len(value) > 1:
+                raise ValueError("an llm: upstream must be the only upstream")
+            backend = specs[0].removeprefix(LLM_PREFIX).split(":", 1)[0]
+            if backend not in get_args(BackendName):
+                raise ValueError(
+                    f"upstream {specs[0]!r}: backend {backend!r} is not one of {', '.join(get_args(BackendName))} "
+                    "(write llm:BACKEND[:MODEL])"
+                )
+            return value
         for url in value:
             if not url.startswith(("http://", "https://")):
-                raise ValueError(f"upstream {url!r} is not an http(s) URL")
+                raise ValueError(f"upstream {url!r} is neither an http(s) URL nor llm:BACKEND[:MODEL]")
         return [url.rstrip("/") for url in value]
+
+    @model_validator(mode="after")
+    def _llm_settings_where_they_apply(self) -> ServeConfig:
+        if self.llm_spec is None:
+            if self.llm is not None:
+                raise ValueError("llm: settings apply only to an llm:BACKEND[:MODEL] upstream")
+            return self
+        if self.model is not None:
+            raise ValueError("model: an llm: upstream names its model in the spec (llm:BACKEND:MODEL)")
+        elsewhere = sorted(LLM_FIELDS_SET_ELSEWHERE & (self.llm.model_fields_set if self.llm else set()))
+        if elsewhere:
+            raise ValueError(
+                f"llm.{', llm.'.join(elsewhere)}: set by the upstream spec (backend, model) or serve's own "
+                "api_key / timeout_s / max_retries"
+            )
+        return self
+
+    @property
+    def llm_spec(self) -> str | None:
+        """The `llm:BACKEND[:MODEL]` upstream, if that is the upstream."""
+        return self.upstream[0] if self.upstream[0].startswith(LLM_PREFIX) else None
+
+    def llm_config(self, api_key: str | None) -> LLMConfig:
+        """The client layer's settings of the llm: upstream (`api_key`: the resolved upstream key, if any)."""
+        if self.llm_spec is None:
+            raise ValueError("the upstream is not llm:BACKEND[:MODEL]")
+        backend, _, model = self.llm_spec.removeprefix(LLM_PREFIX).partition(":")
+        base = self.llm or LLMConfig()
+        return base.model_copy(
+            update={
+                "backend": backend,
+                "model": model or None,
+                "api_key": SecretStr(api_key) if api_key else None,
+                "timeout_s": self.timeout_s,
+                "max_retries": self.max_retries,
+            }
+        )

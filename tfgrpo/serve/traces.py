@@ -50,7 +50,7 @@ def database_url(traces: str | Path) -> str:
 
 
 class TraceStore:
-    def __init__(self, traces: str | Path, *, batch_size: int = 512, interval_s: float = 0.02):
+    def __init__(self, traces: str | Path, *, batch_size: int = 512, interval_s: float = 0.1):
         url = database_url(traces)
         self.engine = sa.create_engine(url, pool_pre_ping=not url.startswith("sqlite"))
         if url.startswith("sqlite"):
