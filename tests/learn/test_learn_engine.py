@@ -86,6 +86,13 @@ def test_homogeneous_groups_are_skipped(tmp_path):
     assert {r["group_std"] for r in rows if r["problem"] == "What is 1+1?"} == {0.0}
 
 
+def test_summary_max_tokens_bounds_only_the_summaries(tmp_path):
+    settings = {"stage_sampling": {"temperature": 0.0, "max_tokens": 300}, "summary_max_tokens": 40}
+    _, backend, _ = run_learn(tmp_path, World(), [(1, 1), (2, 3)], group_size=2, epochs=1, **settings)
+    budgets = {(r.tag, r.sampling.max_tokens) for r in backend.calls if r.tag != "rollout"}
+    assert budgets == {("summary", 40), ("group", 300), ("consolidate", 300)}
+
+
 def test_library_is_injected_into_later_rollouts(tmp_path):
     result, backend, config = run_learn(tmp_path, World(), [(1, 2), (3, 4)], group_size=2, epochs=1, batch_size=1)
     assert {e.text for e in result.library} == {

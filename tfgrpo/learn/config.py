@@ -110,6 +110,12 @@ class LearnConfig(BaseModel):
     dedup: bool = Field(True, description="Look up near-duplicate experiences with the vector store before stage 3.")
     rollout_sampling: SamplingParams = Field(default_factory=lambda: SamplingParams(temperature=0.7, max_tokens=2048))
     stage_sampling: SamplingParams = Field(default_factory=lambda: SamplingParams(temperature=0.0, max_tokens=2048))
+    summary_max_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="Max new tokens of a stage-1 summary (free text); None = stage_sampling.max_tokens, which "
+        "also bounds the operation replies and their schema.",
+    )
     templates: StageTemplates = Field(default_factory=StageTemplates)
     system_prompt: str | None = Field(
         None, description="A fixed system-prompt file instead of the rollout_system template."
@@ -198,6 +204,7 @@ RESUME_LOCKED_KEYS = (
     "dedup",
     "rollout_sampling",
     "stage_sampling",
+    "summary_max_tokens",
     "templates",
     "system_prompt",
     "agent",

@@ -37,6 +37,7 @@ from tfgrpo.learn.store_worker import StoreWorker
 from tfgrpo.learn.validation import Validator
 from tfgrpo.llm.client import LLMClient
 from tfgrpo.llm.errors import AllRequestsFailedError
+from tfgrpo.llm.types import SamplingParams
 from tfgrpo.rollout.sampling import PromptSpec, Rollout, gather_all, sample_group
 
 T = TypeVar("T")
@@ -96,6 +97,12 @@ class Engine:
         self.validator = Validator(
             config, client, reward, self.prompt, self.agent, run, self.stores, self.progress, val_problems or []
         )
+
+    @property
+    def summary_sampling(self) -> SamplingParams:
+        if self.config.summary_max_tokens is None:
+            return self.config.stage_sampling
+        return self.config.stage_sampling.model_copy(update={"max_tokens": self.config.summary_max_tokens})
 
     @property
     def needs_store(self) -> bool:
@@ -197,7 +204,7 @@ class Engine:
                 self.client,
                 requests,
                 template=self.config.templates.summarize,
-                sampling=self.config.stage_sampling,
+                sampling=self.summary_sampling,
                 token_budget=self.config.trajectory_token_budget,
                 on_done=advance,
             )
