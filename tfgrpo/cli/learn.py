@@ -37,6 +37,7 @@ FLAGS = [
     opt.flag("seed"),
     *opt.sampling_flags("rollout_sampling", "temperature", "max_tokens", "top_p", label="Rollouts"),
     opt.flag("stage_sampling.max_tokens", "--stage-max-tokens", label="Summaries and operations"),
+    opt.flag("summary_max_tokens"),
     opt.flag("max_ops_per_group", "--max-ops"),
     opt.flag("dedup", "--dedup/--no-dedup"),
     opt.flag("inject"),
