@@ -24,6 +24,7 @@ from typing import Any, Literal
 from experiences.errors import ImportFormatError, LibraryFileError
 from experiences.model import Experience, Library, Provenance
 from experiences.render import render, render_system_prompt
+from tfgrpo.core.atomic import atomic_write_text
 from tfgrpo.core.textfile import loads_json, read_text
 
 ExportFormat = Literal["md", "txt", "json", "yaml", "system-prompt"]
@@ -65,8 +66,6 @@ def export_text(
 
 
 def export_library(library: Library, path: str | Path, fmt: str | None = None, **kwargs: Any) -> Path:
-    from tfgrpo.core.atomic import atomic_write_text
-
     path = Path(path)
     atomic_write_text(path, export_text(library, fmt or format_from_suffix(path), **kwargs))
     return path

@@ -24,6 +24,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from finetune.errors import FinetuneDataError
+from tfgrpo.core.datasets import BUNDLED, iter_jsonl_objects, load_dataset_rows
+from tfgrpo.core.errors import DatasetError
+from tfgrpo.prompts import render_prompt as render_eval_prompt
 
 PromptSource = Literal["problem", "messages"]
 ROLLOUTS_FILE = "rollouts.jsonl"
@@ -32,8 +35,6 @@ DataKind = Literal["rollouts", "problems", "prepared"]
 
 def read_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line number, row) of each non-empty line; a bad line raises an error naming file and line."""
-    from tfgrpo.core.datasets import iter_jsonl_objects
-
     path = Path(path)
     if not path.is_file():
         raise FinetuneDataError(f"data file not found: {path}")
@@ -45,16 +46,11 @@ def bundled_dataset_name(data: str | Path) -> str | None:
     no file or folder of that name exists (a local path always wins); else None."""
     if not isinstance(data, str) or Path(data).exists():
         return None
-    from tfgrpo.core.datasets import BUNDLED
-
     return data if data in BUNDLED else None
 
 
 def load_bundled_problems(name: str) -> list[dict[str, Any]]:
     """The rows of a bundled problem set, read by the eval harness's own loader (same rows, same limit)."""
-    from tfgrpo.core.datasets import load_dataset_rows
-    from tfgrpo.core.errors import DatasetError
-
     try:
         problems = load_dataset_rows(name)
     except DatasetError as exc:
@@ -66,8 +62,6 @@ def resolve_data_file(data: str | Path) -> Path:
     """A learn run directory means its rollouts.jsonl; a file is used as is."""
     path = Path(data)
     if not path.exists():
-        from tfgrpo.core.datasets import BUNDLED
-
         raise FinetuneDataError(f"data file not found: {data} (nor a bundled dataset: {', '.join(BUNDLED)})")
     if path.is_dir():
         path = path / ROLLOUTS_FILE
@@ -105,8 +99,6 @@ def load_rollouts(path: str | Path) -> list[dict[str, Any]]:
 def render_prompt(problem: str, template: str | None = None) -> str:
     """The user message of a problem: `template` (Jinja source) or the eval harness's own user template."""
     if template is None:
-        from tfgrpo.prompts import render_prompt as render_eval_prompt
-
         return render_eval_prompt("rollout_user", problem=problem)
     from jinja2 import Template
 

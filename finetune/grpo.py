@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -35,7 +36,11 @@ import trl
 from trl.trainer.utils import nanstd
 
 from finetune.adapters import BASE_CHANGING_INITS, AdapterArguments, build_peft_config
+from finetune.errors import FinetuneError
 from finetune.longlora import enable_for_config
+from finetune.tools import build_tool_environment, check_tool_calling_tokenizer
+from rewards import get_reward
+from tfgrpo.rollout.tools import parse_tool_names
 
 logger = logging.getLogger(__name__)
 
@@ -119,8 +124,6 @@ class GRPOFinetuneConfig(trl.GRPOConfig, AdapterArguments):
         self._check_tool_arguments()
 
     def _check_tool_arguments(self) -> None:
-        from tfgrpo.rollout.tools import parse_tool_names
-
         self.tools = parse_tool_names(self.tools) or None  # "python,web_search", a list, or none
         if self.tool_options and not self.tools:
             raise ValueError("tool_options given but no tools enabled (set tools, e.g. tools: [python])")
@@ -225,19 +228,13 @@ def resolve_reward_funcs(reward: str | Any) -> list[Any]:
     """Our reward by name (`rewards.get_reward`), a reward model path, or callables passed as they are."""
     if not isinstance(reward, str):
         return list(reward) if isinstance(reward, (list, tuple)) else [reward]
-    from pathlib import Path
-
     if Path(reward).is_dir():  # a sequence-classification reward model: TRL loads and scores with it
         return [reward]
-    from rewards import get_reward
-
     return [get_reward(reward)]
 
 
 def check_conversational_prompts(train_dataset: Any) -> None:
     """TRL's tool loop reads tool calls from chat messages: prompts must be lists of messages, not strings."""
-    from finetune.errors import FinetuneError
-
     if train_dataset is not None and len(train_dataset) and not isinstance(train_dataset[0]["prompt"], list):
         raise FinetuneError("tools need conversational prompts (a list of chat messages per row), not plain strings")
 
@@ -256,8 +253,6 @@ def build_grpo_trainer(
     """GRPO or GSPO (by config class). `config.tools` (or TRL's own `tools` / `environment_factory`) enable
     multi-turn rollouts with tool calls."""
     if config.tools and tools is None and environment_factory is None:
-        from finetune.tools import build_tool_environment, check_tool_calling_tokenizer
-
         check_tool_calling_tokenizer(tokenizer)
         check_conversational_prompts(train_dataset)
         environment_factory = build_tool_environment(config.tools, options=config.tool_options)

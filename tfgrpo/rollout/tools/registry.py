@@ -8,23 +8,13 @@ from types import MappingProxyType
 from typing import Any
 
 from tfgrpo.rollout.tools.base import Tool, ToolError
+from tfgrpo.rollout.tools.python_sandbox import PythonTool
+from tfgrpo.rollout.tools.web_search import WebSearchTool
 
 ToolFactory = Callable[..., Tool]
 
 
-def _python_tool(**options: Any) -> Tool:
-    from tfgrpo.rollout.tools.python_sandbox import PythonTool
-
-    return PythonTool(**options)
-
-
-def _web_search_tool(**options: Any) -> Tool:
-    from tfgrpo.rollout.tools.web_search import WebSearchTool
-
-    return WebSearchTool(**options)
-
-
-BUILTIN_TOOLS: Mapping[str, ToolFactory] = MappingProxyType({"python": _python_tool, "web_search": _web_search_tool})
+BUILTIN_TOOLS: Mapping[str, ToolFactory] = MappingProxyType({"python": PythonTool, "web_search": WebSearchTool})
 
 
 class ToolRegistry:
