@@ -71,3 +71,13 @@ def test_chat_route_answers_other_methods_and_crashes_with_one_line(tmp_path, mo
         assert crashed.status_code == 500
         assert crashed.json()["error"]["message"] == "internal error: RuntimeError: boom"
         assert httpx.get(p.url + "/health").json()["status"] == "ok"  # still serving
+
+
+def test_a_request_body_over_the_limit_gets_413_and_the_server_keeps_serving(tmp_path):
+    with proxy(tmp_path, max_request_bytes=4096) as p:
+        huge = {"model": "m", "messages": [{"role": "user", "content": "x" * 100_000}]}
+        refused = httpx.post(p.url + "/v1/chat/completions", json=huge)
+        assert refused.status_code == 413 and "max_request_bytes" in refused.json()["error"]["message"]
+        assert not p.upstream.bodies  # nothing reached the upstream
+        fine = httpx.post(p.url + "/v1/chat/completions", json={"model": "m", "messages": QUESTION})
+        assert fine.status_code == 200

@@ -107,10 +107,49 @@ class ServeApp:
             response: Response | SSEPassthrough = _error(405, f"{CHAT_PATH} takes POST", "method_not_allowed")
         else:
             try:
-                response = await chat_completions(self.state.serve, Request(scope, receive))
+                body = await read_body(receive, self.state.serve.config.max_request_bytes)
+                response = await chat_completions(self.state.serve, Request(scope, _replay(body)))
+            except RequestTooLarge as exc:
+                response = _error(413, str(exc), "request_too_large")
             except Exception as exc:  # noqa: BLE001 - one line and a 500, never a traceback to the client
                 response = _internal_error(exc)
         await response(scope, receive, send)
+
+
+class RequestTooLarge(Exception):
+    pass
+
+
+async def read_body(receive: Any, limit: int) -> bytes:
+    """The request body, refused as soon as it passes `limit` bytes (a hostile client cannot make the
+    proxy buffer gigabytes)."""
+    chunks, size = [], 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            break
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise RequestTooLarge(f"request body over {limit} bytes (max_request_bytes)")
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            break
+    return b"".join(chunks)
+
+
+def _replay(body: bytes) -> Any:
+    """A `receive` that hands the already-read body to Starlette's Request once, then reports a disconnect."""
+    sent = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return {"type": "http.disconnect"}
+
+    return receive
 
 
 async def chat_completions(state: ServeState, request: Request) -> Response | SSEPassthrough:

@@ -54,6 +54,11 @@ class ServeConfig(BaseModel):
     )
     backoff_s: float = Field(0.5, ge=0, description="First retry delay (exponential with jitter; Retry-After wins).")
     reload_interval_s: float = Field(1.0, gt=0, description="How often the library file is checked for a new version.")
+    max_request_bytes: int = Field(
+        8 * 1024 * 1024,
+        ge=1024,
+        description="Largest chat request body accepted, in bytes; a larger one gets 413 before it is read whole.",
+    )
     llm: LLMConfig | None = Field(
         None,
         description="More client-layer settings of an llm: upstream (base_url, concurrency, prices, dtype, ...); "
