@@ -48,11 +48,18 @@ MIN_LESSON_REPLY_CHARS = 12
 
 _MODELS: dict[str, type[BaseModel]] = {"add": AddOp, "modify": ModifyOp, "delete": DeleteOp, "merge": MergeOp}
 _NEEDS_IDS = {"modify", "delete", "merge"}
+_NEEDS_TWO_IDS = {"merge"}  # a merge names two or more different experiences
 
 
 def allowed_options(ids: Sequence[str]) -> tuple[str, ...]:
-    """The options that can apply to a library with these ids (none but `add` when it is empty)."""
-    return tuple(option for option in OPTIONS if ids or option not in _NEEDS_IDS)
+    """The options that can apply to a library with these ids: none but `add` when it is empty, no
+    `merge` with a single experience (SmolLM2 merged ["G0", "G0"] and lost the reply)."""
+    distinct = len(set(ids))
+    return tuple(
+        option
+        for option in OPTIONS
+        if (distinct or option not in _NEEDS_IDS) and (distinct >= 2 or option not in _NEEDS_TWO_IDS)
+    )
 
 
 def operations_schema(

@@ -76,7 +76,8 @@ def test_schema_follows_the_pydantic_models():
 def test_prompt_templates_show_the_reply_format_of_the_schema():
     text = reply_format(max_ops=3, ids=[])
     assert '"option": "add"' in text and '"modify"' not in text  # empty library: add only, as the schema says
-    assert set(allowed_options(["G1"])) == {"add", "modify", "delete", "merge"}
+    assert set(allowed_options(["G1"])) == {"add", "modify", "delete"}  # a merge needs two experiences
+    assert set(allowed_options(["G1", "G2"])) == {"add", "modify", "delete", "merge"}
     prompt = render_stage_prompt(
         "group_advantage",
         problem="p",
