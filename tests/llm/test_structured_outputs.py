@@ -169,26 +169,35 @@ async def test_litellm_backend_sends_the_schema(fault_server):
     assert reply.enforced and reply.strict and len(reply.operations) == 1
 
 
-async def test_consolidation_into_an_empty_library_must_keep_an_operation():
-    """The template allows an empty final list only when the library already has every proposed lesson: an
-    empty library cannot, so its schema requires one operation (SmolLM2 otherwise dropped every proposal)."""
+async def test_consolidation_with_a_new_lesson_proposed_must_keep_an_operation():
+    """The template allows an empty final list only when the library already has every proposed lesson; when
+    some proposed lesson is new (not the same text, not a near duplicate the store found), the schema
+    requires one operation (SmolLM2 otherwise dropped every proposal)."""
     from tfgrpo.learn.stages import OpsReply
     from tfgrpo.learn.stages.advantage import GroupAnalysis
-    from tfgrpo.learn.stages.consolidate import consolidate
+    from tfgrpo.learn.stages.consolidate import NearDuplicate, consolidate
 
     backend = ScriptedBackend(lambda request, i: VALID)
     backend.supports_response_schema = True  # a scripted stand-in for a backend that enforces schemas
     client = LLMClient(backend, max_retries=0)
     proposals = OpsReply(operations=[AddOp(experience="Check carries."), AddOp(experience="Re-read the question.")])
     analyses = [GroupAnalysis(query_id="q1", reply=proposals)]
+    near = [NearDuplicate(text="Re-read the question.", id="G1", similarity=0.97)]
+    cases = (
+        (library_with(), [], 1),  # empty library: everything is new
+        (library_with("Check units."), [], 1),  # new lessons
+        (library_with("Check carries.", "Re-read the question."), [], None),  # same texts: may keep none
+        (library_with("Check carries.", "Read twice."), near, None),  # the other one is a near duplicate
+        (library_with("Check carries.", "Read twice."), [], 1),
+    )
     try:
-        for library, min_items in ((library_with(), 1), (library_with("Check units."), None)):
+        for library, near_duplicates, min_items in cases:
             await consolidate(
                 client,
                 analyses,
                 library=library,
                 library_text="\n".join(e.text for e in library),
-                near_duplicates=[],
+                near_duplicates=near_duplicates,
                 template="consolidate",
                 sampling=SamplingParams(temperature=0.0, max_tokens=1024),
                 max_words=32,

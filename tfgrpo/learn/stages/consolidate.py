@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from experiences.model import Library
-from experiences.ops import Operation
+from experiences.ops import AddOp, Operation
 from experiences.schemas import reply_format
 from tfgrpo.learn.stages import OpsReply, render_stage_prompt, request_operations
 from tfgrpo.learn.stages.advantage import GroupAnalysis
@@ -71,6 +71,17 @@ def consolidation_messages(
     return [{"role": "user", "content": prompt}]
 
 
+def novel_lessons(proposed: list[Operation], library: Library, near_duplicates: list[NearDuplicate]) -> list[str]:
+    """Proposed new lessons the library does not have: not its exact text, and (with dedup on) not a near
+    duplicate the vector store found."""
+    similar = {d.text for d in near_duplicates}
+    return [
+        op.experience
+        for op in proposed
+        if isinstance(op, AddOp) and op.experience not in similar and library.find_text(op.experience) is None
+    ]
+
+
 def final_ops_limit(analyses: list[GroupAnalysis]) -> int:
     """The final list is never longer than what the groups proposed (it merges and drops, it does not invent)."""
     return max(1, sum(len(a.reply.operations) for a in analyses))
@@ -108,9 +119,9 @@ async def consolidate(
         tag="consolidate",
         max_words=max_words,
         max_ops=final_ops_limit(analyses),
-        # The template's rule: an empty list only if the library already has every proposed lesson, which
-        # an empty library cannot; constrained backends are held to it (a 135M model otherwise drops all).
-        min_ops=0 if library.ids else 1,
+        # The template's rule: an empty list only if the library already has every proposed lesson.
+        # Constrained backends are held to it (a 135M model otherwise dropped every proposal).
+        min_ops=1 if novel_lessons(proposed, library, near_duplicates) else 0,
     )
     result = Consolidation(proposed=proposed, reply=reply, near_duplicates=near_duplicates)
     failed = reply.error is not None or (reply.malformed and not reply.operations)
@@ -121,4 +132,11 @@ async def consolidate(
     return result
 
 
-__all__ = ["Consolidation", "NearDuplicate", "consolidate", "consolidation_messages", "final_ops_limit"]
+__all__ = [
+    "Consolidation",
+    "NearDuplicate",
+    "consolidate",
+    "consolidation_messages",
+    "final_ops_limit",
+    "novel_lessons",
+]
