@@ -72,7 +72,7 @@ def operations_schema(
 ) -> dict[str, Any]:
     """JSON schema of a stage-2/3 reply (strict-mode compatible: every property required, no extras).
 
-    `min_ops` > 0 requires that many operations (consolidation into an empty library must add something).
+    `min_ops` > 0 requires that many operations (consolidation when a proposed lesson is new to the library).
 
     With `max_tokens`, the string bounds are shrunk so that a reply filling every string to its bound
     still closes within the token budget, even at one token per character: a constrained reply is then
