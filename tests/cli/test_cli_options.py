@@ -261,6 +261,8 @@ def test_the_command_line_overrides_the_yaml_value(monkeypatch, tmp_path, comman
     base = RUNS[command][1]
     if command == "eval" and option.path == "inject":
         base = {"library": "lib.json"}  # topk selects from a library
+    if option.path == "llm.llamacpp_instances":
+        base = {**base, "llm": {"backend": "llamacpp"}}  # the other backends refuse it
     nested: dict[str, Any] = {}
     for path in (option.path, *option.also):
         *sections, leaf = path.split(".")

@@ -34,6 +34,7 @@ FLAGS = [
         "budget_usd",
         "timeout_s",
         "structured_output",
+        "llamacpp_instances",
     ),
     *opt.sampling_flags("sampling", "temperature", "top_p", "max_tokens"),
     opt.flag("seed", also=["sampling.seed"]),

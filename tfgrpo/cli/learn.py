@@ -28,6 +28,7 @@ FLAGS = [
         "budget_usd",
         "timeout_s",
         "structured_output",
+        "llamacpp_instances",
     ),
     opt.flag("group_size", "-G"),
     opt.flag("epochs"),

@@ -37,6 +37,7 @@ _VOLATILE_LLM_KEYS = (
     "base_url",
     "cache",
     "batch_size",
+    "llamacpp_instances",
 )
 _RESERVED = {
     "learn": ("data", "out", "seed", "llm", "resume"),

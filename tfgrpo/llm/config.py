@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from tfgrpo.core.config import SecretKey
 
@@ -45,12 +45,24 @@ class LLMConfig(BaseModel):
     )
     budget_usd: float | None = Field(None, gt=0, description="Stop cleanly once this much has been spent.")
     batch_size: int = Field(32, ge=1, description="Prompts per forward pass for local backends.")
+    llamacpp_instances: int = Field(
+        1,
+        ge=1,
+        description="llamacpp backend: copies of the model decoding in parallel, one CPU thread each "
+        "(weights shared by mmap); about one per core for a small model.",
+    )
     dtype: str = Field("float32", description="Torch dtype of local models.")
     structured_output: Literal["auto", "on", "off"] = Field(
         "auto",
         description="JSON-schema enforcement of structured replies: auto (where the backend can; an endpoint that "
         "rejects it is used without), on (required: a backend that cannot is refused), off (never sent).",
     )
+
+    @model_validator(mode="after")
+    def _instances_only_for_llamacpp(self) -> LLMConfig:
+        if self.llamacpp_instances != 1 and self.backend != "llamacpp":
+            raise ValueError(f"llamacpp_instances applies to the llamacpp backend only, not {self.backend}")
+        return self
 
     @field_validator("base_url", mode="before")
     @classmethod

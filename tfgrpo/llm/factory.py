@@ -42,7 +42,7 @@ def build_backends(config: LLMConfig, *, cache_dir: Path | None = None) -> list[
             )
         ]
     if config.backend == "llamacpp":
-        return [LlamaCppBackend(model=config.model, adapter=config.adapter)]
+        return [LlamaCppBackend(model=config.model, adapter=config.adapter, instances=config.llamacpp_instances)]
     if config.backend == "vllm":
         return [VLLMBackend(model=config.model, adapter=config.adapter, cache_dir=cache_dir)]
     if not config.model:
