@@ -208,6 +208,33 @@ async def test_consolidation_with_a_new_lesson_proposed_must_keep_an_operation()
         await client.aclose()
 
 
+async def test_a_group_must_propose_an_operation_when_the_library_is_empty():
+    """The group template allows an empty list only when the library already has the lesson: an empty
+    library cannot, so the schema requires one operation there (SmolLM2 replied "operations": [])."""
+    from tfgrpo.learn.stages.advantage import GroupRequest, analyze_group
+
+    backend = ScriptedBackend(lambda request, i: VALID)
+    backend.supports_response_schema = True  # a scripted stand-in for a backend that enforces schemas
+    client = LLMClient(backend, max_retries=0)
+    request = GroupRequest("q1", "What is 2+2?", "4", False, [])
+    try:
+        for library, min_items in ((library_with(), 1), (library_with("Check units."), None)):
+            await analyze_group(
+                client,
+                request,
+                library=library,
+                library_text="\n".join(e.text for e in library),
+                template="group_advantage",
+                sampling=SamplingParams(temperature=0.0, max_tokens=1024),
+                max_ops=2,
+                max_words=32,
+            )
+            operations = backend.calls[-1].response_schema.json_schema["properties"]["operations"]
+            assert operations.get("minItems") == min_items and operations["maxItems"] == 2
+    finally:
+        await client.aclose()
+
+
 # -- capability fallback -------------------------------------------------------------------------------
 
 

@@ -86,7 +86,16 @@ async def analyze_group(
         request, library_text=library_text, template=template, max_ops=max_ops, max_words=max_words, ids=library.ids
     )
     reply = await request_operations(
-        client, messages, library=library, sampling=sampling, tag="group", max_words=max_words, max_ops=max_ops
+        client,
+        messages,
+        library=library,
+        sampling=sampling,
+        tag="group",
+        max_words=max_words,
+        max_ops=max_ops,
+        # The template's rule: an empty list only if the library already has the lesson, which an empty
+        # library cannot. Constrained backends are held to it (a 135M model replied "operations": []).
+        min_ops=0 if library.experiences else 1,
     )
     if len(reply.operations) > max_ops:  # K is a hard cap: the first K proposals count
         extra = reply.operations[max_ops:]
