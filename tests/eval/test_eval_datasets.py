@@ -19,6 +19,7 @@ from tfgrpo.core.errors import DatasetError, EvalError
         ("dapo100", 100, None),
         ("math_l5_train200", 200, None),
         ("easy", 16, "easy-01"),
+        ("easy_train", 24, "easy-train-01"),
     ],
 )
 def test_bundled_sets_load_with_their_sizes(name, size, first_id):
@@ -31,15 +32,28 @@ def test_bundled_sets_load_with_their_sizes(name, size, first_id):
 
 
 def test_bundled_answers_are_integers():
-    for name in ("aime24", "aime25", "easy"):
+    for name in ("aime24", "aime25", "easy", "easy_train"):
         for row in load_dataset_rows(name):
             assert row.answer.lstrip("-").isdigit(), (name, row.id, row.answer)
     easy = {row.problem: row.answer for row in load_dataset_rows("easy")}
     assert easy["What is 7 + 5?"] == "12"
 
 
+def test_the_quickstart_trains_on_problems_it_does_not_evaluate_on():
+    evaluated = {row.problem for row in load_dataset_rows("easy")}
+    assert not evaluated & {row.problem for row in load_dataset_rows("easy_train")}
+
+
 def test_list_bundled_and_limit():
-    assert [d.name for d in list_bundled()] == ["aime24", "aime25", "amc23", "dapo100", "math_l5_train200", "easy"]
+    assert [d.name for d in list_bundled()] == [
+        "aime24",
+        "aime25",
+        "amc23",
+        "dapo100",
+        "math_l5_train200",
+        "easy",
+        "easy_train",
+    ]
     assert len(load_dataset_rows("aime24", limit=5)) == 5
     assert len(load_dataset_rows("dapo100", limit=500)) == 100  # the bundled cut still applies
 

@@ -258,6 +258,15 @@ def test_a_bad_recipe_or_override_is_a_clear_error(tmp_path, capsys, override, m
     assert message in err and "Traceback" not in err
 
 
+def test_the_quickstart_learns_on_its_own_set_and_copies_of_the_model_change_no_fingerprint(tmp_path):
+    recipe = load_recipe("quickstart")
+    assert (recipe.model.backend, recipe.model.llamacpp_instances) == ("llamacpp", 2)
+    assert recipe.learn.data == "easy_train" and {spec.data for spec in recipe.evals.values()} == {"easy"}
+    shipped = {s.id: s.fingerprint for s in build_plan(recipe, tmp_path / "q")}
+    one_copy = load_recipe("quickstart", ["model.llamacpp_instances=1"])
+    assert {s.id: s.fingerprint for s in build_plan(one_copy, tmp_path / "q")} == shipped  # how fast, not what
+
+
 def test_fingerprints_follow_settings_files_and_inputs_but_not_endpoints(tmp_path):
     recipe_path = write_recipe(tmp_path, "http://127.0.0.1:1/v1")
     first = {s.id: s.fingerprint for s in build_plan(load_recipe(str(recipe_path)), tmp_path / "exp")}

@@ -79,6 +79,12 @@ _BUNDLED = (
         size=16,
         description="16 one-step arithmetic word problems for the embedded 135M model's quickstart.",
     ),
+    BundledDataset(
+        name="easy_train",
+        filename="easy_arith_train.jsonl",
+        size=24,
+        description="24 one-step arithmetic word problems, none in `easy`: the quickstart learns on these.",
+    ),
 )
 
 BUNDLED: Mapping[str, BundledDataset] = MappingProxyType({d.name: d for d in _BUNDLED})
