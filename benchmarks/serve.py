@@ -8,6 +8,7 @@ it does not come back 200 with the whole body (a stream must end with `data: [DO
 
     OMP_NUM_THREADS=1 python benchmarks/serve.py                       # 1, 64, 256 clients; JSON and SSE
     python benchmarks/serve.py --concurrency 64 --requests 10000 --modes json   # the "none lost" run
+    python benchmarks/serve.py --latency-ms 200 --concurrency 64 --arrivals staggered  # independent clients
     python benchmarks/serve.py --latency-ms 0 --concurrency 256 --modes json     # capacity: req/s one worker proxies
     python benchmarks/serve.py --concurrency 64 --modes json --profile prof.txt  # + py-spy profile of the proxy
 
@@ -101,7 +102,13 @@ async def one(session: aiohttp.ClientSession, url: str, body: bytes, stream: boo
     return time.perf_counter() - started
 
 
-async def load(url: str, *, concurrency: int, requests: int, stream: bool) -> tuple[np.ndarray, int, float]:
+async def load(
+    url: str, *, concurrency: int, requests: int, stream: bool, stagger_s: float = 0.0
+) -> tuple[np.ndarray, int, float]:
+    """`concurrency` clients, each sending its next request when the last one came back. `stagger_s` > 0:
+    client i sends its first request i/concurrency of that time late, so independent clients do not all
+    arrive in the same millisecond (with a fixed-latency upstream, clients started together stay in step
+    for the whole run and every request meets a queue of `concurrency` others)."""
     body = json.dumps({"model": "m", "messages": MESSAGES, "stream": stream}).encode()
     connector = aiohttp.TCPConnector(limit=concurrency, force_close=False)
     latencies: list[float] = []
@@ -111,8 +118,9 @@ async def load(url: str, *, concurrency: int, requests: int, stream: bool) -> tu
         await one(session, url, body, stream)  # warm the connection pool and both servers
         started = time.perf_counter()
 
-        async def worker() -> None:
+        async def worker(position: int) -> None:
             nonlocal lost
+            await asyncio.sleep(stagger_s * position / concurrency)
             for _ in queue:
                 latency = await one(session, url, body, stream)
                 if latency is None:
@@ -120,7 +128,7 @@ async def load(url: str, *, concurrency: int, requests: int, stream: bool) -> tu
                 else:
                     latencies.append(latency)
 
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        await asyncio.gather(*(worker(position) for position in range(concurrency)))
         wall_s = time.perf_counter() - started
     return np.asarray(latencies) * 1000.0, lost, wall_s
 
@@ -149,14 +157,12 @@ def one_cell(
 ) -> dict[str, float]:
     """One run of a cell: the requests straight to the upstream, then through the proxy."""
     path = "/v1/chat/completions"
-    direct, lost_direct, _ = asyncio.run(
-        load(f"http://127.0.0.1:{up_port}{path}", concurrency=concurrency, requests=requests, stream=stream)
-    )
+    shape = {"concurrency": concurrency, "requests": requests, "stream": stream}
+    shape["stagger_s"] = args.latency_ms / 1000 if args.arrivals == "staggered" else 0.0
+    direct, lost_direct, _ = asyncio.run(load(f"http://127.0.0.1:{up_port}{path}", **shape))
     cpu_before = proxy_cpu_seconds(proxy_pid)
     profiler = start_profiler(proxy_pid, args.profile) if args.profile else None
-    proxied, lost, wall_s = asyncio.run(
-        load(f"http://127.0.0.1:{proxy_port}{path}", concurrency=concurrency, requests=requests, stream=stream)
-    )
+    proxied, lost, wall_s = asyncio.run(load(f"http://127.0.0.1:{proxy_port}{path}", **shape))
     cpu_ms = (proxy_cpu_seconds(proxy_pid) - cpu_before) * 1000 / (requests + 1)
     if profiler is not None:
         profiler.send_signal(signal.SIGINT)
@@ -185,6 +191,13 @@ def main() -> None:
     )
     parser.add_argument("--modes", nargs="+", default=["json", "stream"], choices=["json", "stream"])
     parser.add_argument("--latency-ms", type=float, default=20.0, help="Fixed upstream latency.")
+    parser.add_argument(
+        "--arrivals",
+        choices=["together", "staggered"],
+        default="together",
+        help="together: every client starts at once and, against a fixed latency, stays in step (bursts of "
+        "`clients` requests); staggered: client i starts i/clients of one upstream latency late (independent users).",
+    )
     parser.add_argument(
         "--repeat", type=int, default=1, help="Runs per cell; the table shows each column's median (lost: the most)."
     )
@@ -239,7 +252,10 @@ def main() -> None:
         try:
             wait_ready(f"http://127.0.0.1:{up_port}/v1/models", upstream)
             wait_ready(f"http://127.0.0.1:{proxy_port}/health", proxy)
-            print(f"upstream latency {args.latency_ms:g} ms; library of 20 experiences injected; traces in SQLite\n")
+            print(
+                f"upstream latency {args.latency_ms:g} ms; library of 20 experiences injected; traces in SQLite; "
+                f"clients start {args.arrivals}\n"
+            )
             header = "| clients | mode | requests | direct p50 | direct p99 | proxy p50 | proxy p99 | overhead p50 | overhead p99 | proxy req/s | proxy CPU / request | lost |"
             print(header)
             print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
