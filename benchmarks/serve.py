@@ -157,8 +157,8 @@ def one_cell(
 ) -> dict[str, float]:
     """One run of a cell: the requests straight to the upstream, then through the proxy."""
     path = "/v1/chat/completions"
-    shape = {"concurrency": concurrency, "requests": requests, "stream": stream}
-    shape["stagger_s"] = args.latency_ms / 1000 if args.arrivals == "staggered" else 0.0
+    stagger_s = args.latency_ms / 1000 if args.arrivals == "staggered" else 0.0
+    shape = {"concurrency": concurrency, "requests": requests, "stream": stream, "stagger_s": stagger_s}
     direct, lost_direct, _ = asyncio.run(load(f"http://127.0.0.1:{up_port}{path}", **shape))
     cpu_before = proxy_cpu_seconds(proxy_pid)
     profiler = start_profiler(proxy_pid, args.profile) if args.profile else None

@@ -91,9 +91,8 @@ class LlamaCppBackend(Backend):
         draws = 1 if request.sampling.temperature == 0.0 else request.n
         if self._workers is None:
             self._workers = ThreadPoolExecutor(max_workers=self.instances, thread_name_prefix="llamacpp")
-        seeds = self._seeds(request, draws)
+        runs = _contiguous_runs(self._seeds(request, draws), self.instances)
         loop = asyncio.get_running_loop()
-        runs = [seeds[run.start : run.stop] for run in _split(draws, self.instances)]
         workers = self._workers
         parts = await asyncio.gather(*(loop.run_in_executor(workers, self._draw_run, request, run) for run in runs))
         replies = [reply for part in parts for reply in part]
@@ -214,11 +213,11 @@ class LlamaCppBackend(Backend):
             raise MalformedResponseError(f"unexpected reply from llama.cpp: {str(response)[:200]}") from exc
 
 
-def _split(draws: int, instances: int) -> list[range]:
-    """`draws` sample positions as at most `instances` contiguous runs of near-equal length."""
-    runs = min(draws, instances)
-    bounds = [round(draws * i / runs) for i in range(runs + 1)]
-    return [range(bounds[i], bounds[i + 1]) for i in range(runs)]
+def _contiguous_runs(seeds: list[int], instances: int) -> list[list[int]]:
+    """The samples' seeds, in order, as at most `instances` contiguous runs of near-equal length."""
+    runs = min(len(seeds), instances)
+    bounds = [round(len(seeds) * i / runs) for i in range(runs + 1)]
+    return [seeds[bounds[i] : bounds[i + 1]] for i in range(runs)]
 
 
 __all__ = ["LlamaCppBackend"]
