@@ -109,6 +109,7 @@ class Reply:
 class RecordedRequest:
     path: str
     body: dict[str, Any]
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 class FaultServer:
@@ -149,9 +150,9 @@ class FaultServer:
         self._httpd.server_close()
         self._thread.join(timeout=5)
 
-    def _next_reply(self, path: str, body: dict[str, Any]) -> Reply:
+    def _next_reply(self, path: str, body: dict[str, Any], headers: dict[str, str] | None = None) -> Reply:
         with self._lock:
-            self.requests.append(RecordedRequest(path=path, body=body))
+            self.requests.append(RecordedRequest(path=path, body=body, headers=dict(headers or {})))
             decided = self.responder(body) if self.responder is not None else None
             if decided is not None:
                 return decided
@@ -173,7 +174,7 @@ class FaultServer:
                     body = json.loads(raw)
                 except json.JSONDecodeError:
                     body = {"_raw": raw.decode(errors="replace")}
-                reply = server._next_reply(self.path, body)
+                reply = server._next_reply(self.path, body, {k.lower(): v for k, v in self.headers.items()})
                 if reply.delay_s:
                     time.sleep(reply.delay_s)
                 payload = _payload(reply, body)

@@ -233,6 +233,43 @@ async def test_sampling_stop_seed_and_tools_reach_the_server(fault_server):
     assert completion.tool_calls[0]["function"]["name"] == "add"
 
 
+async def test_raw_reply_is_read_like_the_sdk_object(fault_server):
+    """The backend posts through the SDK's raw `client.post` and reads the JSON itself: the key goes as a
+    bearer token, `extra_body` is merged into the body (as the SDK does), tool calls lose their nulls
+    (as `model_dump(exclude_none=True)` did) and cached prompt tokens are read from the raw usage."""
+    reply_body = {
+        "choices": [
+            {
+                "index": 0,
+                "message": {
+                    "role": "assistant",
+                    "content": "x",
+                    "refusal": None,
+                    "tool_calls": [
+                        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}, "extra": None}
+                    ],
+                },
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 2, "prompt_tokens_details": {"cached_tokens": 6}},
+    }
+    fault_server.push(Reply(body=reply_body))
+    backend = OpenAIBackend(
+        "fake-model", base_url=fault_server.base_url, api_key="sk-raw", extra_body={"top_k": 3, "min_p": 0.1}
+    )
+    try:
+        [completion] = await backend.forward(ask())
+    finally:
+        await backend.aclose()
+    request = fault_server.requests[0]
+    assert request.headers["authorization"] == "Bearer sk-raw"
+    assert request.body["top_k"] == 3 and request.body["min_p"] == 0.1 and "extra_body" not in request.body
+    assert completion.text == "x" and completion.finish_reason == "stop"
+    assert completion.tool_calls == [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]
+    assert (completion.usage.prompt_tokens, completion.usage.cached_prompt_tokens) == (10, 6)
+
+
 async def test_client_retries_a_429_after_retry_after_then_succeeds(fault_server):
     """The typed error carries what the client layer needs: one 429, then the scripted success."""
     fault_server.push(Reply(status=429, headers={"Retry-After": "0.2"}), Reply(text="after the wait"))

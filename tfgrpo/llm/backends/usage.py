@@ -42,18 +42,19 @@ def cached_prompt_tokens(usage: Any) -> int:
     `prompt_tokens_details.cached_tokens`; DeepSeek reports `prompt_cache_hit_tokens`; litellm also
     keeps Anthropic's `cache_read_input_tokens`. The first one present wins; none means 0.
     """
-    details = _field(usage, "prompt_tokens_details")
+    details = field(usage, "prompt_tokens_details")
     for value in (
-        _field(details, "cached_tokens"),
-        _field(usage, "prompt_cache_hit_tokens"),
-        _field(usage, "cache_read_input_tokens"),
+        field(details, "cached_tokens"),
+        field(usage, "prompt_cache_hit_tokens"),
+        field(usage, "cache_read_input_tokens"),
     ):
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             return value
     return 0
 
 
-def _field(container: Any, name: str) -> Any:
+def field(container: Any, name: str) -> Any:
+    """`container[name]` of a dict (a raw JSON reply), else the attribute of an SDK object; None if absent."""
     if container is None:
         return None
     if isinstance(container, dict):
@@ -66,4 +67,4 @@ def _field(container: Any, name: str) -> Any:
     return value
 
 
-__all__ = ["cached_prompt_tokens", "share_usage", "split_evenly"]
+__all__ = ["cached_prompt_tokens", "field", "share_usage", "split_evenly"]
