@@ -13,16 +13,17 @@ from rich.console import Console
 from tests.helpers.learn_world import World, write_problems
 from tfgrpo.learn.config import LearnConfig
 from tfgrpo.learn.loop import learn
+from tfgrpo.learn.store_worker import StoreWorker
 from tfgrpo.llm.backends.scripted import ScriptedBackend
 from tfgrpo.llm.factory import build_client
 
 pytestmark = pytest.mark.timeout(180)
 
 
-def run_learn(tmp_path: Path, world: World, pairs: list[tuple[int, int]], **settings):
+def run_learn(tmp_path: Path, world: World, pairs: list[tuple[int, int]], latency_s: float = 0.0, **settings):
     data = write_problems(tmp_path / "train.jsonl", pairs)
     config = LearnConfig(data=str(data), out=str(tmp_path / "run"), llm={"max_retries": 0}, **settings)
-    backend = ScriptedBackend(world.respond)
+    backend = ScriptedBackend(world.respond, latency_s=latency_s)
     client = build_client(config.llm, backends=[backend], cache_path=Path(config.out) / "cache.sqlite")
     return learn(config, client=client, console=Console(file=io.StringIO())), backend
 
@@ -48,3 +49,29 @@ def test_a_one_step_run_from_scratch_never_opens_the_store(tmp_path):
     result, _ = run_learn(tmp_path, World(), [(1, 2), (3, 4)], group_size=2, epochs=1, dedup=True)
     assert result.status == "completed" and len(result.library) == 2
     assert not (tmp_path / "run" / "store").exists()
+
+
+def test_the_store_starts_loading_while_the_first_wave_is_on_the_wire(tmp_path, monkeypatch):
+    """Its cold start uses the network wait of step 1's rollouts, before any reply is produced (not after the
+    first group returns, where its imports would compete with the replies for the GIL)."""
+    world, replies = World(), [0]
+
+    class CountingWorld(World):
+        def respond(self, request, index):
+            replies[0] += 1
+            return world.respond(request, index)
+
+    replies_at_start: list[int] = []
+    original_start = StoreWorker.start
+
+    def start(self: StoreWorker) -> None:
+        if self._future is None:
+            replies_at_start.append(replies[0])
+        original_start(self)
+
+    monkeypatch.setattr(StoreWorker, "start", start)
+    result, _ = run_learn(
+        tmp_path, CountingWorld(), [(1, 2), (3, 4)], latency_s=0.3, group_size=2, batch_size=1, dedup=True
+    )
+    assert result.status == "completed"
+    assert replies_at_start == [0]

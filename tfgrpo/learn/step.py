@@ -163,6 +163,9 @@ class Engine:
     async def rollouts(self, plan: StepPlan, library: Library, label: str) -> list[Group]:
         config = self.config
         injector = await self.stores.injector(library, config.inject)
+        # Dedup needs the store once the library has items (a later step, or a given library); a one-step
+        # run from scratch never loads it.
+        store_due = self.needs_store and bool(len(library) or plan.step < self.steps_planned)
 
         async def one(problem: Problem) -> Group:
             chosen = injector.select(problem.problem)
@@ -179,16 +182,20 @@ class Engine:
                 # each epoch draws fresh samples of a prompt (cache keys include the index); a rerun the same ones
                 sample_offset=(plan.epoch - 1) * config.group_size,
             )
-            if self.needs_store and (len(library) or plan.step < self.steps_planned):
-                # Dedup needs the store once the library has items (a later step, or a given library): it
-                # loads now, with the first wave on the wire (no start-up CPU taken from the first
-                # requests) and long before it is needed; a one-step run from scratch never loads it.
+            if store_due:  # no-op once started (below); here for waves that end before the timer
                 self.stores.start()
             group = Group(problem, experiences, [e.id for e in chosen], rollouts)
             await asyncio.to_thread(assess_group, group, self.reward, config)
             return group
 
-        return await self.tracked(f"{label} · rollouts", [one(p) for p in plan.problems], weight=config.group_size)
+        # The store's cold start begins once the wave's requests are on the wire: its imports then use the
+        # network wait, not the CPU the first requests or the replies need (docs/performance.md).
+        early_start = self.stores.start_after_send() if store_due else None
+        try:
+            return await self.tracked(f"{label} · rollouts", [one(p) for p in plan.problems], weight=config.group_size)
+        finally:
+            if early_start is not None:
+                early_start.cancel()
 
     # -- stage 1: summaries ----------------------------------------------------------------------------
     async def summary_stage(self, label: str, kept: list[Group], counters: StepCounters) -> list[Summary]:
