@@ -40,6 +40,16 @@ def test_cli_start_imports_no_heavy_library():
     assert out == "[]", f"`import tfgrpo.cli.app` loads {out}"
 
 
+def test_learn_reaches_its_first_request_with_nothing_heavy_imported():
+    """The modules `tfgrpo learn` runs before its first request (the start-up path, docs/performance.md) load
+    nothing heavy: the SDK loads when the backend is built, numpy, scipy, the vector store and the math
+    verifier after the first request (in the network wait, or on first use)."""
+    modules = "tfgrpo.cli.app, tfgrpo.learn.loop, tfgrpo.llm.backends.openai_backend, tfgrpo.rollout.sampling"
+    code = f"import sys, {modules}; print(sorted({{m.split('.')[0] for m in sys.modules}} & set({sorted(HEAVY)!r})))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "[]", f"the learn path loads {out} before its first request"
+
+
 def test_every_command_has_help():
     runner = CliRunner()
     for command in ("chat", "learn", "eval", "compare", "score", "library", "export", "import", "finetune"):

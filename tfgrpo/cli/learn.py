@@ -103,11 +103,12 @@ def register(app: typer.Typer) -> None:
 def _learn(settings: LearnConfig, console) -> list:
     """One run, or one per seed; a model error ends with how to resume (completed steps are saved)."""
     from tfgrpo.learn.loop import learn
-    from tfgrpo.learn_seeds import learn_seeds
     from tfgrpo.llm.errors import LLMError
 
     try:
         if settings.seeds > 1:
+            from tfgrpo.learn_seeds import learn_seeds  # numpy: only a multi-seed run needs it
+
             return learn_seeds(settings, settings.seeds, console=console)
         return [learn(settings, console=console)]
     except LLMError as exc:

@@ -24,8 +24,8 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-import numpy as np
-
+# numpy is imported inside the functions that use it: `tfgrpo learn` sends its first request without it
+# (70 ms of start-up, docs/performance.md).
 from tfgrpo.core.answers import CORRECT_THRESHOLD, is_correct, majority_vote
 
 N_BOOTSTRAP = 10_000
@@ -34,6 +34,8 @@ _BOOTSTRAP_BATCH = 2_000
 
 def pass_at_k(n: int, c: int, k: int) -> float:
     """Probability that at least one of k samples drawn without replacement from n (c correct) is correct."""
+    import numpy as np
+
     if not 0 <= c <= n:
         raise ValueError(f"need 0 <= c <= n (got n={n}, c={c})")
     if not 1 <= k <= n:
@@ -54,6 +56,8 @@ def ks_for(max_k: int) -> list[int]:
 
 def mean_at_k(per_problem: Iterable[tuple[int, int]]) -> float:
     """Mean over problems of c/n, from (n, c) pairs."""
+    import numpy as np
+
     fractions = [c / n for n, c in per_problem if n > 0]
     if not fractions:
         raise ValueError("no problem has any sample")
@@ -70,6 +74,8 @@ def bootstrap_ci(
     values: Sequence[float], *, seed: int = 0, n_bootstrap: int = N_BOOTSTRAP, level: float = 0.95
 ) -> list[float]:
     """Percentile bootstrap CI of the mean of `values` (one value per problem), via `scipy.stats.bootstrap`."""
+    import numpy as np
+
     data = np.asarray(values, dtype=np.float64)
     if data.size == 0:
         raise ValueError("no values to bootstrap")
@@ -142,6 +148,8 @@ def aggregate(
     per_problem: Sequence[Mapping[str, Any]], *, seed: int = 0, n_bootstrap: int = N_BOOTSTRAP
 ) -> dict[str, Any]:
     """Mean@K, pass@k, maj@k and the CI from per-problem results (used for a run and for any subset)."""
+    import numpy as np
+
     usable = [p for p in per_problem if p["n"] > 0]
     if not usable:
         raise ValueError("no problem has a scored sample")
@@ -169,6 +177,8 @@ def summarize(
     answer_checker: Callable[[str, str], bool] | None = None,
 ) -> dict[str, Any]:
     """The metrics.json body for one eval run's sample rows (see the module doc for the rules)."""
+    import numpy as np
+
     rows = list(samples)
     per_problem, counters = problem_results(rows, correct_threshold=correct_threshold, answer_checker=answer_checker)
     if not any(p["n"] for p in per_problem):

@@ -16,11 +16,14 @@ the earlier hand-written enumeration.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from tfgrpo.core.metrics import N_BOOTSTRAP, bootstrap_ci
+
+if TYPE_CHECKING:  # numpy itself is imported in the functions (start-up time, see tfgrpo.core.metrics)
+    import numpy as np
 
 N_PERMUTATIONS = 10_000
 EXACT_MAX = 16
@@ -58,6 +61,8 @@ def sign_flip_p_value(
     exact_max: int = EXACT_MAX,
 ) -> tuple[float, str]:
     """Two-sided paired permutation p-value of mean(b − a) and how it was computed."""
+    import numpy as np
+
     diffs = _differences(a, b)
     nonzero = diffs[diffs != 0.0]
     if nonzero.size == 0:
@@ -87,6 +92,8 @@ def sign_flip_p_value(
 
 
 def _absolute_sum(values: np.ndarray, axis: int = -1) -> np.ndarray:
+    import numpy as np
+
     return np.abs(np.sum(values, axis=axis))
 
 
@@ -100,6 +107,8 @@ def compare_paired(
     exact_max: int = EXACT_MAX,
 ) -> PairedComparison:
     """Difference B − A in mean per-problem accuracy, its CI, p-value, and per-problem wins/losses of B."""
+    import numpy as np
+
     diffs = _differences(a, b)
     p_value, method = sign_flip_p_value(a, b, seed=seed, n_permutations=n_permutations, exact_max=exact_max)
     return PairedComparison(
@@ -115,6 +124,8 @@ def compare_paired(
 
 
 def _differences(a: Sequence[float], b: Sequence[float]) -> np.ndarray:
+    import numpy as np
+
     first, second = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     if first.shape != second.shape or first.ndim != 1:
         raise ValueError(f"paired values need two equal-length lists (got {first.shape} and {second.shape})")
