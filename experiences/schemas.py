@@ -14,6 +14,8 @@ parser stays as the second line for backends that cannot.
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -106,8 +108,15 @@ def operations_schema(
     }
 
 
+@functools.cache
+def _generated_schema(option: str) -> dict[str, Any]:
+    """pydantic's schema of one operation model: ~1 ms to generate, asked for by every group and
+    consolidation call, so generated once per process (the models never change)."""
+    return _MODELS[option].model_json_schema()
+
+
 def _operation_schema(option: str, *, ids: list[str], max_chars: int | None) -> dict[str, Any]:
-    generated = _MODELS[option].model_json_schema()
+    generated = copy.deepcopy(_generated_schema(option))  # a copy: what is built from it may be changed
     properties: dict[str, Any] = {}
     for name, spec in generated["properties"].items():
         spec = {key: value for key, value in spec.items() if key not in ("title", "default", "const")}
