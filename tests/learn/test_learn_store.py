@@ -54,12 +54,12 @@ def test_a_one_step_run_from_scratch_never_opens_the_store(tmp_path):
 def test_the_store_starts_loading_while_the_first_wave_is_on_the_wire(tmp_path, monkeypatch):
     """Its cold start uses the network wait of step 1's rollouts, before any reply is produced (not after the
     first group returns, where its imports would compete with the replies for the GIL)."""
-    world, replies = World(), [0]
+    replies = [0]
 
     class CountingWorld(World):
         def respond(self, request, index):
             replies[0] += 1
-            return world.respond(request, index)
+            return super().respond(request, index)
 
     replies_at_start: list[int] = []
     original_start = StoreWorker.start
