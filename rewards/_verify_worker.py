@@ -133,7 +133,11 @@ def main(argv: list[str]) -> None:
     # The parent owns timeouts; math-verify's "timeout disabled" warning is expected, not news.
     logging.getLogger("math_verify").setLevel(logging.ERROR)
     logging.getLogger("latex2sympy2_extended").setLevel(logging.ERROR)
-    _parse("1")  # warm the LaTeX parser once, here, so every forked worker starts warm
+    # Warm math-verify's lazy paths once, here, so every forked worker (and every replacement of a killed
+    # one) starts warm: the LaTeX parser, an equal and an unequal comparison. Cold, a worker's first unequal
+    # comparison takes ~150-180 ms and its first check ~70 ms; warm, ~5 ms (docs/performance.md).
+    slow_equivalent("\\frac{\\sqrt{2}}{2}", "\\sqrt{2}/2")
+    slow_equivalent("x^2+1", "x^2+2")
     control.sendall(READY.encode())
     zygote(control, memory_limit or None)
 

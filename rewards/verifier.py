@@ -12,6 +12,7 @@ Thread-safe: each call checks workers out of a shared queue, so concurrent calle
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import threading
@@ -209,19 +210,37 @@ class Verifier:
             return task.started + self.timeout_s - now
         return min(self.timeout_s - (cpu_now - task.cpu_at_start), wall_left)
 
+    def start_in_background(self) -> None:
+        """Boot the workers on a thread of their own (a no-op once booted): what `MathReward.warm_up` asks for
+        while the first requests of a run are on the wire. A failure is left to the first real check, which
+        retries the start and reports it."""
+
+        def boot() -> None:
+            with contextlib.suppress(Exception):
+                self._prestart()
+
+        if not self._prestarted:
+            threading.Thread(target=boot, name="math-verify-boot", daemon=True).start()
+
     def _prestart(self) -> None:
         """Boot every idle slot at once on first use, so no later call waits for a cold interpreter."""
-        if self._prestarted:
-            return
-        self._prestarted = True
+        with self._lock:
+            if self._prestarted:
+                return
+            self._prestarted = True
         slots = []
         while True:
             try:
                 slots.append(self._idle.get_nowait())
             except queue.Empty:
                 break
-        for slot in slots:
-            self._idle.put(slot if slot is not None else self._start())
+        for index, slot in enumerate(slots):
+            try:
+                self._idle.put(slot if slot is not None else self._start())
+            except BaseException:  # every slot taken out goes back, or a later check would wait forever
+                for rest in slots[index:]:
+                    self._idle.put(rest)
+                raise
 
     def _run(self, pairs: list[tuple[str, str]]) -> list[Verdict]:
         self._prestart()

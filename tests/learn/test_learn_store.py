@@ -1,5 +1,6 @@
 """The vector store in the learn loop: opened in the background only when a step can use it, then used
-for dedup hints and top-k injection from its own thread."""
+for dedup hints and top-k injection from its own thread. Like the math verifier's workers, its cold start
+begins while the first rollouts are on the wire."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from rewards.math import MathReward
 from tests.helpers.learn_world import World, write_problems
 from tfgrpo.learn.config import LearnConfig
 from tfgrpo.learn.loop import learn
@@ -75,3 +77,20 @@ def test_the_store_starts_loading_while_the_first_wave_is_on_the_wire(tmp_path, 
     )
     assert result.status == "completed"
     assert replies_at_start == [0]
+
+
+def test_the_reward_warms_up_with_the_steps_golds_while_the_wave_is_on_the_wire(tmp_path, monkeypatch):
+    replies, warmed = [0], []
+
+    class CountingWorld(World):
+        def respond(self, request, index):
+            replies[0] += 1
+            return super().respond(request, index)
+
+    monkeypatch.setattr(MathReward, "warm_up", lambda self, golds: warmed.append((replies[0], list(golds))))
+    result, _ = run_learn(
+        tmp_path, CountingWorld(), [(1, 2), (3, 4)], latency_s=0.3, group_size=2, batch_size=1, epochs=1
+    )
+    assert result.status == "completed"
+    assert sorted(golds for _, golds in warmed) == [["3"], ["7"]]  # each step's golds
+    assert warmed[0][0] == 0  # the first step's, before any reply

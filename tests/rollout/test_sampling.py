@@ -87,6 +87,36 @@ def test_every_problem_k_times_in_problem_order_scored():
     assert sorted(done) == [(p.id, K) for p in PROBLEMS]
 
 
+def test_the_reward_warms_up_with_the_golds_once_the_requests_are_sent():
+    """The math verifier's cold start overlaps the network wait of eval's (and validation's) wave."""
+    replies, warmed = [0], []
+
+    def counting(request, index):
+        replies[0] += 1
+        return responder(request, index)
+
+    class Recording(type(get_reward("math"))):
+        def warm_up(self, golds):
+            warmed.append((replies[0], list(golds)))
+
+    client = build_client(
+        LLMConfig(max_retries=0), backends=[ScriptedBackend(counting, latency_s=0.3)], cache_path=None
+    )
+    asyncio.run(
+        sample_problems(
+            client,
+            PROBLEMS,
+            prompt=PromptSpec(),
+            experiences_for=lambda problem: "",
+            reward=Recording(),
+            n=2,
+            sampling=SamplingParams(temperature=0.6),
+            tag="eval",
+        )
+    )
+    assert warmed == [(0, [p.answer for p in PROBLEMS])]
+
+
 def test_a_failed_call_is_one_unscored_rollout():
     def flaky(request, index):
         return ServerError("down") if index == 0 else responder(request, index)

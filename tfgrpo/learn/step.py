@@ -38,7 +38,14 @@ from tfgrpo.learn.validation import Validator
 from tfgrpo.llm.client import LLMClient
 from tfgrpo.llm.errors import AllRequestsFailedError
 from tfgrpo.llm.types import SamplingParams
-from tfgrpo.rollout.sampling import PromptSpec, Rollout, gather_all, sample_group
+from tfgrpo.rollout.sampling import (
+    PromptSpec,
+    Rollout,
+    gather_all,
+    sample_group,
+    warm_up_reward,
+    when_wave_sent,
+)
 
 T = TypeVar("T")
 
@@ -188,14 +195,17 @@ class Engine:
             await asyncio.to_thread(assess_group, group, self.reward, config)
             return group
 
-        # The store's cold start begins once the wave's requests are on the wire: its imports then use the
-        # network wait, not the CPU the first requests or the replies need (docs/performance.md).
-        early_start = self.stores.start_after_send() if store_due else None
+        # Cold starts (the store's imports, the math verifier's processes) begin once the wave's requests are on
+        # the wire, so they use the network wait, not the CPU the first requests or the replies need.
+        warming = [warm_up_reward(self.reward, [p.answer for p in plan.problems])]
+        if store_due:
+            warming.append(when_wave_sent(self.stores.start))
         try:
             return await self.tracked(f"{label} · rollouts", [one(p) for p in plan.problems], weight=config.group_size)
         finally:
-            if early_start is not None:
-                early_start.cancel()
+            for handle in warming:
+                if handle is not None:
+                    handle.cancel()
 
     # -- stage 1: summaries ----------------------------------------------------------------------------
     async def summary_stage(self, label: str, kept: list[Group], counters: StepCounters) -> list[Summary]:

@@ -16,11 +16,6 @@ from experiences.model import Library
 from experiences.store import ExperienceStore
 from tfgrpo.rollout.injection import Injector
 
-#: How long after a rollout wave's tasks start the store's cold start begins: by then the wave's requests
-#: are written (a 50-request wave leaves within 2-14 ms on the 2-core machine), so the ~0.7 s of imports runs
-#: in the network wait instead of competing with the replies for the GIL.
-START_AFTER_S = 0.02
-
 
 class StoreWorker:
     def __init__(self, store_dir: Path) -> None:
@@ -36,10 +31,6 @@ class StoreWorker:
             import httpx  # noqa: F401
 
             self._future = self._thread.submit(ExperienceStore.opened_warm, self.store_dir)
-
-    def start_after_send(self) -> asyncio.TimerHandle:
-        """`start()` once the current wave's requests are on the wire; cancel the handle if it ends sooner."""
-        return asyncio.get_running_loop().call_later(START_AFTER_S, self.start)
 
     async def synced(self, library: Library) -> ExperienceStore:
         """The store, in step with `library` (waits for the background load if still running)."""
