@@ -38,14 +38,7 @@ from tfgrpo.learn.validation import Validator
 from tfgrpo.llm.client import LLMClient
 from tfgrpo.llm.errors import AllRequestsFailedError
 from tfgrpo.llm.types import SamplingParams
-from tfgrpo.rollout.sampling import (
-    PromptSpec,
-    Rollout,
-    gather_all,
-    sample_group,
-    warm_up_reward,
-    when_wave_sent,
-)
+from tfgrpo.rollout.sampling import PromptSpec, Rollout, gather_all, sample_group, warming_up
 
 T = TypeVar("T")
 
@@ -197,15 +190,8 @@ class Engine:
 
         # Cold starts (the store's imports, the math verifier's processes) begin once the wave's requests are on
         # the wire, so they use the network wait, not the CPU the first requests or the replies need.
-        warming = [warm_up_reward(self.reward, [p.answer for p in plan.problems])]
-        if store_due:
-            warming.append(when_wave_sent(self.stores.start))
-        try:
+        with warming_up(self.reward, [p.answer for p in plan.problems], *([self.stores.start] if store_due else [])):
             return await self.tracked(f"{label} · rollouts", [one(p) for p in plan.problems], weight=config.group_size)
-        finally:
-            for handle in warming:
-                if handle is not None:
-                    handle.cancel()
 
     # -- stage 1: summaries ----------------------------------------------------------------------------
     async def summary_stage(self, label: str, kept: list[Group], counters: StepCounters) -> list[Summary]:

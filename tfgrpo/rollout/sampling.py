@@ -9,7 +9,8 @@ problem of a set K times, scored against its answer.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterable
+import contextlib
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -177,11 +178,18 @@ def when_wave_sent(callback: Callable[..., Any], *args: Any) -> asyncio.TimerHan
     return asyncio.get_running_loop().call_later(WAVE_SENT_AFTER_S, callback, *args)
 
 
-def warm_up_reward(reward: Any, golds: list[Any]) -> asyncio.TimerHandle | None:
-    """Let `reward` start what scoring `golds` will need (the math verifier's worker processes) once the wave
-    is on the wire; rewards may be plain callables, so the hook is optional."""
+@contextlib.contextmanager
+def warming_up(reward: Any, golds: list[Any], *also: Callable[[], Any]) -> Iterator[None]:
+    """Within the block, `reward.warm_up(golds)` (rewards may be plain callables: the hook is optional) and
+    each of `also` run once the wave being started is on the wire; what has not run when it ends is dropped."""
     warm_up = getattr(reward, "warm_up", None)
-    return when_wave_sent(warm_up, golds) if callable(warm_up) else None
+    handles = [when_wave_sent(warm_up, golds)] if callable(warm_up) else []
+    handles += [when_wave_sent(callback) for callback in also]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.cancel()
 
 
 async def sample_problems(
@@ -213,12 +221,8 @@ async def sample_problems(
             on_problem_done(problem, rollouts)
         return rollouts
 
-    warming = warm_up_reward(reward, [problem.answer for problem in problems])
-    try:
+    with warming_up(reward, [problem.answer for problem in problems]):
         return await gather_all(one(problem) for problem in problems)
-    finally:
-        if warming is not None:
-            warming.cancel()
 
 
 async def gather_all(coroutines: Iterable[Awaitable[T]]) -> list[T]:
