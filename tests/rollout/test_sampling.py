@@ -117,6 +117,29 @@ def test_the_reward_warms_up_with_the_golds_once_the_requests_are_sent():
     assert warmed == [(0, [p.answer for p in PROBLEMS])]
 
 
+def test_a_failing_warm_up_changes_nothing(caplog):
+    class Failing(type(get_reward("math"))):
+        def warm_up(self, golds):
+            raise RuntimeError("warm-up failed")
+
+    backend = ScriptedBackend(responder, latency_s=0.1)
+    client = build_client(LLMConfig(max_retries=0), backends=[backend], cache_path=None)
+    groups = asyncio.run(
+        sample_problems(
+            client,
+            PROBLEMS,
+            prompt=PromptSpec(),
+            experiences_for=lambda problem: "",
+            reward=Failing(),
+            n=K,
+            sampling=SamplingParams(temperature=0.6),
+            tag="eval",
+        )
+    )
+    assert [sum(r.reward == 1.0 for r in g) for g in groups] == [i % K for i in range(len(PROBLEMS))]
+    assert not [r for r in caplog.records if r.name == "asyncio"]  # no "Exception in callback" traceback
+
+
 def test_a_failed_call_is_one_unscored_rollout():
     def flaky(request, index):
         return ServerError("down") if index == 0 else responder(request, index)

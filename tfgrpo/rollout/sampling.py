@@ -181,15 +181,21 @@ def when_wave_sent(callback: Callable[..., Any], *args: Any) -> asyncio.TimerHan
 @contextlib.contextmanager
 def warming_up(reward: Any, golds: list[Any], *also: Callable[[], Any]) -> Iterator[None]:
     """Within the block, `reward.warm_up(golds)` (rewards may be plain callables: the hook is optional) and
-    each of `also` run once the wave being started is on the wire; what has not run when it ends is dropped."""
+    each of `also` run once the wave being started is on the wire; what has not run when it ends is dropped.
+    A warm-up is best effort: one that fails is silent here, and the real use retries it and reports."""
     warm_up = getattr(reward, "warm_up", None)
-    handles = [when_wave_sent(warm_up, golds)] if callable(warm_up) else []
-    handles += [when_wave_sent(callback) for callback in also]
+    handles = [when_wave_sent(_quietly, warm_up, golds)] if callable(warm_up) else []
+    handles += [when_wave_sent(_quietly, callback) for callback in also]
     try:
         yield
     finally:
         for handle in handles:
             handle.cancel()
+
+
+def _quietly(callback: Callable[..., Any], *args: Any) -> None:
+    with contextlib.suppress(Exception):
+        callback(*args)
 
 
 async def sample_problems(
