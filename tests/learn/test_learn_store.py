@@ -30,6 +30,16 @@ def run_learn(tmp_path: Path, world: World, pairs: list[tuple[int, int]], latenc
     return learn(config, client=client, console=Console(file=io.StringIO())), backend
 
 
+class CountingWorld(World):
+    """Counts the replies it has produced (the scripted backend asks for one when its latency has passed)."""
+
+    replies = 0
+
+    def respond(self, request, index):
+        self.replies += 1
+        return super().respond(request, index)
+
+
 def rollout_requests(backend: ScriptedBackend):
     return [r for r in backend.calls if r.tag == "rollout"]
 
@@ -56,41 +66,24 @@ def test_a_one_step_run_from_scratch_never_opens_the_store(tmp_path):
 def test_the_store_starts_loading_while_the_first_wave_is_on_the_wire(tmp_path, monkeypatch):
     """Its cold start uses the network wait of step 1's rollouts, before any reply is produced (not after the
     first group returns, where its imports would compete with the replies for the GIL)."""
-    replies = [0]
-
-    class CountingWorld(World):
-        def respond(self, request, index):
-            replies[0] += 1
-            return super().respond(request, index)
-
-    replies_at_start: list[int] = []
+    world, replies_at_start = CountingWorld(), []
     original_start = StoreWorker.start
 
     def start(self: StoreWorker) -> None:
         if self._future is None:
-            replies_at_start.append(replies[0])
+            replies_at_start.append(world.replies)
         original_start(self)
 
     monkeypatch.setattr(StoreWorker, "start", start)
-    result, _ = run_learn(
-        tmp_path, CountingWorld(), [(1, 2), (3, 4)], latency_s=0.3, group_size=2, batch_size=1, dedup=True
-    )
+    result, _ = run_learn(tmp_path, world, [(1, 2), (3, 4)], latency_s=0.3, group_size=2, batch_size=1, dedup=True)
     assert result.status == "completed"
     assert replies_at_start == [0]
 
 
 def test_the_reward_warms_up_with_the_steps_golds_while_the_wave_is_on_the_wire(tmp_path, monkeypatch):
-    replies, warmed = [0], []
-
-    class CountingWorld(World):
-        def respond(self, request, index):
-            replies[0] += 1
-            return super().respond(request, index)
-
-    monkeypatch.setattr(MathReward, "warm_up", lambda self, golds: warmed.append((replies[0], list(golds))))
-    result, _ = run_learn(
-        tmp_path, CountingWorld(), [(1, 2), (3, 4)], latency_s=0.3, group_size=2, batch_size=1, epochs=1
-    )
+    world, warmed = CountingWorld(), []
+    monkeypatch.setattr(MathReward, "warm_up", lambda self, golds: warmed.append((world.replies, list(golds))))
+    result, _ = run_learn(tmp_path, world, [(1, 2), (3, 4)], latency_s=0.3, group_size=2, batch_size=1, epochs=1)
     assert result.status == "completed"
     assert sorted(golds for _, golds in warmed) == [["3"], ["7"]]  # each step's golds
     assert warmed[0][0] == 0  # the first step's, before any reply

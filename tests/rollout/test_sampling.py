@@ -43,6 +43,24 @@ def responder(request, index):
     return f"so \\boxed{{{number if right else -1}}}"
 
 
+def sample(backend, reward, *, problems=PROBLEMS, n=K, sampling=None, **options):
+    """`sample_problems` of `problems` through `backend`, no library, as eval runs it."""
+    client = build_client(LLMConfig(max_retries=0), backends=[backend], cache_path=None)
+    return asyncio.run(
+        sample_problems(
+            client,
+            problems,
+            prompt=PromptSpec(),
+            experiences_for=lambda problem: "",
+            reward=reward,
+            n=n,
+            sampling=sampling or SamplingParams(temperature=0.6),
+            tag="eval",
+            **options,
+        )
+    )
+
+
 def write_problems(path):
     path.write_text(
         "".join(json.dumps({"id": p.id, "problem": p.problem, "answer": p.answer}) + "\n" for p in PROBLEMS)
@@ -65,21 +83,11 @@ def spy_on_sample_problems(monkeypatch):
 
 
 def test_every_problem_k_times_in_problem_order_scored():
-    backend = ScriptedBackend(responder, latency_s=0.001)
-    client = build_client(LLMConfig(max_retries=0), backends=[backend], cache_path=None)
     done = []
-    groups = asyncio.run(
-        sample_problems(
-            client,
-            PROBLEMS,
-            prompt=PromptSpec(),
-            experiences_for=lambda problem: "",
-            reward=get_reward("math"),
-            n=K,
-            sampling=SamplingParams(temperature=0.6),
-            tag="eval",
-            on_problem_done=lambda problem, rollouts: done.append((problem.id, len(rollouts))),
-        )
+    groups = sample(
+        ScriptedBackend(responder, latency_s=0.001),
+        get_reward("math"),
+        on_problem_done=lambda problem, rollouts: done.append((problem.id, len(rollouts))),
     )
     assert [g[0].query_id for g in groups] == [p.id for p in PROBLEMS]  # problem order, not completion order
     assert [[r.sample for r in g] for g in groups] == [list(range(K))] * len(PROBLEMS)
@@ -99,21 +107,7 @@ def test_the_reward_warms_up_with_the_golds_once_the_requests_are_sent():
         def warm_up(self, golds):
             warmed.append((replies[0], list(golds)))
 
-    client = build_client(
-        LLMConfig(max_retries=0), backends=[ScriptedBackend(counting, latency_s=0.3)], cache_path=None
-    )
-    asyncio.run(
-        sample_problems(
-            client,
-            PROBLEMS,
-            prompt=PromptSpec(),
-            experiences_for=lambda problem: "",
-            reward=Recording(),
-            n=2,
-            sampling=SamplingParams(temperature=0.6),
-            tag="eval",
-        )
-    )
+    sample(ScriptedBackend(counting, latency_s=0.3), Recording(), n=2)
     assert warmed == [(0, [p.answer for p in PROBLEMS])]
 
 
@@ -122,20 +116,7 @@ def test_a_failing_warm_up_changes_nothing(caplog):
         def warm_up(self, golds):
             raise RuntimeError("warm-up failed")
 
-    backend = ScriptedBackend(responder, latency_s=0.1)
-    client = build_client(LLMConfig(max_retries=0), backends=[backend], cache_path=None)
-    groups = asyncio.run(
-        sample_problems(
-            client,
-            PROBLEMS,
-            prompt=PromptSpec(),
-            experiences_for=lambda problem: "",
-            reward=Failing(),
-            n=K,
-            sampling=SamplingParams(temperature=0.6),
-            tag="eval",
-        )
-    )
+    groups = sample(ScriptedBackend(responder, latency_s=0.1), Failing())
     assert [sum(r.reward == 1.0 for r in g) for g in groups] == [i % K for i in range(len(PROBLEMS))]
     assert not [r for r in caplog.records if r.name == "asyncio"]  # no "Exception in callback" traceback
 
@@ -144,19 +125,7 @@ def test_a_failed_call_is_one_unscored_rollout():
     def flaky(request, index):
         return ServerError("down") if index == 0 else responder(request, index)
 
-    client = build_client(LLMConfig(max_retries=0), backends=[ScriptedBackend(flaky)], cache_path=None)
-    groups = asyncio.run(
-        sample_problems(
-            client,
-            PROBLEMS[:2],
-            prompt=PromptSpec(),
-            experiences_for=lambda problem: "",
-            reward=get_reward("math"),
-            n=K,
-            sampling=SamplingParams(),
-            tag="eval",
-        )
-    )
+    groups = sample(ScriptedBackend(flaky), get_reward("math"), problems=PROBLEMS[:2], sampling=SamplingParams())
     for group in groups:
         assert group[0].error and group[0].reward is None
         assert all(r.ok and r.reward is not None for r in group[1:])
