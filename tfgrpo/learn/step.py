@@ -38,7 +38,8 @@ from tfgrpo.learn.validation import Validator
 from tfgrpo.llm.client import LLMClient
 from tfgrpo.llm.errors import AllRequestsFailedError
 from tfgrpo.llm.types import SamplingParams
-from tfgrpo.rollout.sampling import PromptSpec, Rollout, gather_all, sample_group, warming_up
+from tfgrpo.rollout.sampling import PromptSpec, Rollout, gather_all, sample_group
+from tfgrpo.rollout.warmup import warming_up
 
 T = TypeVar("T")
 

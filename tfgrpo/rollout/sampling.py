@@ -9,8 +9,7 @@ problem of a set K times, scored against its answer.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -20,6 +19,7 @@ from tfgrpo.llm.client import LLMClient
 from tfgrpo.llm.errors import PER_REQUEST_FAILURES, BudgetExceededError
 from tfgrpo.llm.types import SamplingParams
 from tfgrpo.prompts import render_prompt
+from tfgrpo.rollout.warmup import warming_up
 
 
 @dataclass
@@ -165,37 +165,6 @@ def score_group(reward: Any, rollouts: list[Rollout], gold: str | None, columns:
         rollout.reward = score.value
         rollout.extracted = score.extracted
         rollout.reason = score.reason
-
-
-#: How long after a wave's tasks start its requests are on the wire (a 50-request wave leaves within 2-14 ms
-#: on the 2-core machine): a cold start scheduled this late runs in the network wait, instead of taking the
-#: CPU (or the GIL) from the first requests or from the replies (docs/performance.md).
-WAVE_SENT_AFTER_S = 0.02
-
-
-def when_wave_sent(callback: Callable[..., Any], *args: Any) -> asyncio.TimerHandle:
-    """Call `callback(*args)` on the event loop once the wave being started is on the wire."""
-    return asyncio.get_running_loop().call_later(WAVE_SENT_AFTER_S, callback, *args)
-
-
-@contextlib.contextmanager
-def warming_up(reward: Any, golds: list[Any], *also: Callable[[], Any]) -> Iterator[None]:
-    """Within the block, `reward.warm_up(golds)` (rewards may be plain callables: the hook is optional) and
-    each of `also` run once the wave being started is on the wire; what has not run when it ends is dropped.
-    A warm-up is best effort: one that fails is silent here, and the real use retries it and reports."""
-    warm_up = getattr(reward, "warm_up", None)
-    handles = [when_wave_sent(_quietly, warm_up, golds)] if callable(warm_up) else []
-    handles += [when_wave_sent(_quietly, callback) for callback in also]
-    try:
-        yield
-    finally:
-        for handle in handles:
-            handle.cancel()
-
-
-def _quietly(callback: Callable[..., Any], *args: Any) -> None:
-    with contextlib.suppress(Exception):
-        callback(*args)
 
 
 async def sample_problems(
