@@ -183,7 +183,7 @@ class Engine:
                 # each epoch draws fresh samples of a prompt (cache keys include the index); a rerun the same ones
                 sample_offset=(plan.epoch - 1) * config.group_size,
             )
-            if store_due:  # no-op once started (below); here for waves that end before the timer
+            if store_due:  # no-op once started (below); here for waves that end before the warm-ups run
                 self.stores.start()
             group = Group(problem, experiences, [e.id for e in chosen], rollouts)
             await asyncio.to_thread(assess_group, group, self.reward, config)
