@@ -21,18 +21,26 @@ from tfgrpo.llm.errors import BackendUnavailableError
 pytestmark = pytest.mark.timeout(120)
 
 
+async def group_operations(client: LLMClient, question: str, library: Library | None = None):
+    """One group-stage operations request for `question`, as the engine sends it (greedy, 32-word lessons)."""
+    return await request_operations(
+        client,
+        [{"role": "user", "content": question}],
+        library=library if library is not None else Library(),
+        sampling=GREEDY,
+        tag="group",
+        max_words=32,
+    )
+
+
 async def test_a_server_refusing_response_format_is_used_without_it_from_then_on(fault_server):
     fault_server.responder = refusing({"json_schema", "json_object"})
     client = LLMClient(OpenAIBackend("m", base_url=fault_server.base_url), max_retries=0)
     library = Library()
     try:
-        first = await request_operations(
-            client, [{"role": "user", "content": "a"}], library=library, sampling=GREEDY, tag="group", max_words=32
-        )
+        first = await group_operations(client, "a", library)
         calls_after_first = len(fault_server.requests)
-        second = await request_operations(
-            client, [{"role": "user", "content": "b"}], library=library, sampling=GREEDY, tag="group", max_words=32
-        )
+        second = await group_operations(client, "b", library)
     finally:
         await client.aclose()
     assert len(first.operations) == 1 and not first.lost and not first.enforced  # the parser took over
@@ -52,14 +60,7 @@ async def test_a_server_with_json_mode_only_gets_json_object(fault_server):
     client = LLMClient(backend, max_retries=0)
     try:
         for question in ("a", "b"):
-            reply = await request_operations(
-                client,
-                [{"role": "user", "content": question}],
-                library=Library(),
-                sampling=GREEDY,
-                tag="group",
-                max_words=32,
-            )
+            reply = await group_operations(client, question)
             assert reply.enforced and reply.strict and len(reply.operations) == 1
     finally:
         await client.aclose()
@@ -86,9 +87,7 @@ async def test_a_500_naming_response_format_counts_as_a_refusal(fault_server):
     fault_server.responder = respond
     client = LLMClient(OpenAIBackend("m", base_url=fault_server.base_url), max_retries=3, backoff_initial_s=0.01)
     try:
-        reply = await request_operations(
-            client, [{"role": "user", "content": "a"}], library=Library(), sampling=GREEDY, tag="group", max_words=32
-        )
+        reply = await group_operations(client, "a")
     finally:
         await client.aclose()
     assert reply.enforced and reply.strict and len(fault_server.requests) == 2  # no blind retries of the 500
@@ -98,9 +97,7 @@ async def test_structured_output_off_sends_no_schema_and_on_refuses_a_backend_wi
     fault_server.responder = refusing(set())
     client = LLMClient(OpenAIBackend("m", base_url=fault_server.base_url), max_retries=0, structured_output="off")
     try:
-        reply = await request_operations(
-            client, [{"role": "user", "content": "a"}], library=Library(), sampling=GREEDY, tag="group", max_words=32
-        )
+        reply = await group_operations(client, "a")
     finally:
         await client.aclose()
     assert "response_format" not in fault_server.requests[0].body and len(reply.operations) == 1 and not reply.strict
@@ -171,19 +168,7 @@ async def test_concurrent_refusals_do_not_skip_a_response_format_form(fault_serv
     backend = OpenAIBackend("m", base_url=fault_server.base_url)
     client = LLMClient(backend, max_retries=0)
     try:
-        await asyncio.gather(
-            *[
-                request_operations(
-                    client,
-                    [{"role": "user", "content": q}],
-                    library=Library(),
-                    sampling=GREEDY,
-                    tag="group",
-                    max_words=32,
-                )
-                for q in "abcd"
-            ]
-        )
+        await asyncio.gather(*[group_operations(client, q) for q in "abcd"])
     finally:
         await client.aclose()
     accepted = [

@@ -11,23 +11,13 @@ import pytest
 
 from rewards.verdict import verdict_schema
 from tests.helpers.servers import Reply
+from tests.helpers.structured import completion_carrying
 from tfgrpo.learn.metrics import judge_reply_counts
 from tfgrpo.llm.backends.openai_backend import OpenAIBackend
 from tfgrpo.llm.client import LLMClient
 from tfgrpo.rollout.scoring import background_loop, build_reward
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def _completion(text: str) -> dict:
-    return {
-        "id": "c",
-        "object": "chat.completion",
-        "created": 0,
-        "model": "m",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 5, "completion_tokens": 5, "total_tokens": 10},
-    }
 
 
 def grading_server(request_body: dict) -> Reply:
@@ -38,10 +28,10 @@ def grading_server(request_body: dict) -> Reply:
         return Reply(status=400, body={"error": {"message": "response_format missing or wrong", "type": "invalid"}})
     prompt = request_body["messages"][1]["content"]
     if len(request_body["messages"]) > 2:
-        return Reply(body=_completion(json.dumps({"reasoning": "Lyon is not Paris.", "verdict": "INCORRECT"})))
+        return Reply(body=completion_carrying(json.dumps({"reasoning": "Lyon is not Paris.", "verdict": "INCORRECT"})))
     if "Response:\nParis" in prompt:
-        return Reply(body=_completion(json.dumps({"reasoning": "Same city.", "verdict": "CORRECT"})))
-    return Reply(body=_completion('{"reasoning": "Lyon is not'))  # cut off: nothing to read
+        return Reply(body=completion_carrying(json.dumps({"reasoning": "Same city.", "verdict": "CORRECT"})))
+    return Reply(body=completion_carrying('{"reasoning": "Lyon is not'))  # cut off: nothing to read
 
 
 def test_judge_sends_its_schema_and_counts_every_verdict(fault_server):
@@ -68,7 +58,7 @@ def test_a_server_refusing_the_schema_falls_back_and_the_parser_reads_the_verdic
     def respond(body: dict) -> Reply:
         if "response_format" in body:
             return Reply(status=400, body={"error": {"message": "Unsupported parameter: response_format"}})
-        return Reply(body=_completion("Same city.\nVERDICT: CORRECT"))
+        return Reply(body=completion_carrying("Same city.\nVERDICT: CORRECT"))
 
     fault_server.responder = respond
     client = LLMClient(OpenAIBackend("m", base_url=fault_server.base_url), max_retries=0)
