@@ -19,7 +19,7 @@ import sys
 from multiprocessing.connection import Connection
 
 from math_verify import parse, verify
-from sympy import Basic, MatrixBase
+from sympy import Basic, I, MatrixBase
 
 from rewards.verify_processes import READY
 
@@ -37,9 +37,27 @@ def slow_equivalent(gold: str, pred: str) -> tuple[bool | None, str]:
     pred_parsed = _parse(pred)
     if not pred_parsed:
         return False, "answer could not be parsed as math"
+    if _mentions_i(gold_parsed) or _mentions_i(pred_parsed):
+        # math-verify reads `i` as a plain symbol (`i^2` would not be -1); in a final answer it is the
+        # imaginary unit, on both sides alike.
+        gold_parsed, pred_parsed = _imaginary(gold_parsed), _imaginary(pred_parsed)
     if verify(gold_parsed, pred_parsed, timeout_seconds=None):
         return True, "equivalent"
     return False, "not equivalent"
+
+
+def _mentions_i(parsed: list) -> bool:
+    return any(isinstance(item, Basic) and any(s.name == "i" for s in item.free_symbols) for item in parsed)
+
+
+def _imaginary(parsed: list) -> list:
+    """Every symbol named `i` replaced by sympy's imaginary unit (the string forms stay as they are)."""
+    out = []
+    for item in parsed:
+        if isinstance(item, Basic):
+            item = item.subs({s: I for s in item.free_symbols if s.name == "i"})
+        out.append(item)
+    return out
 
 
 def _parse(answer: str) -> list:

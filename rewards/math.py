@@ -7,16 +7,20 @@ hostile answer costs at most about `timeout_s` and never blocks a thread or an e
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
 from rewards.base import Reward, Score, column, completion_text
-from rewards.extraction import Source, extract_answer, extract_with_source, last_boxed
+from rewards.extraction import Source, all_boxes, extract_answer, extract_with_source, is_bare_answer
 from rewards.normalize import as_fraction, canonical_integer, fast_equivalent
 from rewards.verifier import Verdict, Verifier, shared_verifier
 from tfgrpo.core.answers import normalize_answer
 
 _SHOWN = 60  # characters of an answer quoted in a reason
+# math-verify drops primes (`E'` parses as `E`), so a prime that one side has and the other lacks decides alone.
+_PRIMES = re.compile(r"'+|\\prime")
+WORKED_SOLUTION_CHARS = 80  # a longer reference with prose is a worked solution, not an answer
 MAX_VERIFIED_CHARS = 10_000  # longer answers that are not plain numbers score 0 without a worker
 
 
@@ -26,12 +30,16 @@ def _short(text: str) -> str:
 
 
 def gold_answer(gold: Any) -> str | None:
-    """The reference as a string; a worked solution with a `\\boxed{}` is reduced to its boxed answer."""
+    """The reference as a string. A reference with boxes is reduced to them, every distinct box kept
+    (`\\boxed{1} and \\boxed{-2}` is the answer `1, -2`); a worked solution without one is read like a
+    completion (its answer line, else the formula it ends on); a short answer is kept as it is."""
     if gold is None:
         return None
     text = str(gold).strip()
     if "\\boxed" in text or "\\fbox" in text:
-        text = last_boxed(text) or text
+        text = all_boxes(text) or text
+    elif len(text) > WORKED_SOLUTION_CHARS and not is_bare_answer(text):
+        text = extract_answer(text) or text
     return text or None
 
 
@@ -65,7 +73,9 @@ def _compare(pairs: Sequence[tuple[str, str]], verifier: Verifier) -> list[Verdi
     for index, (gold, pred) in enumerate(pairs):
         gold_n, pred_n = normalize_answer(gold), normalize_answer(pred)
         decided = fast_equivalent(gold_n, pred_n)
-        if decided is None and len(pred_n) > MAX_VERIFIED_CHARS:
+        if decided is None and _PRIMES.findall(gold_n) != _PRIMES.findall(pred_n):
+            verdicts.append(Verdict(False, "not equivalent (primes differ)"))
+        elif decided is None and len(pred_n) > MAX_VERIFIED_CHARS:
             # No real final answer is this long; sympy would only burn the whole budget on it.
             verdicts.append(Verdict(False, f"answer too long to verify ({len(pred_n)} characters)"))
         elif decided is None:
@@ -143,8 +153,11 @@ def _needs_verifier(gold: Any) -> bool:
     return canonical_integer(normalized) is None and as_fraction(normalized) is None
 
 
+_WHERE = {"boxed": "boxed", "answer_line": "stated", "whole": "whole", "last_expression": "last"}
+
+
 def _score(verdict: Verdict, gold: str, pred: str, source: str) -> Score:
-    where = {"boxed": "boxed", "answer_line": "stated", "last_expression": "last"}.get(source, source)
+    where = _WHERE.get(source, source)
     if verdict.timed_out:
         return Score(0.0, pred, f"wrong: checking the {where} answer {_short(pred)} {verdict.reason}")
     if verdict.equal is None:

@@ -23,6 +23,7 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from fractions import Fraction
 from typing import Literal
 
@@ -30,17 +31,31 @@ CORRECT_THRESHOLD = 0.5
 
 # A whole answer wrapped in one of these is unwrapped: `\text{5}` is 5.
 _WRAPPERS = re.compile(r"^\\(?:text|textbf|textrm|mathrm|mathbf|mbox|operatorname)\s*\{(?P<body>[^{}]*)\}$")
-_THIN_SPACE_THOUSANDS = re.compile(r"(?<=\d)\\,(?=\d{3}(?!\d))")
-_SPACING = re.compile(r"\\[,;:! ]|\\quad|\\qquad|~")
+# Thousands separators LaTeX writes: `1\,000`, `11,\!111`, `11,\! 111`.
+_LATEX_THOUSANDS = re.compile(r"(?<=\d)(?:\\,|,\\!\s*)(?=\d{3}(?!\d))")
+# A spacing command becomes a space; `\\` (a row or line break) is a token of its own and is kept whole.
+_SPACING = re.compile(r"\\\\|\\[,;:! ]|\\quad|\\qquad|~")
 _LEFT_RIGHT = re.compile(r"\\(?:left|right)(?=[()\[\]|.]|\\[{}|])")
 _DEGREES = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|°|\\degree")
+_TRIG = re.compile(r"\\(?:sin|cos|tan|sec|csc|cot)\b")
+_APPROX = re.compile(r"\\approx|≈")
+_LONE_NAME = re.compile(r"^(?:[A-Za-z]|\\[A-Za-z]+)(?:_\{?\w+\}?)?$")
+# `2.3148 \times 10^{-3}`, `3\cdot10^5`, `2.5e-3`: a decimal in scientific notation.
+_SCIENTIFIC = re.compile(
+    r"^(?P<mantissa>[+-]?(?:\d+(?:\.\d*)?|\.\d+))\s*(?:(?:\\times|\\cdot|\*)\s*10\s*\^\s*\{?\s*(?P<exp>[+-]?\d{1,3})\s*\}?"
+    r"|[eE](?P<exp2>[+-]?\d{1,3}))$"
+)
+_MIXED_NUMBER = re.compile(
+    r"^(?P<sign>[+-]?)(?P<whole>\d+)(?:\s+(?P<num>\d+)\s*/\s*(?P<den>\d+)|\s*\\[dt]?frac\s*\{(?P<num2>\d+)\}\s*\{(?P<den2>\d+)\})$"
+)
 _CURRENCY = re.compile(r"^(?:\\\$|\$|USD\s*|€|£)\s*|\s*(?:\\\$|USD|€|£)$")
 _PERCENT = re.compile(r"\s*\\?%$")
 # Trailing unit words after a number: `10 cm`, `5 \text{ dollars}`, `3 apples`; one-letter words are algebra.
 _NUMBER_THEN_UNITS = re.compile(
-    r"^(?P<number>[+-]?[\d.,/]+)\s*(?:(?:\\text|\\mbox|\\mathrm)\s*\{\s*[A-Za-z][A-Za-z .^\d]*\}|[A-Za-z]{2,}\.?|\s)+$"
+    r"^(?P<number>[+-]?[\d.,/]+)\s*(?:(?:\\text|\\mbox|\\mathrm)\s*\{\s*[A-Za-z][A-Za-z .^\d]*\}(?:\^\{?\d\}?)?"
+    r"|[A-Za-z]{2,}\.?(?:\^\{?\d\}?)?|[A-Za-z]{1,2}[²³]|\s)+$"
 )
-_THOUSANDS = re.compile(r"^[+-]?\d{1,3}(?:(?:,|\{,\}|\\,)\d{3})+(?:\.\d+)?$")
+_THOUSANDS = re.compile(r"^[+-]?\d{1,3}(?:(?:,|\{,\}|\\,| )\d{3})+(?:\.\d+)?$")
 _INTEGER = re.compile(r"^[+-]?\d+$")
 _DECIMAL = re.compile(r"^[+-]?(?:\d+\.\d*|\.\d+)$")
 _SLASH_FRACTION = re.compile(r"^(?P<sign>[+-]?)(?P<num>\d+)\s*/\s*(?P<den>\d+)$")
@@ -53,13 +68,18 @@ MAX_FAST_DIGITS = 4000  # beyond this, Fraction(...) would trip Python's int-str
 
 def normalize_answer(answer: str) -> str:
     """Strip presentation that never changes the value: math delimiters, spacing, `\\text{}` wrappers,
-    `\\left`/`\\right`, degrees, currency, a trailing period, unit words after a number, `\\dfrac`."""
+    `\\left`/`\\right`, degrees, currency, a trailing period, unit words after a number, `\\dfrac`.
+
+    LaTeX structure is kept: a `\\\\` row break is never touched (a column vector stays a column vector)."""
     text = answer.strip()
+    if text.endswith("\\") and not text.endswith("\\\\"):
+        text = text[:-1].rstrip()  # a lone trailing backslash is a typo, not a command
     for _ in range(3):  # wrappers can nest ($\text{5}$); a few rounds cover real answers
         before = text
         text = _strip_delimiters(text)
-        text = _THIN_SPACE_THOUSANDS.sub("", text)  # 1\,000 is one thousand, not "1 000"
-        text = _SPACING.sub(" ", text).strip()
+        text = _exact_side(text)
+        text = _LATEX_THOUSANDS.sub("", text)  # 1\,000 and 1,\!000 are one thousand, not "1 000"
+        text = _SPACING.sub(lambda m: m.group() if m.group() == "\\\\" else " ", text).strip()
         match = _WRAPPERS.match(text)
         if match:
             text = match.group("body").strip()
@@ -68,7 +88,11 @@ def normalize_answer(answer: str) -> str:
             break
     text = _LEFT_RIGHT.sub("", text)
     text = text.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
-    text = _DEGREES.sub("", text).strip()
+    text = text.replace("\\mathrm{e}", "e").replace("\\mathrm{i}", "i")
+    # A degree sign is a unit on a plain angle (`90^\\circ` is 90), but inside a trig function it is the
+    # argument's scale: `\\sin(90^\\circ - x)` is cos x, not sin(90 - x).
+    radians = "\\cdot\\frac{\\pi}{180}" if _TRIG.search(text) else ""
+    text = _DEGREES.sub(lambda _: radians, text).strip()
     text = _CURRENCY.sub("", text).strip()
     # A percent sign is a unit: 25\% is 25 (never also 0.25), so one gold cannot match two different numbers.
     text = _PERCENT.sub("", text).strip()
@@ -76,8 +100,26 @@ def normalize_answer(answer: str) -> str:
     if units:
         text = units.group("number")
     if _THOUSANDS.match(text):
-        text = text.replace("{,}", "").replace("\\,", "").replace(",", "")
-    return text
+        text = text.replace("{,}", "").replace("\\,", "").replace(",", "").replace(" ", "")
+    return _plain_decimal(text)
+
+
+def _exact_side(text: str) -> str:
+    """`\\frac{\\sqrt3}{3} \\approx 0.577` is its exact value; `x \\approx 11` is its approximation (a lone name)."""
+    match = _APPROX.search(text)
+    if match is None:
+        return text
+    left, right = text[: match.start()].strip(), text[match.end() :].strip()
+    return right if _LONE_NAME.match(left) else left
+
+
+def _plain_decimal(text: str) -> str:
+    """`2.3148 \\times 10^{-3}` -> `0.0023148` (exact: the decimal point moves, nothing is rounded)."""
+    match = _SCIENTIFIC.match(text)
+    if match is None or (match.group("exp") is None and match.group("exp2") is None):
+        return text
+    value = Decimal(match.group("mantissa")).scaleb(int(match.group("exp") or match.group("exp2")))
+    return format(value, "f")
 
 
 def _strip_delimiters(text: str) -> str:
@@ -104,6 +146,13 @@ def as_fraction(text: str) -> tuple[Fraction, bool] | None:
         return Fraction(int(text)), True
     if _DECIMAL.match(text):
         return Fraction(text), False
+    mixed = _MIXED_NUMBER.match(text)
+    if mixed:  # `1 1/2` and `1\\frac{1}{2}` are one and a half
+        num, den = int(mixed.group("num") or mixed.group("num2")), int(mixed.group("den") or mixed.group("den2"))
+        if den == 0:
+            return None
+        value = int(mixed.group("whole")) + Fraction(num, den)
+        return (-value if mixed.group("sign") == "-" else value), True
     match = _SLASH_FRACTION.match(text) or _LATEX_FRACTION.match(text)
     if match:
         groups = match.groupdict()
