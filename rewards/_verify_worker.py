@@ -19,7 +19,7 @@ import sys
 from multiprocessing.connection import Connection
 
 from math_verify import parse, verify
-from sympy import Basic, I, MatrixBase
+from sympy import Basic, Expr, Float, I, MatrixBase
 
 from rewards.verify_processes import READY
 
@@ -42,6 +42,8 @@ def slow_equivalent(gold: str, pred: str) -> tuple[bool | None, str]:
         # imaginary unit, on both sides alike.
         gold_parsed, pred_parsed = _imaginary(gold_parsed), _imaginary(pred_parsed)
     if verify(gold_parsed, pred_parsed, timeout_seconds=None):
+        if _exact_numbers_differ(gold_parsed, pred_parsed):
+            return False, "not equivalent (exact values differ beyond math-verify's rounding)"
         return True, "equivalent"
     return False, "not equivalent"
 
@@ -58,6 +60,30 @@ def _imaginary(parsed: list) -> list:
             item = item.subs({s: I for s in item.free_symbols if s.name == "i"})
         out.append(item)
     return out
+
+
+EXACT_DIGITS = 40  # significant digits an exact comparison evaluates to
+
+
+def _exact_numbers_differ(gold_parsed: list, pred_parsed: list) -> bool:
+    """math-verify rounds numbers to 6 decimals, so 1/2004! "equals" 1/2005! (both round to 0). When both
+    answers are exact numbers (no decimal was written, no symbol), they must agree to EXACT_DIGITS significant
+    digits; a written decimal keeps the documented rounding."""
+    gold, pred = _exact_number(gold_parsed), _exact_number(pred_parsed)
+    if gold is None or pred is None:
+        return False
+    gold_value, pred_value = gold.evalf(EXACT_DIGITS), pred.evalf(EXACT_DIGITS)
+    scale = max(abs(gold_value), abs(pred_value))
+    if not (scale.is_number and scale.is_finite) or scale == 0:
+        return False
+    return bool(abs(gold_value - pred_value) > scale * 10 ** (5 - EXACT_DIGITS))
+
+
+def _exact_number(parsed: list) -> Expr | None:
+    first = parsed[0] if parsed else None
+    if not isinstance(first, Expr) or first.free_symbols or first.has(Float) or not first.is_number:
+        return None
+    return first if first.is_real else None
 
 
 def _parse(answer: str) -> list:

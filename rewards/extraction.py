@@ -172,7 +172,7 @@ def _clean_answer(raw: str) -> str | None:
     if listed is not None:
         return listed
     opening = _first_math_span(answer)
-    if opening is not None and not answer[: opening[1]].strip():
+    if opening is not None and not answer[: opening[2]].strip():
         return _trim(opening[0])
     if not has_prose(answer):
         return _trim(_strip_outer_delimiters(answer))

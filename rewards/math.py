@@ -20,6 +20,8 @@ from tfgrpo.core.answers import normalize_answer
 _SHOWN = 60  # characters of an answer quoted in a reason
 # math-verify drops primes (`E'` parses as `E`), so a prime that one side has and the other lacks decides alone.
 _PRIMES = re.compile(r"'+|\\prime")
+# ... and subscripts (`1200_7` parses as 1200), so a number's base that the answer states must be the reference's.
+_BASE = re.compile(r"(?<=\d)_\{?(\d+)\}?")
 WORKED_SOLUTION_CHARS = 80  # a longer reference with prose is a worked solution, not an answer
 MAX_VERIFIED_CHARS = 10_000  # longer answers that are not plain numbers score 0 without a worker
 
@@ -75,6 +77,12 @@ def _compare(pairs: Sequence[tuple[str, str]], verifier: Verifier) -> list[Verdi
         decided = fast_equivalent(gold_n, pred_n)
         if decided is None and _PRIMES.findall(gold_n) != _PRIMES.findall(pred_n):
             verdicts.append(Verdict(False, "not equivalent (primes differ)"))
+        elif (
+            decided is None
+            and _BASE.findall(pred_n)
+            and sorted(_BASE.findall(pred_n)) != sorted(_BASE.findall(gold_n))
+        ):
+            verdicts.append(Verdict(False, "not equivalent (number bases differ)"))
         elif decided is None and len(pred_n) > MAX_VERIFIED_CHARS:
             # No real final answer is this long; sympy would only burn the whole budget on it.
             verdicts.append(Verdict(False, f"answer too long to verify ({len(pred_n)} characters)"))

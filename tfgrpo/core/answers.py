@@ -32,12 +32,15 @@ CORRECT_THRESHOLD = 0.5
 # A whole answer wrapped in one of these is unwrapped: `\text{5}` is 5.
 _WRAPPERS = re.compile(r"^\\(?:text|textbf|textrm|mathrm|mathbf|mbox|operatorname)\s*\{(?P<body>[^{}]*)\}$")
 # Thousands separators LaTeX writes: `1\,000`, `11,\!111`, `11,\! 111`.
-_LATEX_THOUSANDS = re.compile(r"(?<=\d)(?:\\,|,\\!\s*)(?=\d{3}(?!\d))")
+_LATEX_THOUSANDS = re.compile(r"(?<=\d)(?:\\,|,\s*\\!\s*)(?=\d{3}(?!\d))")
 # A spacing command becomes a space; `\\` (a row or line break) is a token of its own and is kept whole.
 _SPACING = re.compile(r"\\\\|\\[,;:! ]|\\quad|\\qquad|~")
 _LEFT_RIGHT = re.compile(r"\\(?:left|right)(?=[()\[\]|.]|\\[{}|])")
 _DEGREES = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|°|\\degree")
-_TRIG = re.compile(r"\\(?:sin|cos|tan|sec|csc|cot)\b")
+_NUMBER_DEGREES = re.compile(r"(\d+(?:\.\d+)?)\s*(?:\^\s*\{?\s*\\circ\s*\}?|°|\\degree)")
+# `\frac\pi4`, `\frac1{72}`: short arguments braced, since math-verify misreads `\frac\pi4` (as 2).
+_SHORT_FRACTION = re.compile(r"\\frac\s*(\{[^{}]*\}|\\[A-Za-z]+|[0-9A-Za-z])\s*(\{[^{}]*\}|\\[A-Za-z]+|[0-9A-Za-z])")
+_TRIG = re.compile(r"\\(?:arc)?(?:sin|cos|tan|sec|csc|cot)h?(?![A-Za-z])")
 _APPROX = re.compile(r"\\approx|≈")
 _LONE_NAME = re.compile(r"^(?:[A-Za-z]|\\[A-Za-z]+)(?:_\{?\w+\}?)?$")
 # `2.3148 \times 10^{-3}`, `3\cdot10^5`, `2.5e-3`: a decimal in scientific notation.
@@ -88,11 +91,15 @@ def normalize_answer(answer: str) -> str:
             break
     text = _LEFT_RIGHT.sub("", text)
     text = text.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
+    text = _SHORT_FRACTION.sub(lambda m: f"\\frac{{{_unbraced(m.group(1))}}}{{{_unbraced(m.group(2))}}}", text)
     text = text.replace("\\mathrm{e}", "e").replace("\\mathrm{i}", "i")
     # A degree sign is a unit on a plain angle (`90^\\circ` is 90), but inside a trig function it is the
     # argument's scale: `\\sin(90^\\circ - x)` is cos x, not sin(90 - x).
-    radians = "\\cdot\\frac{\\pi}{180}" if _TRIG.search(text) else ""
-    text = _DEGREES.sub(lambda _: radians, text).strip()
+    if _TRIG.search(text):
+        text = _NUMBER_DEGREES.sub(lambda m: f"(\\frac{{{m.group(1)}\\pi}}{{180}})", text)
+        text = _DEGREES.sub(lambda _: "\\cdot\\frac{\\pi}{180}", text).strip()
+    else:
+        text = _DEGREES.sub("", text).strip()
     text = _CURRENCY.sub("", text).strip()
     # A percent sign is a unit: 25\% is 25 (never also 0.25), so one gold cannot match two different numbers.
     text = _PERCENT.sub("", text).strip()
@@ -102,6 +109,10 @@ def normalize_answer(answer: str) -> str:
     if _THOUSANDS.match(text):
         text = text.replace("{,}", "").replace("\\,", "").replace(",", "").replace(" ", "")
     return _plain_decimal(text)
+
+
+def _unbraced(argument: str) -> str:
+    return argument[1:-1] if argument.startswith("{") else argument
 
 
 def _exact_side(text: str) -> str:
