@@ -82,6 +82,17 @@ def time_direct(pairs: list[tuple[str, str]], limit: int) -> tuple[float, float]
     return len(sample) / elapsed, correct / len(sample)
 
 
+def plain_number_median_ms(reward: MathReward, n: int = 2000) -> float:
+    """Median wall time of one `score` call on one integer completion (the in-process path), in ms."""
+    times = []
+    for i in range(n):
+        completion = f"Adding everything up gives \\boxed{{{i + (i % 2)}}}."
+        start = time.perf_counter()
+        reward.score([completion], answer=[str(i)])
+        times.append(time.perf_counter() - start)
+    return 1000 * sorted(times)[len(times) // 2]
+
+
 def hostile_latencies(reward: MathReward) -> list[tuple[str, str, float, float | None]]:
     spec = importlib.util.spec_from_file_location("cases", Path(__file__).parents[1] / "tests/data/reward_cases.py")
     cases = importlib.util.module_from_spec(spec)
@@ -140,6 +151,7 @@ def main() -> None:
             f"| {label} | {len(pairs)} | {ours:,.0f} | {direct:,.0f} | {ours / direct:.1f}x | {our_mean:.3f} / {direct_mean:.3f} |"
         )
 
+    print(f"\none integer completion per call (in process): median {plain_number_median_ms(reward):.3f} ms")
     print("\n| hostile input | shape | latency s | reward |")
     print("|---|---|---:|---:|")
     rows = hostile_latencies(reward)

@@ -67,9 +67,9 @@ def extract_with_source(text: str) -> Extraction:
     if not text or not text.strip():
         return Extraction(None, "none")
     boxes = _boxes(text)
-    line = _last_answer_match(text)
     # A final-answer line written after the last box restates the answer: the later statement wins.
-    if boxes and (line is None or line.start() < boxes[-1][1]):
+    line = _last_answer_match(text[boxes[-1][1] :] if boxes else text)
+    if boxes and line is None:
         return Extraction(boxes[-1][2], "boxed")
     answer = _clean_answer(_answer_group(line)) if line is not None else None
     if answer is not None:
@@ -102,12 +102,15 @@ def _boxes(text: str) -> list[tuple[int, int, str]]:
     boxes = [
         (start, pairs[brace] + 1, text[brace + 1 : pairs[brace]].strip()) for start, brace in opens if brace in pairs
     ]
-    boxes += [(m.start(), m.end(), m.group(1).strip()) for m in _BOX_BARE.finditer(text)]
+    if "\\boxed " in text:
+        boxes += [(m.start(), m.end(), m.group(1).strip()) for m in _BOX_BARE.finditer(text)]
+        boxes.sort()
+    if len(boxes) < 2:
+        return boxes
     # A box inside another (\boxed{\boxed{5}}) is part of the outer one's answer.
-    boxes.sort()
-    outer: list[tuple[int, int, str]] = []
-    for box in boxes:
-        if not outer or box[0] >= outer[-1][1]:
+    outer = [boxes[0]]
+    for box in boxes[1:]:
+        if box[0] >= outer[-1][1]:
             outer.append(box)
     return outer
 

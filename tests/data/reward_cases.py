@@ -248,4 +248,12 @@ LONG_COMPLETIONS = [
     ("digits", "1 " * 100_000),
     ("math-openers", "\\(" * 50_000 + "\\[" * 50_000),
     ("final-answer-is", "the final answer is " * 10_000),
+    # shapes aimed at the answer-line and formula readers (issue 25): each must stay linear
+    ("answer-line-spans", "Answer: " + "$x$ and " * 25_000),
+    ("answer-line-openers", "Answer: " + "\\( x " * 40_000),
+    ("digits-then-power", "1" * 200_000 + "^2"),
+    ("powers", "1^" * 100_000),
+    ("thousands-commas", "1," * 100_000),
+    ("text-groups", "\\text{" * 33_000),
+    ("scientific", "1" * 200_000 + ".5\\times10^{3}"),
 ]

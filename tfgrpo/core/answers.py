@@ -60,6 +60,7 @@ _NUMBER_THEN_UNITS = re.compile(
 )
 _THOUSANDS = re.compile(r"^[+-]?\d{1,3}(?:(?:,|\{,\}|\\,| )\d{3})+(?:\.\d+)?$")
 _INTEGER = re.compile(r"^[+-]?\d+$")
+_PLAIN_NUMBER = re.compile(r"^[+-]?\d+(?:\.\d+)?$")
 _DECIMAL = re.compile(r"^[+-]?(?:\d+\.\d*|\.\d+)$")
 _SLASH_FRACTION = re.compile(r"^(?P<sign>[+-]?)(?P<num>\d+)\s*/\s*(?P<den>\d+)$")
 _LATEX_FRACTION = re.compile(
@@ -75,6 +76,8 @@ def normalize_answer(answer: str) -> str:
 
     LaTeX structure is kept: a `\\\\` row break is never touched (a column vector stays a column vector)."""
     text = answer.strip()
+    if _PLAIN_NUMBER.match(text):  # the common case (AIME, GSM8K): nothing below would change it
+        return text
     if text.endswith("\\") and not text.endswith("\\\\"):
         text = text[:-1].rstrip()  # a lone trailing backslash is a typo, not a command
     for _ in range(3):  # wrappers can nest ($\text{5}$); a few rounds cover real answers
