@@ -70,7 +70,7 @@ def _exact_numbers_differ(gold_parsed: list, pred_parsed: list) -> bool:
     answers are exact numbers (no decimal was written, no symbol), they must agree to EXACT_DIGITS significant
     digits; a written decimal keeps the documented rounding."""
     gold, pred = _exact_number(gold_parsed), _exact_number(pred_parsed)
-    if gold is None or pred is None:
+    if gold is None or pred is None or gold == pred:  # == is sympy's structural (exact) equality
         return False
     gold_value, pred_value = gold.evalf(EXACT_DIGITS), pred.evalf(EXACT_DIGITS)
     scale = max(abs(gold_value), abs(pred_value))
