@@ -32,8 +32,9 @@ def library_eval_overlap(
     provenance_ids = sorted({qid for e in library for qid in e.provenance.query_ids} & eval_ids)
     learned_on = _learn_run_sets(Path(library_path)) & {data_name}
     return {
-        "overlaps": bool(findings or provenance_ids or learned_on),
-        "answer_leaks": sum(f.kind == "answer" for f in findings),
+        "overlaps": bool(any(f.is_leak for f in findings) or provenance_ids or learned_on),
+        "answer_leaks": sum(f.kind == "answer" and f.is_leak for f in findings),
+        "coincidences": sum(not f.is_leak for f in findings),
         "copies": sum(f.kind == "copy" for f in findings),
         "provenance_ids": provenance_ids,
         "learned_on": sorted(learned_on),

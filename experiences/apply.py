@@ -25,7 +25,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from experiences.model import Experience, Library, Provenance, Usage, count_words
+from experiences.model import MAX_ALIASES, Experience, Library, Provenance, Usage, count_words
 from experiences.ops import AddOp, DeleteOp, MergeOp, ModifyOp, Operation, Rejection
 from experiences.parse import DEFAULT_MAX_WORDS
 from experiences.render import render
@@ -215,6 +215,9 @@ def _merge(
         provenance=stamp,
         parents=ids,
         usage=usage,
+        aliases=list(dict.fromkeys(alias for s in sources for alias in (*s.aliases, s.text) if alias != text))[
+            -MAX_ALIASES:
+        ],
     )
     library.experiences.insert(position, merged)
     result.applied.append(Applied(operation=operation, ids=[merged.id]))

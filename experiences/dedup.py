@@ -4,6 +4,11 @@
   same batch) has cosine similarity >= threshold (default 0.90) is taken out and returned as a
   `MergeCandidate` instead of becoming a second copy; the engine's consolidation step can ask the LLM
   to merge it, or drop it.
+- `enforce_dedup`: what `tfgrpo learn` does before applying a step (`dedup: enforce`, the default). An add
+  that is a near-duplicate (`is_near_duplicate`) of an experience, or of an earlier add of the same batch,
+  does not grow the library: it becomes a modify of that neighbour when its text is longer (more specific),
+  else it is dropped. A modify that would make its experience a near-duplicate of another becomes a merge
+  of the two. Every decision is recorded with both texts and the similarities.
 - `find_duplicate_groups`: over a whole library, groups of experiences linked by similarity >= threshold.
 - `dedup_library`: those groups, plus merge operations for near-exact duplicates that can be applied
   directly: cosine >= `merge_threshold` (default 0.95) AND nearly the same words in the same order
@@ -17,16 +22,32 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from experiences.model import Library
-from experiences.ops import AddOp, MergeOp, Operation
+from experiences.apply import ApplyResult
+from experiences.embedders import Embedder
+from experiences.model import MAX_ALIASES, Library
+from experiences.ops import AddOp, MergeOp, ModifyOp, Operation
 from experiences.store import ExperienceStore, Match
 
 DEFAULT_THRESHOLD = 0.90
 DEFAULT_MERGE_THRESHOLD = 0.95
 DEFAULT_LEXICAL_THRESHOLD = 0.9
+#: Enforcement (measured on tests/data/lesson_pairs.jsonl, 40 paraphrase and 40 different-lesson pairs):
+#: MiniLM puts paraphrases at cosine 0.75-0.91 with few words in common (word-sequence ratio < 0.6), while
+#: different lessons above 0.77 share their template and differ in a few content words (ratio 0.69-0.81:
+#: "flip the sign ... dividing by a negative" vs "keep it ... multiplying by a positive"). So: cosine >= 0.80
+#: with ratio < 0.6 (other words), or ratio >= 0.85 (a word or two added or swapped), or cosine >= 0.95,
+#: unless a negation word is on one side only. The middle band (same template, other content words) is
+#: only shown to consolidation as a hint. Measured in docs/experiences.md (benchmarks/dedup_enforce.py).
+DEFAULT_ENFORCE_THRESHOLD = 0.80
+PARAPHRASE_MAX_LEXICAL = 0.75
+SAME_WORDS_MIN_LEXICAL = 0.85  # a word or two added or swapped: "Always verify ..." vs "Verify ..."
+SAME_MEANING_COSINE = 0.95
+_NEGATIONS = frozenset("not no never don't dont cannot can't isn't aren't without avoid neither nor".split())
 
 
 class MergeCandidate(BaseModel):
@@ -90,6 +111,145 @@ def screen_adds(
             kept_texts.append(op.experience)
     held_ops = {id(adds[i]) for i in held}
     return Screened(operations=[op for op in operations if id(op) not in held_ops], candidates=list(held.values()))
+
+
+class DedupDecision(BaseModel):
+    """What enforcement did with one operation, and why."""
+
+    action: Literal["merged", "dropped"] = Field(
+        description="merged: the operation became a modify / merge of its neighbour; dropped: it was left out."
+    )
+    operation: dict[str, Any] = Field(description="The proposed operation, in wire format.")
+    text: str
+    neighbour_id: str = Field(description="Id of the experience, or 'new:<n>' for the n-th add of the batch.")
+    neighbour_text: str
+    similarity: float = Field(description="Cosine similarity of the two texts.")
+    lexical: float = Field(description="Word-sequence ratio of the two texts (see lexical_similarity).")
+
+
+def is_near_duplicate(a: str, b: str, cosine: float, threshold: float = DEFAULT_ENFORCE_THRESHOLD) -> bool:
+    """The same lesson (see the constants above): never when one negates what the other says; else close in
+    meaning in other words, or in nearly the same words, or nearly identical in meaning."""
+    if _negation_differs(a, b):
+        return False
+    lexical = lexical_similarity(a, b)
+    if cosine >= SAME_MEANING_COSINE:
+        return True
+    return cosine >= threshold and (lexical < PARAPHRASE_MAX_LEXICAL or lexical >= SAME_WORDS_MIN_LEXICAL)
+
+
+def _negation_differs(a: str, b: str) -> bool:
+    """ "Check the domain" vs "Do not check the domain": embeddings barely see it (cosine 0.97)."""
+    return bool((set(_words(a)) ^ set(_words(b))) & _NEGATIONS)
+
+
+@dataclass
+class Folded:
+    """What enforcement returns: the operations to apply, its decisions, and the phrasings to remember."""
+
+    operations: list[Operation]
+    decisions: list[DedupDecision] = field(default_factory=list)
+    # (an experience id, or the kept operation that will create or change the experience; a phrasing of it)
+    aliases: list[tuple[str | Operation, str]] = field(default_factory=list)
+
+    def remember_aliases(self, library: Library, applied: ApplyResult) -> None:
+        """Record every folded phrasing on the experience it was folded into (in `library`, after apply), so
+        a later paraphrase is compared with all the ways the lesson was said, not only its current text."""
+        created = {id(item.operation): item.ids[-1] for item in applied.applied if item.ids}
+        for target, text in self.aliases:
+            experience = library.get(created.get(id(target), "") if not isinstance(target, str) else target)
+            if experience is not None and text != experience.text and text not in experience.aliases:
+                experience.aliases = [*experience.aliases, text][-MAX_ALIASES:]
+
+
+def enforce_dedup(
+    library: Library,
+    operations: Iterable[Operation],
+    store: ExperienceStore | Embedder,
+    *,
+    threshold: float = DEFAULT_ENFORCE_THRESHOLD,
+) -> Folded:
+    """The operations to apply with near-duplicates folded into their neighbours (see the module doc).
+
+    `store`: the library's vector store; for an empty library a bare embedder is enough."""
+    operations = list(operations)
+    checked = [op for op in operations if isinstance(op, (AddOp, ModifyOp))]
+    if not checked:
+        return Folded(operations)
+    if isinstance(store, ExperienceStore):
+        store.sync(library)
+        vectors = store.embed([op.experience for op in checked])
+        matches = store.query_vectors(vectors, k=2)
+    elif len(library):
+        raise ValueError("enforce_dedup needs the library's vector store when the library is not empty")
+    else:
+        vectors, matches = store.embed([op.experience for op in checked]), [[] for _ in checked]
+    known = [(e.id, alias) for e in library for alias in e.aliases]
+    alias_vectors = store.embed([alias for _, alias in known]) if known else []
+    folded = Folded([])
+    batch: list[tuple[Sequence[float], int]] = []  # (vector, position in folded.operations) of kept adds
+    nearest = {id(op): (vector, found) for op, vector, found in zip(checked, vectors, matches, strict=True)}
+    for op in operations:
+        if id(op) not in nearest:
+            folded.operations.append(op)
+            continue
+        vector, found = nearest[id(op)]
+        candidates = [(m.id, m.text, m.similarity, None) for m in found]
+        candidates += [(i, alias, _dot(vector, v), None) for (i, alias), v in zip(known, alias_vectors, strict=True)]
+        if isinstance(op, AddOp):  # a modify is checked against the library only
+            candidates += [
+                (f"new:{n}", folded.operations[p].experience, _dot(vector, v), p) for n, (v, p) in enumerate(batch)
+            ]  # type: ignore[union-attr]
+        own = op.id if isinstance(op, ModifyOp) else None
+        near = [c for c in candidates if c[0] != own and is_near_duplicate(op.experience, c[1], c[2], threshold)]
+        if not near:
+            if isinstance(op, AddOp):
+                batch.append((vector, len(folded.operations)))
+            folded.operations.append(op)
+            continue
+        _fold(op, max(near, key=lambda c: c[2]), folded)
+    return folded
+
+
+def _fold(op: AddOp | ModifyOp, neighbour: tuple[str, str, float, int | None], folded: Folded) -> None:
+    """Fold `op` into its neighbour: a longer text (taken as more specific) replaces the neighbour's."""
+    neighbour_id, text, cosine, position = neighbour
+    current = folded.operations[position].experience if position is not None else text  # type: ignore[union-attr]
+    longer = len(op.experience.split()) > len(current.split())
+    if isinstance(op, ModifyOp):
+        merged = MergeOp(ids=(op.id, neighbour_id), experience=op.experience if longer else current)
+        folded.operations.append(merged)
+        folded.aliases += [(merged, op.experience), (merged, current)]
+        action = "merged"
+    elif position is not None:  # an earlier add of this batch
+        target = folded.operations[position]
+        if longer:
+            target = folded.operations[position] = AddOp(experience=op.experience)
+        folded.aliases += [(target, op.experience), (target, current)]
+        action = "merged" if longer else "dropped"
+    elif longer:
+        modify = ModifyOp(id=neighbour_id, experience=op.experience)
+        folded.operations.append(modify)
+        folded.aliases += [(neighbour_id, op.experience), (neighbour_id, current)]
+        action = "merged"
+    else:
+        folded.aliases.append((neighbour_id, op.experience))
+        action = "dropped"
+    folded.decisions.append(
+        DedupDecision(
+            action=action,
+            operation=op.to_wire(),
+            text=op.experience,
+            neighbour_id=neighbour_id,
+            neighbour_text=text,
+            similarity=round(cosine, 4),
+            lexical=round(lexical_similarity(op.experience, text), 4),
+        )
+    )
+
+
+def _dot(a: Sequence[float], b: Sequence[float]) -> float:
+    return float(sum(x * y for x, y in zip(a, b, strict=True)))
 
 
 def find_duplicate_groups(
@@ -156,15 +316,20 @@ def _words(text: str) -> list[str]:
 
 
 __all__ = [
+    "DEFAULT_ENFORCE_THRESHOLD",
     "DEFAULT_LEXICAL_THRESHOLD",
     "DEFAULT_MERGE_THRESHOLD",
     "DEFAULT_THRESHOLD",
+    "DedupDecision",
     "DedupReport",
+    "Folded",
     "DuplicateGroup",
     "MergeCandidate",
     "Screened",
     "dedup_library",
+    "enforce_dedup",
     "find_duplicate_groups",
+    "is_near_duplicate",
     "lexical_similarity",
     "screen_adds",
 ]

@@ -12,14 +12,27 @@ each against a set of reference problems (anything with `id`, `problem` and `ans
 - copy: the experience shares word n-grams with a problem: shared / min(n-grams of either) >= `copy_threshold`,
   with n = min(`ngram`, words of either) and at least 3 words on both sides.
 
+A value equal to a gold is only *evidence* of a leak when it is tied to that problem (`LeakFinding.tied`):
+- "provenance": the experience was proposed by the group of that very problem alone (whose gold the model
+  saw), so a number in it equal to that gold is that problem's answer;
+- "names the problem": it shares `min_shared_words` of the problem's distinctive words (words and numbers
+  of the statement that at most `distinctive_share` of the reference problems use);
+- "specific value": the value is too specific to be a coincidence: an expression, a fraction whose
+  denominator exceeds 12, or an integer of 1,000 or more that is not a multiple of 100 or a power of two.
+An untied match ("a cube has 12 edges" while some problem's answer is 12) is a coincidence: reported
+with `tied=None`, and never a reason to reject. A copy is always tied. What the guard cannot see: a leak
+that paraphrases the problem in other words and states an unspecific answer, from a group it was not
+proposed by (a lesson carried over from another run, say).
+
 Pure: no LLM call. Used by `tfgrpo learn` after every step, `tfgrpo library check`, and `tfgrpo eval --library`.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections import Counter
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Literal, Protocol
 
@@ -38,6 +51,8 @@ _LATEX_COMMAND = re.compile(r"\\(?:[dt]?frac|sqrt|binom|boxed)\s*(?:\[[^\]]*\])?
 _INLINE_MATH = re.compile(r"\$\$?([^$]+?)\$\$?|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.S)
 _WORD = re.compile(r"\w+")
 _MIN_COPY_WORDS = 3
+SPECIFIC_INTEGER = 1000
+SPECIFIC_DENOMINATOR = 12
 
 
 class ReferenceProblem(Protocol):
@@ -56,11 +71,22 @@ class LeakFinding(BaseModel):
     source: str = Field(description="Name of the problem set the problem comes from (train, val, aime24, ...).")
     evidence: str = Field(description="What matched: the value and the gold answer, or the copied words.")
     overlap: float | None = Field(None, description="copy: fraction of shared n-grams.")
+    tied: str | None = Field(
+        None,
+        description="What ties the match to the problem: provenance, names the problem, specific value, copy; "
+        "None: a coincidence (a general rule's number that equals some problem's answer).",
+    )
+
+    @property
+    def is_leak(self) -> bool:
+        """Evidence enough to reject: a copy, or an answer tied to its problem."""
+        return self.tied is not None
 
     def describe(self) -> str:
         who = f"[{self.experience_id}] " if self.experience_id else ""
         what = "contains the answer of" if self.kind == "answer" else "copies"
-        return f"{who}{what} {self.source}:{self.problem_id} ({self.evidence}): {_short(self.text)}"
+        tag = f" [{self.tied or 'coincidence'}]" if self.kind == "answer" else ""
+        return f"{who}{what} {self.source}:{self.problem_id} ({self.evidence}){tag}: {_short(self.text)}"
 
 
 @dataclass(frozen=True)
@@ -70,6 +96,7 @@ class _Ref:
     words: tuple[str, ...]
     gold: str | None  # normalised
     value: Fraction | None  # exact value of a numeric gold
+    distinctive: frozenset[str] = frozenset()  # words and numbers of the statement few problems share
 
 
 @dataclass
@@ -82,6 +109,8 @@ class LeakageChecker:
         copy_threshold: fraction of shared n-grams from which a text counts as a copy (0 < t <= 1).
         min_integer: integer golds with smaller absolute value are not compared (too common to be evidence).
         verifier: math-verify pool for expression golds (default: the reward's shared pool, started on demand).
+        distinctive_share: a statement's word is distinctive when at most this share of the problems use it.
+        min_shared_words: distinctive words of a problem a text must share to name that problem.
     """
 
     sets: Mapping[str, Sequence[ReferenceProblem]]
@@ -89,6 +118,8 @@ class LeakageChecker:
     copy_threshold: float = 0.5
     min_integer: int = 10
     verifier: Verifier | None = None
+    distinctive_share: float = 0.02
+    min_shared_words: int = 2
     _refs: list[_Ref] = field(init=False, repr=False)
     _by_value: dict[Fraction, list[_Ref]] = field(init=False, repr=False)
     _grams: dict[tuple[int, int], set[tuple[str, ...]]] = field(init=False, repr=False)  # (ref index, n) -> n-grams
@@ -101,10 +132,14 @@ class LeakageChecker:
         self._refs, self._by_value, self._grams = [], {}, {}
         for source, problems in self.sets.items():
             for problem in problems:
-                ref = self._reference(source, problem)
-                self._refs.append(ref)
-                if ref.value is not None:
-                    self._by_value.setdefault(ref.value, []).append(ref)
+                self._refs.append(self._reference(source, problem))
+        usage = Counter(word for ref in self._refs for word in set(_terms(ref.words)))
+        most = max(1, int(self.distinctive_share * len(self._refs)))
+        for index, ref in enumerate(self._refs):
+            rare = frozenset(word for word in _terms(ref.words) if usage[word] <= most)
+            self._refs[index] = ref = replace(ref, distinctive=rare)
+            if ref.value is not None:
+                self._by_value.setdefault(ref.value, []).append(ref)
 
     def _reference(self, source: str, problem: ReferenceProblem) -> _Ref:
         gold_text = gold_answer(problem.answer)
@@ -120,8 +155,12 @@ class LeakageChecker:
     def size(self) -> int:
         return len(self._refs)
 
-    def check(self, items: Iterable[tuple[str | None, str]]) -> list[LeakFinding]:
-        """Findings for (experience id or None, text) items, in input order; one per (text, problem, kind)."""
+    def check(
+        self, items: Iterable[tuple[str | None, str]], sources: Sequence[Collection[str]] | None = None
+    ) -> list[LeakFinding]:
+        """Findings for (experience id or None, text) items, in input order; one per (text, problem, kind).
+
+        `sources`, one per item: the ids of the problems whose groups proposed it (its provenance)."""
         items = list(items)
         findings: list[list[LeakFinding]] = [[] for _ in items]
         pending: list[tuple[int, str, _Ref, str]] = []  # (index, span, ref, gold) for math-verify, batched
@@ -154,10 +193,28 @@ class LeakageChecker:
                 if equal and (index, ref.source, ref.id) not in matched:
                     matched.add((index, ref.source, ref.id))
                     findings[index].append(self._answer(items[index][0], items[index][1], ref, span))
+        for index, group in enumerate(findings):
+            origin = set(sources[index]) if sources is not None else set()
+            words = set(_terms(_WORD.findall(items[index][1].lower())))
+            for finding in group:
+                if finding.kind == "answer":
+                    finding.tied = self._tie(finding, origin, words)
         return [finding for group in findings for finding in group]
 
     def check_library(self, library: Library) -> list[LeakFinding]:
-        return self.check((e.id, e.text) for e in library)
+        """The library's findings; an experience's provenance (the queries of the step that made it) is its source."""
+        experiences = list(library)
+        return self.check(((e.id, e.text) for e in experiences), [e.provenance.query_ids for e in experiences])
+
+    def _tie(self, finding: LeakFinding, origin: set[str], words: set[str]) -> str | None:
+        ref = next(r for r in self._refs if r.id == finding.problem_id and r.source == finding.source)
+        if origin == {ref.id}:
+            return "provenance"
+        if len(words & ref.distinctive) >= self.min_shared_words:
+            return "names the problem"
+        if _specific(ref):
+            return "specific value"
+        return None
 
     def _answer(self, experience_id: str | None, text: str, ref: _Ref, found: str) -> LeakFinding:
         return LeakFinding(
@@ -196,9 +253,25 @@ class LeakageChecker:
                         source=ref.source,
                         evidence=f"{overlap:.0%} of {n}-grams shared, e.g. '{example}'",
                         overlap=round(overlap, 3),
+                        tied="copy",
                     )
                 )
         return found
+
+
+def _terms(words: Iterable[str]) -> Iterable[str]:
+    """The words that can name a problem: 4+ letters, or numbers of 2+ digits (`17`, `2024`)."""
+    return (w for w in words if (len(w) >= 4 and w.isalpha()) or (len(w) >= 2 and w.isdigit()))
+
+
+def _specific(ref: _Ref) -> bool:
+    """A gold too specific to turn up in a general rule by chance (see the module doc)."""
+    if ref.value is None:
+        return ref.gold is not None and len(ref.gold) >= 3
+    if ref.value.denominator != 1:
+        return ref.value.denominator > SPECIFIC_DENOMINATOR
+    value = abs(ref.value.numerator)
+    return value >= SPECIFIC_INTEGER and value % 100 != 0 and value & (value - 1) != 0
 
 
 def _exact_value(normalized: str) -> Fraction | None:

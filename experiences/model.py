@@ -55,6 +55,9 @@ class Usage(BaseModel):
         return (self.correct + 1) / (self.correct + self.wrong + 2)
 
 
+MAX_ALIASES = 16  # phrasings of a lesson remembered for dedup (the most recent)
+
+
 class Experience(BaseModel):
     """One natural-language lesson."""
 
@@ -66,6 +69,11 @@ class Experience(BaseModel):
     updated_step: int | None = Field(None, description="Engine step that last changed it.")
     provenance: Provenance = Field(default_factory=Provenance)
     parents: list[str] = Field(default_factory=list, description="Ids it was merged from (lineage).")
+    aliases: list[str] = Field(
+        default_factory=list,
+        description="Other phrasings of this lesson that dedup folded into it: new proposals are compared with "
+        "them too; never injected.",
+    )
     usage: Usage = Field(default_factory=Usage)
 
     @field_validator("id")

@@ -77,7 +77,7 @@ class TestChecker:
         assert LeakageChecker({"train": PROBLEMS}).check_library(library) == []
 
 
-def run_learn(tmp_path: Path, world: World, pairs, **settings):
+def run_learn(tmp_path: Path, world: World, pairs, console: Console | None = None, **settings):
     tmp_path.mkdir(parents=True, exist_ok=True)
     data = write_problems(tmp_path / "train.jsonl", pairs)
     config = LearnConfig(
@@ -85,23 +85,24 @@ def run_learn(tmp_path: Path, world: World, pairs, **settings):
         out=str(tmp_path / "run"),
         dedup=False,
         llm={"max_retries": 0},
-        group_size=2,
-        epochs=1,
-        **settings,
+        **{"group_size": 2, "epochs": 1, **settings},
     )
     client = build_client(
         config.llm, backends=[ScriptedBackend(world.respond)], cache_path=Path(config.out) / "cache.sqlite"
     )
-    return learn(config, client=client, console=Console(file=io.StringIO()))
+    return learn(config, client=client, console=console or Console(file=io.StringIO()))
 
 
 PAIRS = [(17, 25), (30, 41)]
 
 
 def test_learn_rejects_operations_that_leak_an_answer(tmp_path):
-    result = run_learn(tmp_path, World(lesson="For {a}+{b} the result is {sum}."), PAIRS)
+    console = Console(file=io.StringIO(), width=400)
+    result = run_learn(tmp_path, World(lesson="For {a}+{b} the result is {sum}."), PAIRS, console=console)
     assert result.status == "completed"
     assert len(result.library) == 0  # both lessons carried their problem's answer
+    # the step's progress line says why nothing was learned
+    assert "final 2 / rejected as leaks 2 / applied 0 (every final op was a leak" in console.file.getvalue()
     totals = result.metrics["totals"]
     assert totals["leaks_rejected"] == 2 and totals["ops_applied"] == 0 and totals["ops_rejected"] >= 2
     leaks = result.metrics["leakage"]
@@ -112,6 +113,32 @@ def test_learn_rejects_operations_that_leak_an_answer(tmp_path):
     assert all(r["step"] == 1 and r["op"]["option"] == "add" for r in leaks)
     history = tmp_path / "run" / "library.history" / "ops.jsonl"  # the op log names the reason
     assert "leakage: answer of train:q17_25" in history.read_text()
+
+
+RULE = "When asked for a code, multiply the key by 37, add 11 and keep the last three digits."
+
+
+def test_a_general_rule_whose_number_is_another_problems_answer_is_learned_once(tmp_path):
+    # Every group proposes the world's one true lesson; its 11 equals the gold of q5_6 (5+6), a coincidence:
+    # the lesson came from every group, names no problem, and 11 is no specific value. The default guard
+    # (reject) flags it and keeps it: the library learns the rule exactly once.
+    assert LearnConfig(data="x").leakage == "reject"
+    result = run_learn(tmp_path, World(lesson=RULE), [(5, 6), (17, 25), (30, 41)], batch_size=3, epochs=2)
+    assert result.status == "completed"
+    assert [e.text for e in result.library] == [RULE]
+    leaks = result.metrics["leakage"]
+    assert leaks and all(r["action"] == "flagged" and r["tied"] is None and r["problem_id"] == "q5_6" for r in leaks)
+    assert result.metrics["totals"]["leaks_rejected"] == 0
+
+
+def test_a_lesson_from_one_group_stating_its_answer_is_tied_by_provenance():
+    checker = LeakageChecker({"train": PROBLEMS})
+    (finding,) = checker.check([(None, "Count the minutes: it comes to 204.")], [{"walk"}])
+    assert finding.tied == "provenance" and finding.is_leak
+    (finding,) = checker.check([(None, "Count the minutes: it comes to 204.")], [{"walk", "sum"}])
+    assert finding.tied is None and not finding.is_leak  # proposed by several groups: a shared rule's number
+    (named,) = checker.check([(None, "For Aya's kilometer walk with the coffee shop, the total is 204.")])
+    assert named.tied == "names the problem"
 
 
 def test_learn_flag_mode_applies_and_lists(tmp_path):

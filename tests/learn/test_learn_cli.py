@@ -62,7 +62,7 @@ def test_ctrl_c_stops_cleanly_and_says_how_to_resume(tmp_path):
     data = write_problems(tmp_path / "train.jsonl", [(1, 2), (3, 4), (5, 6)])
     out = tmp_path / "run"
     with WorldServer(World(), delay_s=0.3) as server:
-        options = ("-G", "2", "--epochs", "2", "--batch-size", "1", "--concurrency", "4", "--no-dedup")
+        options = ("-G", "2", "--epochs", "2", "--batch-size", "1", "--concurrency", "4", "--dedup", "off")
         command = [sys.executable, "-m", "tfgrpo", *server.learn_args(data, out, *options, model="m")]
         env = {**os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": "200"}
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)

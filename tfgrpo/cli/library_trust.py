@@ -47,7 +47,8 @@ def check(
     ] = 10,
     as_json: Annotated[bool | None, typer.Option("--json", help="Print the findings as JSON lines.")] = None,
 ) -> None:
-    """Flag experiences containing a gold answer (equal under the math reward) or copying a problem; exit 1 if any."""
+    """Flag experiences containing a gold answer (equal under the math reward) or copying a problem; exit 1 if
+    any is a leak (tied to its problem), 0 when every match is a coincidence."""
     import json
 
     from rich.console import Console
@@ -73,16 +74,17 @@ def check(
             title=f"{library_path}: {len(findings)} finding(s) against {checker.size} problems",
             title_justify="left",
         )
-        for column in ("id", "kind", "problem", "evidence", "text"):
+        for column in ("id", "kind", "problem", "evidence", "tied by", "text"):
             table.add_column(column, overflow="fold")
         for f in findings:
-            table.add_row(f.experience_id or "", f.kind, f"{f.source}:{f.problem_id}", f.evidence, f.text)
+            tie = f.tied or "coincidence (not a leak)"
+            table.add_row(f.experience_id or "", f.kind, f"{f.source}:{f.problem_id}", f.evidence, tie, f.text)
         console.print(table)
     else:
         console.print(
             f"{library_path}: clean ({len(library)} experiences against {checker.size} problems of {', '.join(sets)})"
         )
-    if findings:
+    if any(f.is_leak for f in findings):
         raise typer.Exit(EXIT_LEAKS)
 
 

@@ -107,7 +107,21 @@ class LearnConfig(BaseModel):
         ge=1,
         description="Library budget in prompt tokens (≈ chars/4); the lowest-value experiences are evicted beyond it.",
     )
-    dedup: bool = Field(True, description="Look up near-duplicate experiences with the vector store before stage 3.")
+    dedup: Literal["enforce", "hint", "off"] = Field(
+        "enforce",
+        description="Near-duplicate lessons and the vector store: enforce = an add (or modify) that is a "
+        "near-duplicate of an experience or of an earlier add of the step becomes a modify / merge of it or is "
+        "dropped (dedup_enforce_threshold), and near-duplicates are shown to stage 3; hint = only shown to "
+        "stage 3; off = no store lookups. true/false in old configs mean enforce/off.",
+    )
+    dedup_enforce_threshold: float = Field(
+        # experiences.dedup.DEFAULT_ENFORCE_THRESHOLD: the rule and its measurement are documented there.
+        0.80,
+        gt=0.0,
+        le=1.0,
+        description="Cosine similarity from which a proposed lesson in other words is the same lesson "
+        "(dedup: enforce); nearly the same words need 0.95.",
+    )
     rollout_sampling: SamplingParams = Field(default_factory=lambda: SamplingParams(temperature=0.7, max_tokens=2048))
     stage_sampling: SamplingParams = Field(default_factory=lambda: SamplingParams(temperature=0.0, max_tokens=2048))
     summary_max_tokens: int | None = Field(
@@ -173,6 +187,13 @@ class LearnConfig(BaseModel):
             raise ValueError("gate and select_by: step validate on --val-data: add it")
         return self
 
+    @field_validator("dedup", mode="before")
+    @classmethod
+    def _dedup_from_bool(cls, value: object) -> object:
+        if isinstance(value, bool):  # configs written before dedup had modes
+            return "enforce" if value else "off"
+        return value
+
     @field_validator("inject")
     @classmethod
     def _inject_spec(cls, value: str) -> str:
@@ -202,6 +223,7 @@ RESUME_LOCKED_KEYS = (
     "inject",
     "dedup_threshold",
     "dedup",
+    "dedup_enforce_threshold",
     "rollout_sampling",
     "stage_sampling",
     "summary_max_tokens",

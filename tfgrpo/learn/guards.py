@@ -3,8 +3,11 @@
 - Test-set lockout, before any LLM call: the training and validation data must not share problems with
   the bundled benchmarks or the user's declared test sets (`tfgrpo.core.lockout`).
 - Leakage, after every step's consolidation: an operation whose text contains a gold answer of a
-  training, validation or declared test problem, or copies one, is rejected or flagged per the config
-  (`experiences.leakage`); every finding is recorded in the step's metrics and the library history.
+  training, validation or declared test problem tied to that problem (it came from that problem's group
+  alone, names the problem, or the value is too specific for chance), or copies one, is rejected or flagged
+  per the config (`experiences.leakage`); an untied match (a general rule's number that equals some
+  problem's answer) is only flagged. Every finding is recorded in the step's metrics and the library
+  history.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from experiences.dedup import lexical_similarity
 from experiences.leakage import LeakageChecker, LeakFinding
 from experiences.model import Library
 from experiences.ops import Operation
@@ -73,15 +77,21 @@ class LeakageGuard:
         declared = {name: test_sets[name] for name in config.test_data if name in test_sets}
         return cls(config, {"train": problems, **({"val": val_problems} if val_problems else {}), **declared})
 
-    def screen(self, operations: Sequence[Operation]) -> Screened:
+    def screen(
+        self, operations: Sequence[Operation], proposals: Sequence[tuple[str, Sequence[Operation]]] = ()
+    ) -> Screened:
+        """Screen the final operations; `proposals` are (query id, proposed operations) of the step's groups,
+        from which each operation's provenance (the groups that proposed it) is traced."""
         with_text = [(index, op.experience) for index, op in enumerate(operations) if getattr(op, "experience", None)]
+        texts = [text for _, text in with_text]
         findings_by_op: dict[int, list[LeakFinding]] = {}
-        for (index, _), finding_group in zip(with_text, self._per_item([text for _, text in with_text]), strict=True):
+        per_item = self._per_item(texts, [proposed_by(text, proposals) for text in texts])
+        for (index, _), finding_group in zip(with_text, per_item, strict=True):
             findings_by_op[index] = [f for f in finding_group if self.modes[f.kind] != "off"]
         screened = Screened(kept=[])
         for index, op in enumerate(operations):
             findings = findings_by_op.get(index, [])
-            reject = any(self.modes[f.kind] == "reject" for f in findings)
+            reject = any(self.modes[f.kind] == "reject" and f.is_leak for f in findings)
             wire = op.to_wire()
             for finding in findings:
                 action = "rejected" if reject else "flagged"
@@ -100,12 +110,29 @@ class LeakageGuard:
             if self.modes[finding.kind] != "off"
         ]
 
-    def _per_item(self, texts: list[str]) -> list[list[LeakFinding]]:
-        keyed = self.checker.check((str(i), text) for i, text in enumerate(texts))
+    def _per_item(self, texts: list[str], sources: list[set[str]]) -> list[list[LeakFinding]]:
+        keyed = self.checker.check(((str(i), text) for i, text in enumerate(texts)), sources)
         grouped: list[list[LeakFinding]] = [[] for _ in texts]
         for finding in keyed:
             grouped[int(finding.experience_id)].append(finding)
         return grouped
+
+
+#: How close (word-sequence ratio) a final lesson must be to a group's proposal to count as proposed by it.
+PROVENANCE_SIMILARITY = 0.6
+
+
+def proposed_by(text: str, proposals: Sequence[tuple[str, Sequence[Operation]]]) -> set[str]:
+    """The query ids whose groups proposed this lesson (the same or nearly the same words)."""
+    return {
+        query_id
+        for query_id, operations in proposals
+        if any(
+            lexical_similarity(text, proposed) >= PROVENANCE_SIMILARITY
+            for proposed in (getattr(op, "experience", None) for op in operations)
+            if proposed
+        )
+    }
 
 
 def history_records(screened: Screened) -> list[dict[str, Any]]:

@@ -8,7 +8,9 @@ steps[]:   step, epoch, batch, queries, rollouts, rollouts_failed, rollouts_unsc
            uncached_prompt_tokens, completion_tokens, cached_samples (our response cache), cost_usd, wall_time_s,
            retries_{rate_limit,server_error,timeout,bad_body,connection} (transient failures retried),
            stage_seconds {rollouts, summaries, group_advantage, consolidation}, library_version, library_size,
-           leaks_rejected, leaks_flagged, leakage [{action, kind, problem_id, source, evidence, text, op}],
+           leaks_rejected, leaks_flagged, leakage [{action, kind, problem_id, source, evidence, tied, text, op}],
+           dedup_merged, dedup_dropped, dedup [{action, operation, text, neighbour_id, neighbour_text, similarity,
+           lexical}] (dedup: enforce),
            stage_replies {group, consolidate: {replies, enforced, parsed, repaired, retried, lost}}
 epochs[]:  epoch, steps, accuracy (over the epoch's scored rollouts), library_size, val_mean_at_k
 leakage:   every leakage finding of the run, with its step (see tfgrpo.learn.guards)
@@ -56,6 +58,8 @@ SUMMED = (
     "cached_samples",
     "leaks_rejected",
     "leaks_flagged",
+    "dedup_merged",
+    "dedup_dropped",
     *(f"retries_{cause}" for cause in RETRY_CAUSES),
 )
 #: How the structured replies of stages 2 and 3 fared: generated under the schema (enforced), used as they
@@ -113,6 +117,9 @@ class StepCounters:
     leaks_rejected: int = 0  # findings of the leakage guard on rejected operations
     leaks_flagged: int = 0  # ... on operations applied anyway (mode flag)
     leakage: list[dict[str, Any]] = field(default_factory=list)
+    dedup_merged: int = 0  # proposed lessons folded into a near-duplicate (dedup: enforce)
+    dedup_dropped: int = 0  # ... left out: their near-duplicate already says as much
+    dedup: list[dict[str, Any]] = field(default_factory=list)
     val_mean_at_k: float | None = None  # this step's candidate library on validation (select_by: step, or gate)
     gate: dict[str, Any] | None = None  # the gate's decision on this step (tfgrpo.learn.selection.gate_decision)
     cost_usd: float = 0.0
@@ -180,6 +187,11 @@ class StepCounters:
         self.ops_rejected += len(applied.rejected)
         self.ops_evicted = len(applied.evicted)
 
+    def count_dedup(self, decisions: list[dict[str, Any]]) -> None:
+        self.dedup = decisions
+        self.dedup_merged = sum(d["action"] == "merged" for d in decisions)
+        self.dedup_dropped = sum(d["action"] == "dropped" for d in decisions)
+
     def count_leakage(self, records: list[dict[str, Any]]) -> None:
         self.leakage = records
         self.leaks_rejected = sum(r["action"] == "rejected" for r in records)
@@ -212,11 +224,16 @@ class StepCounters:
 
     def one_line(self) -> str:
         accuracy = "n/a" if self.accuracy is None else f"{self.accuracy:.3f}"
+        leaked_ops = len({id(r["op"]) for r in self.leakage if r["action"] == "rejected"})
+        leaked = f" / rejected as leaks {leaked_ops}" if leaked_ops else ""
+        everything = (
+            " (every final op was a leak: nothing learned)" if leaked_ops and leaked_ops == self.ops_final else ""
+        )
         return (
             f"step {self.step} (epoch {self.epoch}, batch {self.batch}): accuracy {accuracy}, groups kept "
-            f"{self.groups_kept}/{self.groups_total}, ops proposed {self.ops_proposed} / final {self.ops_final} / "
-            f"applied {self.ops_applied}, failed rollouts {self.rollouts_failed}, library v{self.library_version} "
-            f"({self.library_size} items), {self.wall_time_s:.1f}s"
+            f"{self.groups_kept}/{self.groups_total}, ops proposed {self.ops_proposed} / final {self.ops_final}"
+            f"{leaked} / applied {self.ops_applied}{everything}, failed rollouts {self.rollouts_failed}, "
+            f"library v{self.library_version} ({self.library_size} items), {self.wall_time_s:.1f}s"
         )
 
 

@@ -20,7 +20,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from experiences.apply import ApplyResult, Budget, apply_operations
+from experiences.dedup import Folded, enforce_dedup
 from experiences.model import Library
+from experiences.ops import Operation
 from experiences.render import render
 from tfgrpo.core.answers import is_correct
 from tfgrpo.core.datasets import Problem
@@ -107,7 +109,7 @@ class Engine:
 
     @property
     def needs_store(self) -> bool:
-        return self.config.dedup or self.config.inject != "all"
+        return self.config.dedup != "off" or self.config.inject != "all"
 
     def close(self) -> None:
         self.stores.close()
@@ -288,13 +290,16 @@ class Engine:
         )
         # Leakage guard: operations that contain a gold answer or copy a problem are rejected or flagged.
         screened = (
-            await asyncio.to_thread(self.guard.screen, consolidation.final)
+            await asyncio.to_thread(
+                self.guard.screen, consolidation.final, [(a.query_id, a.reply.operations) for a in analyses]
+            )
             if self.guard
             else Screened(list(consolidation.final))
         )
+        folded = await self.enforce_dedup(library, screened.kept)
         applied = apply_operations(
             library,
-            screened.kept,
+            folded.operations,
             step=plan.step,
             provenance={
                 "run": self.run.root.name,
@@ -310,13 +315,26 @@ class Engine:
         )
         counters.count_consolidation(consolidation, applied)
         counters.count_leakage(screened.records)
+        folded.remember_aliases(applied.library, applied)
+        counters.count_dedup([decision.model_dump() for decision in folded.decisions])
         counters.lap("consolidation")
         return consolidation, screened, applied
+
+    async def enforce_dedup(self, library: Library, operations: list[Operation]) -> Folded:
+        """`dedup: enforce`: near-duplicate adds and modifies folded into their neighbours (experiences.dedup)."""
+        if self.config.dedup != "enforce" or not operations:
+            return Folded(list(operations))
+        threshold = self.config.dedup_enforce_threshold
+        if not len(library):  # only the step's own adds to compare: the embedder, not the store
+            embedder = await self.stores.embedder()
+            return await self.stores.call(enforce_dedup, library, operations, embedder, threshold=threshold)
+        store = await self.stores.synced(library)
+        return await self.stores.call(enforce_dedup, library, operations, store, threshold=threshold)
 
     async def near_duplicates(self, library: Library, analyses: list[GroupAnalysis]) -> list[NearDuplicate]:
         """Proposed texts very close to an existing experience, for stage 3 to merge instead of copying."""
         texts = [op.experience for a in analyses for op in a.reply.operations if hasattr(op, "experience")]
-        if not (self.config.dedup and texts and len(library)):
+        if not (self.config.dedup != "off" and texts and len(library)):
             return []
         store = await self.stores.synced(library)
         matches = await self.stores.call(store.query_many, texts, k=1)

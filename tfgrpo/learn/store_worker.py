@@ -12,6 +12,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from experiences.embedders import Embedder, OnnxMiniLMEmbedder
 from experiences.model import Library
 from experiences.store import ExperienceStore
 from tfgrpo.rollout.injection import Injector
@@ -22,6 +23,7 @@ class StoreWorker:
         self.store_dir = store_dir
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vector-store")
         self._future: Future[ExperienceStore] | None = None
+        self._embedder: Future[Embedder] | None = None
 
     def start(self) -> None:
         """Begin opening the vector store in the background (a no-op once started)."""
@@ -40,6 +42,15 @@ class StoreWorker:
         await self.call(store.sync, library)
         return store
 
+    async def embedder(self) -> Embedder:
+        """The store's embedder; while the store was never needed (an empty library), a bare one, loaded
+        without chromadb, so a run from scratch can compare its first lessons without opening the store."""
+        if self._future is not None:
+            return (await asyncio.wrap_future(self._future)).embedder
+        if self._embedder is None:
+            self._embedder = self._thread.submit(_warm_embedder)
+        return await asyncio.wrap_future(self._embedder)
+
     async def call(self, function: Any, *args: Any, **kwargs: Any) -> Any:
         """Run `function` on the store's thread."""
         return await asyncio.get_running_loop().run_in_executor(self._thread, lambda: function(*args, **kwargs))
@@ -50,3 +61,9 @@ class StoreWorker:
 
     def close(self) -> None:
         self._thread.shutdown(wait=True, cancel_futures=True)
+
+
+def _warm_embedder() -> Embedder:
+    embedder = OnnxMiniLMEmbedder()
+    embedder.load()
+    return embedder
