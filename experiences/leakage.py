@@ -10,13 +10,15 @@ each against a set of reference problems (anything with `id`, `problem` and `ans
   `min_integer` (default 10) are not evidence (every lesson says "check 2 cases") and are not compared;
   nor are one-character non-numeric golds (choice letters).
 - copy: the experience shares word n-grams with a problem: shared / min(n-grams of either) >= `copy_threshold`,
-  with n = min(`ngram`, words of either) and at least 3 words on both sides.
+  with n = min(`ngram`, words of either) and at least 3 words on both sides; or it repeats `copy_min_words`
+  (10) consecutive words of the problem (a copied statement inside a longer lesson).
 
 A value equal to a gold is only *evidence* of a leak when it is tied to that problem (`LeakFinding.tied`):
 - "provenance": the experience was proposed by the group of that very problem alone (whose gold the model
   saw), so a number in it equal to that gold is that problem's answer;
-- "names the problem": it shares `min_shared_words` of the problem's distinctive words (words and numbers
-  of the statement that at most `distinctive_share` of the reference problems use);
+- "names the problem": it shares enough of the problem's distinctive words (words, names and numbers of the
+  statement that at most `distinctive_share` of the reference problems use), weighted by rarity (sum of
+  log(problems / problems using it) >= `min_naming_score`; 1.5 times that for a gold below `min_integer`);
 - "specific value": the value is too specific to be a coincidence: an expression, a fraction whose
   denominator exceeds 12, or an integer of 1,000 or more that is not a multiple of 100 or a power of two.
 An untied match ("a cube has 12 edges" while some problem's answer is 12) is a coincidence: reported
@@ -29,6 +31,8 @@ Pure: no LLM call. Used by `tfgrpo learn` after every step, `tfgrpo library chec
 
 from __future__ import annotations
 
+import itertools
+import math
 import re
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
@@ -51,8 +55,17 @@ _LATEX_COMMAND = re.compile(r"\\(?:[dt]?frac|sqrt|binom|boxed)\s*(?:\[[^\]]*\])?
 _INLINE_MATH = re.compile(r"\$\$?([^$]+?)\$\$?|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.S)
 _WORD = re.compile(r"\w+")
 _MIN_COPY_WORDS = 3
-SPECIFIC_INTEGER = 1000
 SPECIFIC_DENOMINATOR = 12
+SMALL_GOLD_FACTOR = 1.5
+#: Rarity is counted as if the references sat among this many other problems that do not use the word: with
+#: five reference problems a word unique to one is still strong evidence, not log(5) = 1.6 nats.
+BACKGROUND_PROBLEMS = 100
+_LATEX_NAME = re.compile(r"\\[A-Za-z]+")
+_POWER = re.compile(r"(\w+)\^\{?(\w+)\}?")  # `4c^2`, `n^{4}`: a formula's terms name a problem too
+_STOPWORDS = frozenset(
+    "that with what find which there their then than from each have this such these those when where only into "
+    "also some many more most other same both them they what whose will would could should must does make".split()
+)
 
 
 class ReferenceProblem(Protocol):
@@ -97,6 +110,9 @@ class _Ref:
     gold: str | None  # normalised
     value: Fraction | None  # exact value of a numeric gold
     distinctive: frozenset[str] = frozenset()  # words and numbers of the statement few problems share
+    rarity: tuple[tuple[str, float], ...] = ()  # (distinctive term, log(problems / problems using it))
+    small: bool = False  # an integer gold below min_integer: evidence only when the text names the problem
+    statement: str = ""
 
 
 @dataclass
@@ -110,7 +126,9 @@ class LeakageChecker:
         min_integer: integer golds with smaller absolute value are not compared (too common to be evidence).
         verifier: math-verify pool for expression golds (default: the reward's shared pool, started on demand).
         distinctive_share: a statement's word is distinctive when at most this share of the problems use it.
-        min_shared_words: distinctive words of a problem a text must share to name that problem.
+        copy_min_words: a text that repeats this many consecutive words of a problem copies it, however long.
+        min_naming_score: how rare the words a text shares with a problem must be, in sum (each counts
+            log(problems / problems using it)), for the text to name that problem.
     """
 
     sets: Mapping[str, Sequence[ReferenceProblem]]
@@ -118,8 +136,9 @@ class LeakageChecker:
     copy_threshold: float = 0.5
     min_integer: int = 10
     verifier: Verifier | None = None
-    distinctive_share: float = 0.02
-    min_shared_words: int = 2
+    distinctive_share: float = 0.05
+    min_naming_score: float = 9.0
+    copy_min_words: int = 10
     _refs: list[_Ref] = field(init=False, repr=False)
     _by_value: dict[Fraction, list[_Ref]] = field(init=False, repr=False)
     _grams: dict[tuple[int, int], set[tuple[str, ...]]] = field(init=False, repr=False)  # (ref index, n) -> n-grams
@@ -133,11 +152,14 @@ class LeakageChecker:
         for source, problems in self.sets.items():
             for problem in problems:
                 self._refs.append(self._reference(source, problem))
-        usage = Counter(word for ref in self._refs for word in set(_terms(ref.words)))
+        terms = [set(_terms(ref.statement)) for ref in self._refs]
+        usage = Counter(word for words in terms for word in words)
         most = max(1, int(self.distinctive_share * len(self._refs)))
         for index, ref in enumerate(self._refs):
-            rare = frozenset(word for word in _terms(ref.words) if usage[word] <= most)
-            self._refs[index] = ref = replace(ref, distinctive=rare)
+            rare = frozenset(word for word in terms[index] if usage[word] <= most)
+            total = len(self._refs) + BACKGROUND_PROBLEMS
+            rarity = tuple((word, math.log(total / usage[word])) for word in sorted(rare))
+            self._refs[index] = ref = replace(ref, distinctive=rare, rarity=rarity)
             if ref.value is not None:
                 self._by_value.setdefault(ref.value, []).append(ref)
 
@@ -145,11 +167,11 @@ class LeakageChecker:
         gold_text = gold_answer(problem.answer)
         gold = normalize_answer(gold_text) if gold_text else None
         value = _exact_value(gold) if gold else None
-        if value is not None and value.denominator == 1 and abs(value) < self.min_integer:
-            gold, value = None, None  # "2" in a lesson is no evidence of anything
-        elif value is None and gold is not None and len(gold) < 2:
+        small = value is not None and value.denominator == 1 and abs(value) < self.min_integer
+        if value is None and gold is not None and len(gold) < 2:
             gold = None  # a choice letter
-        return _Ref(problem.id, source, tuple(_WORD.findall(problem.problem.lower())), gold, value)
+        words = tuple(_WORD.findall(problem.problem.lower()))
+        return _Ref(problem.id, source, words, gold, value, small=small, statement=problem.problem)
 
     @property
     def size(self) -> int:
@@ -193,24 +215,33 @@ class LeakageChecker:
                 if equal and (index, ref.source, ref.id) not in matched:
                     matched.add((index, ref.source, ref.id))
                     findings[index].append(self._answer(items[index][0], items[index][1], ref, span))
+        kept = []
         for index, group in enumerate(findings):
             origin = set(sources[index]) if sources is not None else set()
-            words = set(_terms(_WORD.findall(items[index][1].lower())))
+            words = set(_terms(items[index][1]))
             for finding in group:
                 if finding.kind == "answer":
-                    finding.tied = self._tie(finding, origin, words)
-        return [finding for group in findings for finding in group]
+                    ref = self._ref(finding)
+                    finding.tied = self._tie(ref, origin, words)
+                    if ref.small and finding.tied is None:
+                        continue  # "check 2 cases": a small number in a lesson is evidence of nothing
+                kept.append(finding)
+        return kept
 
     def check_library(self, library: Library) -> list[LeakFinding]:
         """The library's findings; an experience's provenance (the queries of the step that made it) is its source."""
         experiences = list(library)
         return self.check(((e.id, e.text) for e in experiences), [e.provenance.query_ids for e in experiences])
 
-    def _tie(self, finding: LeakFinding, origin: set[str], words: set[str]) -> str | None:
-        ref = next(r for r in self._refs if r.id == finding.problem_id and r.source == finding.source)
+    def _ref(self, finding: LeakFinding) -> _Ref:
+        return next(r for r in self._refs if r.id == finding.problem_id and r.source == finding.source)
+
+    def _tie(self, ref: _Ref, origin: set[str], words: set[str]) -> str | None:
         if origin == {ref.id}:
             return "provenance"
-        if len(words & ref.distinctive) >= self.min_shared_words:
+        # Naming: the rarer the shared words, the stronger; a small gold (a 4 in "4 squares") needs more.
+        shared = sum(weight for word, weight in ref.rarity if word in words and word != ref.gold)
+        if shared >= self.min_naming_score * (SMALL_GOLD_FACTOR if ref.small else 1):
             return "names the problem"
         if _specific(ref):
             return "specific value"
@@ -225,6 +256,17 @@ class LeakageChecker:
             source=ref.source,
             evidence=f"{found.strip()} = gold answer {ref.gold}",
         )
+
+    def _copied_run(self, words: tuple[str, ...], index: int, ref: _Ref) -> str | None:
+        """A run of `copy_min_words` consecutive words of the problem inside a longer text, if there is one."""
+        n = self.copy_min_words
+        if len(words) < n or len(ref.words) < n:
+            return None
+        theirs = self._grams.get((index, n))
+        if theirs is None:
+            theirs = self._grams[index, n] = _ngrams(ref.words, n)
+        shared = _ngrams(words, n) & theirs
+        return " ".join(min(shared)) if shared else None
 
     def _copies(self, experience_id: str | None, text: str) -> list[LeakFinding]:
         words = tuple(_WORD.findall(text.lower()))
@@ -242,8 +284,9 @@ class LeakageChecker:
                 theirs = self._grams[index, n] = _ngrams(ref.words, n)
             shared = ours & theirs
             overlap = len(shared) / min(len(ours), len(theirs))
-            if overlap >= self.copy_threshold:
-                example = " ".join(max(shared))
+            run = self._copied_run(words, index, ref) if not overlap >= self.copy_threshold else None
+            if overlap >= self.copy_threshold or run is not None:
+                example = " ".join(max(shared)) if run is None else run
                 found.append(
                     LeakFinding(
                         kind="copy",
@@ -259,19 +302,28 @@ class LeakageChecker:
         return found
 
 
-def _terms(words: Iterable[str]) -> Iterable[str]:
-    """The words that can name a problem: 4+ letters, or numbers of 2+ digits (`17`, `2024`)."""
-    return (w for w in words if (len(w) >= 4 and w.isalpha()) or (len(w) >= 2 and w.isdigit()))
+def _terms(text: str) -> Iterable[str]:
+    """The tokens that can name a problem: words of 4+ letters, names like `log_x` or `omega_1`, numbers of 2+
+    digits (`17`, `2015`), powers (`4c^2`); LaTeX commands (`\\left`, `\\frac`) are markup, not words."""
+    plain = _LATEX_NAME.sub(" ", text).lower()
+    words = (
+        t
+        for t in _WORD.findall(plain)
+        if (len(t) >= 4 and t.isalpha() and t not in _STOPWORDS)
+        or (len(t) >= 2 and t.isdigit())
+        or (len(t) >= 3 and "_" in t)
+    )
+    powers = (m.group(1) + "^" + m.group(2) for m in _POWER.finditer(plain.replace(" ", "")))
+    return itertools.chain(words, powers)
 
 
 def _specific(ref: _Ref) -> bool:
-    """A gold too specific to turn up in a general rule by chance (see the module doc)."""
+    """A gold too specific to turn up in a general rule by chance: an expression (`\\frac{3\\sqrt2}{7}`) or a
+    fraction with a denominator over 12. No integer is: 40320 (8!), 1440 (minutes in a day) and 2021 (a year)
+    are some problem's answer and every lesson's fact alike (tests/data/leakage_lessons.jsonl)."""
     if ref.value is None:
         return ref.gold is not None and len(ref.gold) >= 3
-    if ref.value.denominator != 1:
-        return ref.value.denominator > SPECIFIC_DENOMINATOR
-    value = abs(ref.value.numerator)
-    return value >= SPECIFIC_INTEGER and value % 100 != 0 and value & (value - 1) != 0
+    return ref.value.denominator > SPECIFIC_DENOMINATOR
 
 
 def _exact_value(normalized: str) -> Fraction | None:

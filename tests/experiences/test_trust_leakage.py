@@ -223,3 +223,35 @@ def test_a_leaky_initial_library_is_reported(tmp_path):
         "warning: --init-library: [G0] contains the answer of train:q17_25 (42 = gold answer 42)"
         in console.file.getvalue()
     )
+
+
+def _labelled_sets():
+    root = Path(__file__).parents[2]
+    sets = {}
+    for name, path in {"dapo100": "dapo_math_17k_first110", "aime24": "aime24", "aime25": "aime25"}.items():
+        rows = [json.loads(line) for line in (root / "tfgrpo/core/data" / f"{path}.jsonl").read_text().splitlines()]
+        sets[name] = [SimpleNamespace(id=str(r["id"]), problem=r["problem"], answer=r["answer"]) for r in rows]
+    lessons = [json.loads(line) for line in (root / "tests/data/leakage_lessons.jsonl").read_text().splitlines()]
+    return sets, lessons
+
+
+def test_labelled_lessons_precision_and_recall():
+    """263 labelled lessons (tests/data/leakage_lessons.md): general rules whose numbers equal some problem's
+    answer are kept; real leaks are caught. Learn mode: a training problem's leak comes from its group alone."""
+    sets, lessons = _labelled_sets()
+    checker = LeakageChecker(sets)
+    general = [row for row in lessons if row["label"] == "general"]
+    leaks = [row for row in lessons if row["label"] == "leak"]
+    assert len(general) >= 140 and len(leaks) >= 110 and sum(bool(r["coincides_with"]) for r in general) >= 100
+    learn_sources = [
+        {row["problem"].split(":", 1)[1]}
+        if row["label"] == "leak" and row["problem"].startswith("dapo100:")
+        else {"one-query", "another-query"}
+        for row in lessons
+    ]
+    for sources, min_recall in ((learn_sources, 0.95), (None, 0.90)):
+        findings = checker.check([(row["id"], row["text"]) for row in lessons], sources)
+        rejected = {f.experience_id for f in findings if f.is_leak}
+        recall = sum(row["id"] in rejected for row in leaks) / len(leaks)
+        false_rate = sum(row["id"] in rejected for row in general) / len(general)
+        assert recall >= min_recall and false_rate <= 0.02, (recall, false_rate)
