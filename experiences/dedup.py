@@ -176,6 +176,8 @@ def enforce_dedup(
     checked = [op for op in operations if isinstance(op, (AddOp, ModifyOp))]
     if not checked:
         return Folded(operations)
+    vectors: Sequence[Sequence[float]]
+    matches: list[list[Match]]
     if isinstance(store, ExperienceStore):
         store.sync(library)
         vectors = store.embed([op.experience for op in checked])
@@ -190,16 +192,16 @@ def enforce_dedup(
     batch: list[tuple[Sequence[float], int]] = []  # (vector, position in folded.operations) of kept adds
     nearest = {id(op): (vector, found) for op, vector, found in zip(checked, vectors, matches, strict=True)}
     for op in operations:
-        if id(op) not in nearest:
+        if not isinstance(op, (AddOp, ModifyOp)) or id(op) not in nearest:
             folded.operations.append(op)
             continue
         vector, found = nearest[id(op)]
-        candidates = [(m.id, m.text, m.similarity, None) for m in found]
+        candidates: list[tuple[str, str, float, int | None]] = [(m.id, m.text, m.similarity, None) for m in found]
         candidates += [(i, alias, _dot(vector, v), None) for (i, alias), v in zip(known, alias_vectors, strict=True)]
         if isinstance(op, AddOp):  # a modify is checked against the library only
             candidates += [
-                (f"new:{n}", folded.operations[p].experience, _dot(vector, v), p) for n, (v, p) in enumerate(batch)
-            ]  # type: ignore[union-attr]
+                (f"new:{n}", _text(folded.operations[p]), _dot(vector, v), p) for n, (v, p) in enumerate(batch)
+            ]
         own = op.id if isinstance(op, ModifyOp) else None
         near = [c for c in candidates if c[0] != own and is_near_duplicate(op.experience, c[1], c[2], threshold)]
         if not near:
@@ -214,7 +216,7 @@ def enforce_dedup(
 def _fold(op: AddOp | ModifyOp, neighbour: tuple[str, str, float, int | None], folded: Folded) -> None:
     """Fold `op` into its neighbour: a longer text (taken as more specific) replaces the neighbour's."""
     neighbour_id, text, cosine, position = neighbour
-    current = folded.operations[position].experience if position is not None else text  # type: ignore[union-attr]
+    current = _text(folded.operations[position]) if position is not None else text
     longer = len(op.experience.split()) > len(current.split())
     if isinstance(op, ModifyOp):
         merged = MergeOp(ids=(op.id, neighbour_id), experience=op.experience if longer else current)
@@ -246,6 +248,10 @@ def _fold(op: AddOp | ModifyOp, neighbour: tuple[str, str, float, int | None], f
             lexical=round(lexical_similarity(op.experience, text), 4),
         )
     )
+
+
+def _text(operation: Operation) -> str:
+    return getattr(operation, "experience", None) or ""
 
 
 def _dot(a: Sequence[float], b: Sequence[float]) -> float:
