@@ -8,7 +8,9 @@ Semantics (documented in docs/experiences.md, "Apply semantics"; tested in tests
 - `modify` / `delete` of an unknown id are rejected (never turned into an add).
 - `merge` needs two or more existing ids; the sources are removed and the merged experience gets a new
   id, `parents` = the source ids, and the sum of their usage counters.
-- Texts over `max_words` words (default 32) or empty are rejected.
+- Texts over `max_words` words (default 32) or empty are rejected, and so (with `require_sentence`, which
+  `tfgrpo learn` sets) is a text that does not read as a lesson (`experiences.model.sentence_problem`: at least two
+  words, mostly letters, ending as a sentence ends, not the prompt's placeholder).
 - Then the budget: while the library has more than `max_items` experiences or its rendered form more
   than `max_prompt_tokens` tokens, the lowest-value experience is evicted: lowest smoothed success rate
   (correct+1)/(correct+wrong+2), then least recently updated, then oldest. Evictions are returned and
@@ -25,7 +27,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from experiences.model import MAX_ALIASES, Experience, Library, Provenance, Usage, count_words
+from experiences.model import MAX_ALIASES, Experience, Library, Provenance, Usage, count_words, sentence_problem
 from experiences.ops import AddOp, DeleteOp, MergeOp, ModifyOp, Operation, Rejection
 from experiences.parse import DEFAULT_MAX_WORDS
 from experiences.render import render
@@ -102,6 +104,7 @@ def apply_operations(
     budget: Budget | None = None,
     count_tokens: TokenCounter = approximate_tokens,
     render_for_budget: Callable[[Library], str] | None = None,
+    require_sentence: bool = False,
 ) -> ApplyResult:
     """Apply `operations` to a copy of `library`; see the module docstring for the rules."""
     base = provenance if isinstance(provenance, Provenance) else Provenance(**(provenance or {}))
@@ -110,7 +113,15 @@ def apply_operations(
     new = library.model_copy(deep=True)
     result = ApplyResult(library=new)
     for operation in operations:
-        problem = _apply_one(new, operation, step=step, provenance=base, max_words=max_words, result=result)
+        problem = _apply_one(
+            new,
+            operation,
+            step=step,
+            provenance=base,
+            max_words=max_words,
+            result=result,
+            require_sentence=require_sentence,
+        )
         if problem:
             result.rejected.append(Rejection(reason=problem, item=operation.to_wire()))
     if budget is not None:
@@ -130,6 +141,7 @@ def _apply_one(
     provenance: Provenance,
     max_words: int | None,
     result: ApplyResult,
+    require_sentence: bool = True,
 ) -> str | None:
     """Apply one operation to `library` in place; returns why it was rejected, or None when applied."""
     text = getattr(operation, "experience", None)
@@ -139,6 +151,8 @@ def _apply_one(
             return "empty experience text"
         if max_words is not None and count_words(text) > max_words:
             return f"text has {count_words(text)} words; the limit is {max_words}"
+        if require_sentence and (problem := sentence_problem(text)):
+            return problem
     stamp = provenance.model_copy(update={"operation": operation.option})
     if isinstance(operation, AddOp):
         assert text is not None  # add, modify and merge always carry an experience text

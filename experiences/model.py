@@ -101,6 +101,29 @@ def count_words(text: str) -> int:
     return len(text.split())
 
 
+MIN_LESSON_WORDS = 2
+MIN_LETTER_SHARE = 0.5
+_SENTENCE_END = re.compile(r"[.!?][)\]\"'$*_]*$")
+_PLACEHOLDER = re.compile(r"^\s*<[^<>]*>\s*[.!?]?\s*$|<(?:text|the|your|new|lesson)\b[^<>]*>", re.IGNORECASE)
+
+
+def sentence_problem(text: str) -> str | None:
+    """Why `text` does not read as a lesson (a complete natural-language rule), or None when it does: at least
+    two words, mostly letters, ending as a sentence ends, and not the prompt's placeholder. A reply cut by
+    the token limit ("The correct process is to multiply the") or a digit string ("1.1.2.0.1") is a failed
+    reply, not a lesson."""
+    if _PLACEHOLDER.search(text):
+        return "a copy of the prompt's placeholder, not a lesson"
+    if count_words(text) < MIN_LESSON_WORDS:
+        return f"not a sentence: fewer than {MIN_LESSON_WORDS} words"
+    visible = [ch for ch in text if not ch.isspace()]
+    if sum(ch.isalpha() for ch in visible) < MIN_LETTER_SHARE * len(visible):
+        return "not a sentence: mostly digits and symbols"
+    if not _SENTENCE_END.search(text.rstrip()):
+        return "not a sentence: it does not end with '.', '!' or '?' (cut off?)"
+    return None
+
+
 class Library(BaseModel):
     """A versioned list of experiences plus metadata. `version` increases by one per applied change set."""
 

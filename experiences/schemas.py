@@ -127,11 +127,21 @@ def _operation_schema(option: str, *, ids: list[str], max_chars: int | None) -> 
         elif name == "ids":
             spec = {"type": "array", "items": {"type": "string", "enum": ids}, "minItems": 2}
         elif name == "experience":
-            spec = {**spec, "minLength": min(MIN_LESSON_REPLY_CHARS, max_chars or MIN_LESSON_REPLY_CHARS)}
+            min_chars = min(MIN_LESSON_REPLY_CHARS, max_chars or MIN_LESSON_REPLY_CHARS)
+            spec = {**spec, "minLength": min_chars, "pattern": lesson_pattern(min_chars, max_chars)}
             if max_chars:
                 spec["maxLength"] = max_chars
         properties[name] = spec
     return {"type": "object", "properties": properties, "required": list(properties), "additionalProperties": False}
+
+
+def lesson_pattern(min_chars: int, max_chars: int | None) -> str:
+    """A lesson as a grammar sees it: it starts with a letter, holds no `<`/`>` (the prompt's placeholder is
+    `<text of the new lesson>`) and no line break, and ends as a sentence ends; the length bounds are part of
+    the pattern, since xgrammar ignores maxLength next to a pattern. The rest of the rule (two words, mostly
+    letters) is checked at apply (`experiences.model.sentence_problem`)."""
+    most = "" if max_chars is None else str(max(0, max_chars - 2))
+    return f"^[A-Za-z][^<>\\n]{{{max(0, min_chars - 2)},{most}}}[.!?]$"
 
 
 def reply_format(*, max_ops: int, ids: Sequence[str] = ()) -> str:
@@ -161,6 +171,7 @@ def _example(option: str) -> dict[str, Any]:
 __all__ = [
     "OPERATIONS_SCHEMA_NAME",
     "allowed_options",
+    "lesson_pattern",
     "operations_schema",
     "reply_format",
 ]

@@ -87,6 +87,11 @@ class LearnConfig(BaseModel):
         3, ge=1, description="K: at most this many operations proposed per group (stage 2)."
     )
     max_words: int = Field(32, ge=1, description="Longest experience, in words; longer proposals are rejected.")
+    require_sentences: bool = Field(
+        True,
+        description="Reject a proposed lesson that does not read as one: fewer than two words, mostly digits "
+        "and symbols, no sentence end (cut off by the token limit), or the prompt's placeholder.",
+    )
     trajectory_token_budget: int = Field(
         2048, ge=64, description="Trajectories longer than this (approx. tokens) are cut in the middle before stage 1."
     )
@@ -219,6 +224,7 @@ RESUME_LOCKED_KEYS = (
     "std_threshold",
     "max_ops_per_group",
     "max_words",
+    "require_sentences",
     "trajectory_token_budget",
     "inject",
     "dedup_threshold",

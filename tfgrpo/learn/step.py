@@ -309,6 +309,7 @@ class Engine:
                 "query_ids": [a.query_id for a in analyses if a.reply.operations],
             },
             max_words=config.max_words,
+            require_sentence=config.require_sentences,
             budget=Budget(max_items=config.max_experiences, max_prompt_tokens=config.max_library_tokens)
             if config.max_experiences or config.max_library_tokens
             else None,
