@@ -139,8 +139,12 @@ def is_near_duplicate(a: str, b: str, cosine: float, threshold: float = DEFAULT_
 
 
 def _negation_differs(a: str, b: str) -> bool:
-    """ "Check the domain" vs "Do not check the domain": embeddings barely see it (cosine 0.97)."""
-    return bool((set(_words(a)) ^ set(_words(b))) & _NEGATIONS)
+    """One side negates the other ("Check the domain" vs "Do not check the domain", cosine 0.97), or the same
+    words are swapped ("Use degrees, not radians" vs "Use radians, not degrees", 0.992): embeddings barely
+    see either."""
+    words_a, words_b = _words(a), _words(b)
+    swapped = words_a != words_b and sorted(words_a) == sorted(words_b)
+    return swapped or bool((set(words_a) ^ set(words_b)) & _NEGATIONS)
 
 
 @dataclass

@@ -135,3 +135,5 @@ def test_a_modify_that_makes_two_experiences_the_same_becomes_a_merge(store):
 def test_negation_is_never_a_near_duplicate():
     assert not is_near_duplicate("Check the domain first.", "Do not check the domain first.", 0.99)
     assert is_near_duplicate("Check the domain first.", "Always check the domain first.", 0.96)
+    swapped = ("Use degrees, not radians, in this task.", "Use radians, not degrees, in this task.")
+    assert not is_near_duplicate(*swapped, 0.992)
