@@ -47,6 +47,7 @@ MIN_LESSON_CHARS = 32
 #: it applies to" first, so "1.0" is not a lesson (SmolLM2 proposed exactly that). Only the schema says so:
 #: the parser keeps accepting short lessons from backends that cannot enforce a schema.
 MIN_LESSON_REPLY_CHARS = 12
+FIRST_WORD_CHARS = 16  # "Understanding" has 13 letters; a longer first "word" is not one
 
 _MODELS: dict[str, type[BaseModel]] = {"add": AddOp, "modify": ModifyOp, "delete": DeleteOp, "merge": MergeOp}
 _NEEDS_IDS = {"modify", "delete", "merge"}
@@ -136,12 +137,14 @@ def _operation_schema(option: str, *, ids: list[str], max_chars: int | None) -> 
 
 
 def lesson_pattern(min_chars: int, max_chars: int | None) -> str:
-    """A lesson as a grammar sees it: it starts with a letter, holds no `<`/`>` (the prompt's placeholder is
-    `<text of the new lesson>`) and no line break, and ends as a sentence ends; the length bounds are part of
-    the pattern, since xgrammar ignores maxLength next to a pattern. The rest of the rule (two words, mostly
-    letters) is checked at apply (`experiences.model.sentence_problem`)."""
-    most = "" if max_chars is None else str(max(0, max_chars - 2))
-    return f"^[A-Za-z][^<>\\n]{{{max(0, min_chars - 2)},{most}}}[.!?]$"
+    """A lesson as a grammar sees it: a first word of letters, a space, then no `<`/`>` (the prompt's
+    placeholder is `<text of the new lesson>`), no line break and no `"` or backslash (llama.cpp emits a
+    pattern's characters raw inside the JSON string: a quote there ends the string and breaks the reply),
+    ending as a sentence ends. The length bounds are part of the pattern (xgrammar ignores maxLength next to
+    one). The rest of the rule (mostly letters) is checked at apply (`experiences.model.sentence_problem`)."""
+    rest_min = max(0, min_chars - FIRST_WORD_CHARS - 2)
+    rest_max = "" if max_chars is None else str(max(rest_min, max_chars - FIRST_WORD_CHARS - 2))
+    return f'^[A-Za-z]{{1,{FIRST_WORD_CHARS}}} [^<>"\\\\\\n]{{{rest_min},{rest_max}}}[.!?]$'
 
 
 def reply_format(*, max_ops: int, ids: Sequence[str] = ()) -> str:
