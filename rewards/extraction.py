@@ -22,7 +22,7 @@ Source = Literal["boxed", "answer_line", "whole", "last_expression", "none"]
 _BOX_OPEN = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _BOX_BARE = re.compile(r"\\boxed +([^\s${}]+)")  # `\boxed 5`, as some models write it
 _BRACE_TOKENS = re.compile(r"\\.|[{}]", re.DOTALL)  # an escaped char (`\{`, `\\`) is never a group brace
-# What may stand between two boxes of one answer: punctuation, math delimiters, spacing, "and"/"or".
+# What may stand between the math spans of one listed answer ("$12$ and $13$"): punctuation, spacing, and/or.
 _BOX_CONNECTOR = re.compile(
     r"(?:\s|[,;]|\$|\\[()\[\]]|\\[,;:! ]|\\q?quad|\\text\s*\{\s*(?:and|or|,)?\s*\}|\band\b|\bor\b)*", re.IGNORECASE
 )

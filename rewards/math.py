@@ -75,26 +75,31 @@ def _compare(pairs: Sequence[tuple[str, str]], verifier: Verifier) -> list[Verdi
     for index, (gold, pred) in enumerate(pairs):
         gold_n, pred_n = normalize_answer(gold), normalize_answer(pred)
         decided = fast_equivalent(gold_n, pred_n)
-        if decided is None and _PRIMES.findall(gold_n) != _PRIMES.findall(pred_n):
-            verdicts.append(Verdict(False, "not equivalent (primes differ)"))
-        elif (
-            decided is None
-            and _BASE.findall(pred_n)
-            and sorted(_BASE.findall(pred_n)) != sorted(_BASE.findall(gold_n))
-        ):
-            verdicts.append(Verdict(False, "not equivalent (number bases differ)"))
-        elif decided is None and len(pred_n) > MAX_VERIFIED_CHARS:
-            # No real final answer is this long; sympy would only burn the whole budget on it.
-            verdicts.append(Verdict(False, f"answer too long to verify ({len(pred_n)} characters)"))
-        elif decided is None:
+        guarded = _refused_before_verifying(gold_n, pred_n) if decided is None else None
+        if decided is not None:
+            verdicts.append(Verdict(decided, "equivalent" if decided else "not equivalent"))
+        elif guarded is not None:
+            verdicts.append(guarded)
+        else:
             verdicts.append(None)
             slow.append((index, (gold_n, pred_n)))
-        else:
-            verdicts.append(Verdict(decided, "equivalent" if decided else "not equivalent"))
     if slow:
         for (index, _), verdict in zip(slow, verifier.check_many([pair for _, pair in slow]), strict=True):
             verdicts[index] = verdict
     return verdicts  # type: ignore[return-value]
+
+
+def _refused_before_verifying(gold: str, pred: str) -> Verdict | None:
+    """What math-verify would get wrong or waste its budget on: primes and number bases it drops, and
+    answers too long to be a final answer (sympy would only burn the whole budget on them)."""
+    if _PRIMES.findall(gold) != _PRIMES.findall(pred):
+        return Verdict(False, "not equivalent (primes differ)")
+    bases = sorted(_BASE.findall(pred))
+    if bases and bases != sorted(_BASE.findall(gold)):
+        return Verdict(False, "not equivalent (number bases differ)")
+    if len(pred) > MAX_VERIFIED_CHARS:
+        return Verdict(False, f"answer too long to verify ({len(pred)} characters)")
+    return None
 
 
 class MathReward(Reward):

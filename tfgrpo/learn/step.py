@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from experiences.apply import ApplyResult, Budget, apply_operations
-from experiences.dedup import Folded, enforce_dedup
+from experiences.dedup import Folded
 from experiences.model import Library
 from experiences.ops import Operation
 from experiences.render import render
@@ -325,25 +325,14 @@ class Engine:
         """`dedup: enforce`: near-duplicate adds and modifies folded into their neighbours (experiences.dedup)."""
         if self.config.dedup != "enforce" or not operations:
             return Folded(list(operations))
-        threshold = self.config.dedup_enforce_threshold
-        if not len(library):  # only the step's own adds to compare: the embedder, not the store
-            embedder = await self.stores.embedder()
-            return await self.stores.call(enforce_dedup, library, operations, embedder, threshold=threshold)
-        store = await self.stores.synced(library)
-        return await self.stores.call(enforce_dedup, library, operations, store, threshold=threshold)
+        return await self.stores.fold_duplicates(library, operations, self.config.dedup_enforce_threshold)
 
     async def near_duplicates(self, library: Library, analyses: list[GroupAnalysis]) -> list[NearDuplicate]:
         """Proposed texts very close to an existing experience, for stage 3 to merge instead of copying."""
         texts = [op.experience for a in analyses for op in a.reply.operations if hasattr(op, "experience")]
         if not (self.config.dedup != "off" and texts and len(library)):
             return []
-        store = await self.stores.synced(library)
-        matches = await self.stores.call(store.query_many, texts, k=1)
-        return [
-            NearDuplicate(text=text, id=found[0].id, similarity=round(found[0].similarity, 2))
-            for text, found in zip(texts, matches, strict=False)
-            if found and found[0].similarity >= self.config.dedup_threshold
-        ]
+        return await self.stores.near_duplicates(library, texts, self.config.dedup_threshold)
 
     # -- commit ----------------------------------------------------------------------------------------
     def commit(

@@ -12,9 +12,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from experiences.dedup import Folded, enforce_dedup
 from experiences.embedders import Embedder, OnnxMiniLMEmbedder
 from experiences.model import Library
+from experiences.ops import Operation
 from experiences.store import ExperienceStore
+from tfgrpo.learn.stages.consolidate import NearDuplicate
 from tfgrpo.rollout.injection import Injector
 
 
@@ -50,6 +53,23 @@ class StoreWorker:
         if self._embedder is None:
             self._embedder = self._thread.submit(_warm_embedder)
         return await asyncio.wrap_future(self._embedder)
+
+    async def fold_duplicates(self, library: Library, operations: list[Operation], threshold: float) -> Folded:
+        """`experiences.dedup.enforce_dedup` on this thread; an empty library needs only the embedder."""
+        if not len(library):  # only the step's own adds to compare: the embedder, not the store
+            return await self.call(enforce_dedup, library, operations, await self.embedder(), threshold=threshold)
+        store = await self.synced(library)
+        return await self.call(enforce_dedup, library, operations, store, threshold=threshold)
+
+    async def near_duplicates(self, library: Library, texts: list[str], threshold: float) -> list[NearDuplicate]:
+        """Texts at or above `threshold` cosine of an experience: hints for consolidation."""
+        store = await self.synced(library)
+        matches = await self.call(store.query_many, texts, k=1)
+        return [
+            NearDuplicate(text=text, id=found[0].id, similarity=round(found[0].similarity, 2))
+            for text, found in zip(texts, matches, strict=False)
+            if found and found[0].similarity >= threshold
+        ]
 
     async def call(self, function: Any, *args: Any, **kwargs: Any) -> Any:
         """Run `function` on the store's thread."""
