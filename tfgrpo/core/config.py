@@ -51,12 +51,50 @@ def format_validation_error(error: ValidationError, *, source: str = "config") -
     return "\n".join(lines)
 
 
+#: Aliases (`*name`) a config may use. Each one is a shared reference; nested anchors make a 297-byte file
+#: expand to gigabytes when it is validated or written back (an "alias bomb"). Real configs use none or few.
+MAX_YAML_ALIASES = 16
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing duplicate keys (last-wins silently otherwise) and alias bombs."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self.aliases = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            self.aliases += 1
+            if self.aliases > MAX_YAML_ALIASES:
+                mark = self.peek_event().start_mark
+                raise ConfigError(f"line {mark.line + 1}: more than {MAX_YAML_ALIASES} YAML aliases (*name): refused")
+        return super().compose_node(parent, index)
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            if isinstance(key, (str, int, float, bool)) and key in seen:
+                raise ConfigError(f"line {line}: duplicate key {key!r} (first at line {seen[key]})")
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_yaml_text(text: str) -> Any:
+    """YAML from a config or recipe: duplicate keys and more than MAX_YAML_ALIASES aliases are ConfigErrors."""
+    return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 -- a SafeLoader subclass
+
+
 def read_yaml(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        data = load_yaml_text(path.read_text(encoding="utf-8")) or {}
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
     if not isinstance(data, dict):

@@ -160,7 +160,9 @@ def iter_jsonl_objects(
             continue
         where = f"{path}:{line_number}"
         try:
-            row = json.loads(line)
+            row = json.loads(line, object_pairs_hook=_refuse_duplicate_keys)
+        except DuplicateKeyError as exc:
+            raise error(f"{where}: duplicate key {exc.key!r} (a JSON object names each key once)") from None
         except json.JSONDecodeError as exc:
             raise error(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
         except RecursionError:
@@ -168,6 +170,22 @@ def iter_jsonl_objects(
         if not isinstance(row, dict):
             raise error(f"{where}: expected a JSON object, got {type(row).__name__}")
         yield line_number, row
+
+
+class DuplicateKeyError(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _refuse_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """`json.loads` keeps the last of two equal keys without a word; a row that says `answer` twice is refused."""
+    row: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in row:
+            raise DuplicateKeyError(key)
+        row[key] = value
+    return row
 
 
 def _iter_jsonl(path: Path, max_row_bytes: int) -> Iterator[tuple[str, dict[str, Any]]]:

@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from tfgrpo.core.config import ConfigError, format_validation_error, read_yaml
+from tfgrpo.core.config import ConfigError, format_validation_error, load_yaml_text, read_yaml
 from tfgrpo.llm.config import LLMConfig
 
 BUNDLED_RECIPES = ("paper-math", "quickstart", "baselines-local")
@@ -165,7 +165,7 @@ def load_recipe(spec: str, overrides: list[str] | None = None) -> Recipe:
     if isinstance(source, Path):
         data = read_yaml(source)
     else:
-        data = yaml.safe_load(source.read_text(encoding="utf-8")) or {}
+        data = load_yaml_text(source.read_text(encoding="utf-8")) or {}
     data = apply_overrides(data, parse_overrides(overrides))
     try:
         return Recipe.model_validate(data)
