@@ -245,3 +245,24 @@ def test_cli_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) 
     with pytest.raises(SystemExit):
         main(["export", str(_write_library(tmp_path)), "--out", str(tmp_path / "x.docx")])
     assert "pass --format" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("option", "value"), [("--max-items", "0"), ("--step", "-5"), ("--max-words", "-1"), ("--max-prompt-tokens", "0")]
+)
+def test_cli_apply_refuses_meaningless_limits(tmp_path: Path, option: str, value: str) -> None:
+    lib_path = _write_library(tmp_path)
+    reply = tmp_path / "reply.txt"
+    reply.write_text('[{"option": "add", "experience": "New one."}]')
+    result = runner.invoke(app, ["library", "apply", str(lib_path), str(reply), option, value])
+    assert result.exit_code == 2 and "Invalid value" in result.output
+    assert Library.load(lib_path).version == 0 and not (tmp_path / "library.history").exists()
+
+
+def test_cli_apply_exits_1_when_every_operation_is_rejected(tmp_path: Path) -> None:
+    lib_path = _write_library(tmp_path)
+    reply = tmp_path / "reply.txt"
+    reply.write_text('[{"option": "delete", "id": "G7"}, {"option": "modify", "id": "G9", "experience": "Nope."}]')
+    result = runner.invoke(app, ["library", "apply", str(lib_path), str(reply)])
+    assert result.exit_code == 1 and "unknown id 'G7'" in result.output and "unchanged" in result.output
+    assert Library.load(lib_path).version == 0

@@ -34,6 +34,9 @@ EmbedUrlOpt = Annotated[
 ]
 
 
+EXIT_ALL_REJECTED = 1  # `library apply`: the reply's operations were all rejected
+
+
 def register(app: typer.Typer) -> None:
     library_app = typer.Typer(
         help="Inspect and edit an experience library: show, history, diff, rollback, dedup, apply, check, ablate, prune.",
@@ -233,20 +236,23 @@ def apply(
     reply_path: Annotated[
         Path, typer.Argument(help="A raw LLM reply (text file) with operations.", show_default=False)
     ],
-    max_words: Annotated[int, typer.Option("--max-words", help="Word limit per experience.")] = DEFAULT_MAX_WORDS,
+    max_words: Annotated[
+        int, typer.Option("--max-words", min=1, help="Word limit per experience.")
+    ] = DEFAULT_MAX_WORDS,
     max_items: Annotated[
         int | None,
-        typer.Option("--max-items", help="Library budget: most experiences kept (lowest value evicted)."),
+        typer.Option("--max-items", min=1, help="Library budget: most experiences kept (lowest value evicted)."),
     ] = None,
     max_tokens: Annotated[
         int | None,
-        typer.Option("--max-prompt-tokens", help="Library budget: most tokens of the rendered library."),
+        typer.Option("--max-prompt-tokens", min=1, help="Library budget: most tokens of the rendered library."),
     ] = None,
-    step: Annotated[int | None, typer.Option("--step", help="Engine step to record (provenance).")] = None,
+    step: Annotated[int | None, typer.Option("--step", min=0, help="Engine step to record (provenance).")] = None,
     dry_run: Annotated[bool | None, typer.Option("--dry-run", help="Show what would happen; save nothing.")] = None,
     history_dir: HistoryOpt = None,
 ) -> None:
-    """Parse a raw reply, apply the valid operations, save LIB as the next version; print applied and rejected."""
+    """Parse a raw reply, apply the valid operations, save LIB as the next version; print applied and rejected.
+    Exit code 1 when the reply had operations and every one was rejected (nothing to save is not success)."""
     from experiences.errors import ExperienceError
     from experiences.transaction import open_library
 
@@ -273,7 +279,8 @@ def _apply_reply(
     from tfgrpo.core.textfile import read_text
 
     parsed = parse_operations(read_text(reply_path, error=ExperienceError), library, max_words=max_words)
-    budget = Budget(max_items=max_items, max_prompt_tokens=max_tokens) if (max_items or max_tokens) else None
+    limited = max_items is not None or max_tokens is not None
+    budget = Budget(max_items=max_items, max_prompt_tokens=max_tokens) if limited else None
     result = apply_operations(
         library,
         parsed.operations,
@@ -298,6 +305,8 @@ def _apply_reply(
             f"{library_path} unchanged (version {library.version})"
             + (" [dry run]" if dry_run and result.changed else "")
         )
+        if result.rejected and not result.applied:
+            raise typer.Exit(EXIT_ALL_REJECTED)
         return
     _commit(library_path, library, result, history_dir, step=step)
     typer.echo(
