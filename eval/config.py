@@ -12,7 +12,7 @@ from tfgrpo.rollout.agent import AgentConfig
 
 
 class EvalConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     data: str = Field("aime24", description="A bundled dataset name (aime24, aime25, amc23, easy, ...) or a file.")
     out: str = Field("runs/eval", description="Run directory: metrics.json, samples.jsonl, cache.sqlite.")

@@ -44,7 +44,7 @@ def _folder_name(value: str) -> str:
 
 
 class MatrixModel(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     name: str = Field(description="Row label and folder name.")
     llm: LLMConfig = Field(default_factory=LLMConfig)
@@ -56,7 +56,7 @@ class MatrixModel(BaseModel):
 
 
 class MatrixLibrary(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     name: str = Field(description="Column label and folder name.")
     library: str | None = Field(None, description="Library JSON; null = the model alone.")
@@ -68,7 +68,7 @@ class MatrixLibrary(BaseModel):
 
 
 class MatrixConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     out: str = Field("runs/matrix", description="One eval run per cell: OUT/<model>/<library>.")
     eval: dict[str, Any] = Field(

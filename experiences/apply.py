@@ -45,7 +45,7 @@ def approximate_tokens(text: str) -> int:
 class Budget(BaseModel):
     """Limits on the whole library, enforced after each change set by evicting the lowest-value items."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     max_items: int | None = Field(None, ge=0, description="Most experiences kept (None: no limit).")
     max_prompt_tokens: int | None = Field(

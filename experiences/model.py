@@ -27,7 +27,7 @@ DEFAULT_ID_PREFIX = "G"
 class Provenance(BaseModel):
     """Where an experience (or its latest change) came from."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     run: str | None = Field(None, description="Run name or directory of the learn run.")
     epoch: int | None = Field(None, description="Epoch of the engine step.")
@@ -44,7 +44,7 @@ class Provenance(BaseModel):
 class Usage(BaseModel):
     """How often the experience was in context, and for how many correct vs wrong rollouts (engine-reported)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     in_context: int = Field(0, ge=0, description="Rollouts whose prompt contained this experience.")
     correct: int = Field(0, ge=0, description="... of which were rewarded as correct.")
@@ -61,7 +61,7 @@ MAX_ALIASES = 16  # phrasings of a lesson remembered for dedup (the most recent)
 class Experience(BaseModel):
     """One natural-language lesson."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     id: str = Field(description="Stable id, e.g. 'G7'; never renumbered.")
     text: str = Field(description="The lesson itself, as injected into prompts.")
@@ -127,7 +127,7 @@ def sentence_problem(text: str) -> str | None:
 class Library(BaseModel):
     """A versioned list of experiences plus metadata. `version` increases by one per applied change set."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     format: str = Field(FORMAT, description="File format tag, for future migrations.")
     version: int = Field(0, ge=0, description="Library version; +1 per applied change set.")

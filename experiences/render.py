@@ -79,7 +79,7 @@ def _compile(source: str):  # -> jinja2.Template; cached because engines render 
 class Injection(BaseModel):
     """Which experiences a prompt gets: `all`, `none`, or `topk:K` (the K nearest to the query)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True)
 
     mode: Literal["all", "none", "topk"] = "all"
     k: int | None = Field(None, ge=1, description="How many experiences `topk` injects.")

@@ -31,7 +31,7 @@ RETRY_FEEDBACK = (
 class JudgeVerdict(BaseModel):
     """What the judge answers about one response."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     reasoning: str = Field(
         max_length=300,

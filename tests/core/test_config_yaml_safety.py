@@ -51,3 +51,23 @@ def test_a_duplicate_key_in_a_json_row_is_refused_with_its_line(tmp_path):
     rows.write_text(json.dumps(good) + "\n" + '{"id": "b", "problem": "2+2?", "answer": "4", "answer": "5"}\n')
     with pytest.raises(Exception, match=r"rows.jsonl:2: duplicate key 'answer'"):
         load_dataset_rows(str(rows))
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--timeout", "inf"),
+        ("--timeout", "nan"),
+        ("--config", "TIMEOUT_YAML"),
+    ],
+)
+def test_an_infinite_or_nan_setting_is_one_line_not_an_overflow(tmp_path, capsys, args):
+    if args[1] == "TIMEOUT_YAML":
+        config = tmp_path / "inf.yaml"
+        config.write_text("llm:\n  timeout_s: .inf\n")
+        args = ("--config", config)
+    out = tmp_path / "run"
+    assert run_cli("learn", "--data", "easy_train", "--out", out, *args) != 0
+    err = capsys.readouterr().err
+    assert "timeout_s: Input should be a finite number" in err and "Traceback" not in err
+    assert not out.exists()

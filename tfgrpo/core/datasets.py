@@ -29,7 +29,7 @@ DATA_DIR = Path(__file__).resolve().parent / "data"
 class Problem(BaseModel):
     """One evaluation or training problem."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True)
 
     id: str = Field(description="Unique within its dataset; samples and comparisons are keyed on it.")
     problem: str = Field(description="The problem text shown to the model.")

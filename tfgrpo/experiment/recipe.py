@@ -24,7 +24,7 @@ BUNDLED_RECIPES = ("paper-math", "quickstart", "baselines-local")
 class LearnSpec(BaseModel):
     """The Training-Free GRPO runs: one learn run per seed, each on the same data and settings."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     data: str = Field(description="Training problems: a bundled name (easy, dapo100, ...) or a file.")
     seeds: list[int] = Field(default_factory=lambda: [42], min_length=1, description="One learn run per seed.")
@@ -37,7 +37,7 @@ class LearnSpec(BaseModel):
 class EvalSetSpec(BaseModel):
     """One eval set: every system is evaluated on it with the same K and settings."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     data: str = Field(description="A bundled eval set (aime24, aime25, amc23, easy, ...) or a file.")
     samples: int = Field(4, ge=1, description="K samples per problem (Mean@K).")
@@ -50,7 +50,7 @@ class EvalSetSpec(BaseModel):
 class FinetuneSpec(BaseModel):
     """A gradient baseline trained with `tfgrpo finetune METHOD`, then evaluated with its adapter."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     method: str = Field(description="sft | dpo | ipo | cdpo | kto | orpo | ppo | grpo | gspo.")
     model: str | None = Field(None, description="Local base model (HF folder or GGUF); None = the embedded SmolLM2.")
@@ -70,7 +70,7 @@ class FinetuneSpec(BaseModel):
 class EstimateSpec(BaseModel):
     """Average tokens per call, for the cost estimate printed before anything is spent."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     rollout_completion_tokens: int = Field(1500, ge=1, description="Average completion tokens of a learn rollout.")
     eval_completion_tokens: int = Field(1500, ge=1, description="Average completion tokens of an eval sample.")
@@ -85,7 +85,7 @@ class EstimateSpec(BaseModel):
 
 
 class ReportSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     seed: int = Field(0, description="Bootstrap / permutation seed of the statistics.")
     pooled: bool = Field(True, description="Add a 'library (pooled)' row over all seeds when there are several.")
@@ -94,7 +94,7 @@ class ReportSpec(BaseModel):
 class Recipe(BaseModel):
     """One experiment: learn runs, fine-tuning baselines, evals on every set, and the final table."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     name: str = Field("experiment", description="Shown in the report title.")
     description: str = Field("", description="What the experiment reproduces.")

@@ -22,7 +22,7 @@ _TOPK = re.compile(r"^topk:[1-9]\d*$")
 class StageTemplates(BaseModel):
     """Jinja templates: a bundled name (in tfgrpo/prompts) or a path to your own file."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     rollout_system: str | None = Field(
         None,
@@ -39,7 +39,7 @@ class StageTemplates(BaseModel):
 class LearnConfig(BaseModel):
     """Everything one learn run needs. Unknown keys are errors (`extra="forbid"`)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     # -- data ---------------------------------------------------------------------------------------
     data: str = Field(

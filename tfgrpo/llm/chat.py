@@ -10,7 +10,7 @@ from tfgrpo.llm.types import Completion, SamplingParams
 
 
 class ChatConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     llm: LLMConfig = Field(default_factory=LLMConfig)
     sampling: SamplingParams = Field(default_factory=lambda: SamplingParams(temperature=0.0, max_tokens=256))

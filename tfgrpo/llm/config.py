@@ -14,7 +14,7 @@ BackendName = Literal["transformers", "llamacpp", "openai", "litellm", "vllm"]
 class LLMConfig(BaseModel):
     """Where completions come from, shared by every command that talks to a model."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     backend: BackendName = Field("transformers", description="Which backend serves the model.")
     model: str | None = Field(

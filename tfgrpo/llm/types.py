@@ -25,7 +25,7 @@ class Message(BaseModel):
 
 
 class SamplingParams(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     temperature: float = Field(0.7, ge=0.0, le=5.0, description="Sampling temperature; 0 = greedy.")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
@@ -37,7 +37,7 @@ class SamplingParams(BaseModel):
 class ResponseSchema(BaseModel):
     """A JSON schema the reply must follow (structured outputs); `name` labels it for APIs that want one."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True)
 
     name: str = Field(description="Identifier of the reply type (letters, digits, _ and -).")
     schema_: dict[str, Any] = Field(alias="schema", description="The JSON schema of the reply.")
@@ -54,7 +54,7 @@ class ChatRequest(BaseModel):
     (request + index), so the G samples of one group stay distinct and a partial group is reused.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     messages: list[Message]
     n: int = Field(1, ge=1)

@@ -48,7 +48,7 @@ BOXED = re.compile(r"\\boxed\s*\{")
 class AgentConfig(BaseModel):
     """How multi-turn rollouts run (embedded by the learn and eval configs)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     tools: list[str] = Field(default_factory=list, description="Tool names, e.g. ['python'].")
     max_turns: int = Field(6, ge=1, description="Assistant turns per trajectory.")

@@ -38,7 +38,7 @@ class Turn(BaseModel):
 class Trajectory(BaseModel):
     """Everything one multi-turn rollout did. `messages` is the whole conversation, final reply included."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     protocol: Literal["native", "text"]
     messages: list[dict[str, Any]]

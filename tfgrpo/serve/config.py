@@ -18,7 +18,7 @@ LLM_FIELDS_SET_ELSEWHERE = {"backend", "model", "api_key", "timeout_s", "max_ret
 
 
 class ServeConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     library: Path = Field(..., description="Library JSON to inject; watched and hot-reloaded when it changes.")
     upstream: list[str] = Field(

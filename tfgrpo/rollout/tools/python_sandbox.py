@@ -65,7 +65,7 @@ STARTUP_TIMEOUT_S = 20.0
 class PythonSandboxConfig(BaseModel):
     """Limits and isolation of the `python` tool."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     timeout_s: float = Field(10.0, gt=0, description="Wall-clock seconds per call.")
     cpu_s: float = Field(10.0, gt=0, description="CPU seconds per call (RLIMIT_CPU soft limit).")

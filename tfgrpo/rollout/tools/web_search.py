@@ -19,7 +19,7 @@ from tfgrpo.rollout.tools.base import Tool, ToolError, ToolResult
 
 
 class WebSearchConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     endpoint: str = Field(..., description="Search API URL, e.g. http://localhost:8888/search.")
     api_key: SecretKey = Field(None, description="Sent in `auth_header`; None = no auth header.")
