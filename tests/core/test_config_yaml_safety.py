@@ -71,3 +71,35 @@ def test_an_infinite_or_nan_setting_is_one_line_not_an_overflow(tmp_path, capsys
     err = capsys.readouterr().err
     assert "timeout_s: Input should be a finite number" in err and "Traceback" not in err
     assert not out.exists()
+
+
+def _non_utf8_config(tmp_path):
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes(b"epochs: 2\n# caf\xe9\n")
+    return ("--config", path), "line 2, column 6: byte 0xe9 is not valid UTF-8"
+
+
+def _out_is_a_file(tmp_path):
+    path = tmp_path / "a-file"
+    path.write_text("not a directory")
+    return ("--out", path), "is a file; a learn run needs a directory"
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        lambda tmp_path: (("--tools", "nonexistent_tool"), "unknown tool 'nonexistent_tool'"),
+        _non_utf8_config,
+        _out_is_a_file,
+    ],
+    ids=["unknown-tool", "non-utf8-config", "out-is-a-file"],
+)
+def test_bad_learn_inputs_end_in_one_line_and_write_nothing(tmp_path, capsys, case):
+    args, message = case(tmp_path)
+    out = tmp_path / "run"
+    if "--out" not in args:
+        args = (*args, "--out", out)
+    assert run_cli("learn", "--data", "easy_train", *args) != 0
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and len(err.strip().splitlines()) <= 3
+    assert not out.exists()

@@ -11,6 +11,7 @@ def user_facing_errors() -> tuple[type[BaseException], ...]:
     from tfgrpo.core.config import ConfigError
     from tfgrpo.core.errors import EvalError
     from tfgrpo.llm.errors import LLMError
+    from tfgrpo.rollout.tools.base import ToolError
 
     return (
         ConfigError,
@@ -21,4 +22,5 @@ def user_facing_errors() -> tuple[type[BaseException], ...]:
         FinetuneError,
         LockTimeoutError,
         FileNotFoundError,
+        ToolError,
     )

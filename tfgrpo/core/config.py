@@ -13,6 +13,8 @@ from typing import Annotated, Any, TypeVar
 import yaml
 from pydantic import BaseModel, BeforeValidator, SecretStr, ValidationError
 
+from tfgrpo.core.textfile import read_text
+
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
@@ -91,8 +93,9 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
+    text = read_text(path, error=ConfigError)  # bad bytes: one line naming file, line and column
     try:
-        data = load_yaml_text(path.read_text(encoding="utf-8")) or {}
+        data = load_yaml_text(text) or {}
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from None
     except yaml.YAMLError as exc:

@@ -88,6 +88,8 @@ class RunDir:
     # -- opening ------------------------------------------------------------------------------------
     def start(self, config: LearnConfig) -> RunState:
         """A fresh run (refusing to overwrite a finished or started one) or, with `resume`, the saved state."""
+        if self.root.exists() and not self.root.is_dir():
+            raise ConfigError(f"--out {self.root} is a file; a learn run needs a directory (choose another --out)")
         if config.resume:
             if self.root.is_dir():
                 self._acquire()

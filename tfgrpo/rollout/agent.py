@@ -25,13 +25,13 @@ import time
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from tfgrpo.llm.errors import PER_REQUEST_FAILURES
 from tfgrpo.llm.types import Completion, Message, SamplingParams
 from tfgrpo.prompts import render_prompt
 from tfgrpo.rollout.tools.base import Tool, ToolError, ToolResult
-from tfgrpo.rollout.tools.registry import get_tools
+from tfgrpo.rollout.tools.registry import BUILTIN_TOOLS, get_tools
 from tfgrpo.rollout.trajectory import ToolCallRecord, Trajectory, Turn
 
 logger = logging.getLogger(__name__)
@@ -57,6 +57,18 @@ class AgentConfig(BaseModel):
         default_factory=dict, description="Per-tool options, e.g. {python: {timeout_s: 5}}."
     )
     tool_timeout_s: float = Field(300.0, gt=0, description="Backstop wall time of any one tool call.")
+
+    @field_validator("tools")
+    @classmethod
+    def _known_tools(cls, names: list[str]) -> list[str]:
+        # Refused with the config, before a run directory or a cache exists (not when the first rollout starts).
+        unknown = [name for name in names if name not in BUILTIN_TOOLS and ":" not in name]
+        if unknown:
+            raise ValueError(
+                f"unknown tool '{unknown[0]}'; available: {', '.join(sorted(BUILTIN_TOOLS))} "
+                "(or 'package.module:ClassName' for your own)"
+            )
+        return names
 
     def build(self) -> Agent:
         return Agent(
