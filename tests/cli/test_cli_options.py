@@ -177,6 +177,7 @@ def _values(model: type, option: options.Flag) -> tuple[Any, Any]:
         "inject": ("topk:2", "topk:3"),
         "base_url": (["http://127.0.0.1:1/v1"], ["http://127.0.0.1:2/v1", "http://127.0.0.1:3/v1"]),
         "upstream": (["http://127.0.0.1:1/v1"], ["http://127.0.0.1:2/v1"]),
+        "tools": (["python"], ["web_search", "python"]),  # tool names are checked with the config
     }
     if leaf in special:
         return special[leaf]
