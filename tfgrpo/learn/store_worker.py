@@ -35,7 +35,13 @@ class StoreWorker:
             # half-imported module there (from the store thread) breaks it. So it is imported here, whole.
             import httpx  # noqa: F401
 
-            self._future = self._thread.submit(ExperienceStore.opened_warm, self.store_dir)
+            self._future = self._thread.submit(self._open)
+
+    def _open(self) -> ExperienceStore:
+        # On the store's own thread, after any bare embedder it loaded first (one thread: in order), so the
+        # model is loaded once per run.
+        embedder = self._embedder.result() if self._embedder is not None else None
+        return ExperienceStore.opened_warm(self.store_dir, **({"embedder": embedder} if embedder else {}))
 
     async def synced(self, library: Library) -> ExperienceStore:
         """The store, in step with `library` (waits for the background load if still running)."""
