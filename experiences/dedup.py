@@ -100,7 +100,7 @@ def screen_adds(
     for index, (op, vector, matches) in enumerate(zip(adds, vectors, nearest, strict=False)):
         best: Match | None = matches[0] if matches else None
         for n, (other, other_text) in enumerate(zip(kept_vectors, kept_texts, strict=False)):
-            similarity = sum(a * b for a, b in zip(vector, other, strict=False))
+            similarity = _dot(vector, other)
             if best is None or similarity > best.similarity:
                 best = Match(id=f"new:{n}", text=other_text, similarity=similarity)
         if best is not None and best.similarity >= threshold:

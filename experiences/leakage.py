@@ -141,6 +141,7 @@ class LeakageChecker:
     copy_min_words: int = 10
     _refs: list[_Ref] = field(init=False, repr=False)
     _by_value: dict[Fraction, list[_Ref]] = field(init=False, repr=False)
+    _by_key: dict[tuple[str, str], _Ref] = field(init=False, repr=False)  # (source, problem id) -> reference
     _grams: dict[tuple[int, int], set[tuple[str, ...]]] = field(init=False, repr=False)  # (ref index, n) -> n-grams
 
     def __post_init__(self) -> None:
@@ -148,7 +149,7 @@ class LeakageChecker:
             raise ValueError(f"copy_threshold must be in (0, 1] (got {self.copy_threshold})")
         if self.ngram < _MIN_COPY_WORDS:
             raise ValueError(f"ngram must be at least {_MIN_COPY_WORDS} (got {self.ngram})")
-        self._refs, self._by_value, self._grams = [], {}, {}
+        self._refs, self._by_value, self._grams, self._by_key = [], {}, {}, {}
         for source, problems in self.sets.items():
             for problem in problems:
                 self._refs.append(self._reference(source, problem))
@@ -160,6 +161,7 @@ class LeakageChecker:
             total = len(self._refs) + BACKGROUND_PROBLEMS
             rarity = tuple((word, math.log(total / usage[word])) for word in sorted(rare))
             self._refs[index] = ref = replace(ref, distinctive=rare, rarity=rarity)
+            self._by_key[ref.source, ref.id] = ref
             if ref.value is not None:
                 self._by_value.setdefault(ref.value, []).append(ref)
 
@@ -234,7 +236,7 @@ class LeakageChecker:
         return self.check(((e.id, e.text) for e in experiences), [e.provenance.query_ids for e in experiences])
 
     def _ref(self, finding: LeakFinding) -> _Ref:
-        return next(r for r in self._refs if r.id == finding.problem_id and r.source == finding.source)
+        return self._by_key[finding.source, finding.problem_id]
 
     def _tie(self, ref: _Ref, origin: set[str], words: set[str]) -> str | None:
         if origin == {ref.id}:

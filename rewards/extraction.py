@@ -38,9 +38,7 @@ _ANSWER_LINE = re.compile(
 _NUMBER = re.compile(r"(?<![\w.{}^_\\])-?\d+(?:,\d{3})*(?:\.\d+)?(?:[ \t]*/[ \t]*\d+)?(?!\d|\.\d|[ \t]*[\^_{}])")
 _HOPE = re.compile(r"\s*I hope it is correct\b.*", re.IGNORECASE | re.DOTALL)
 # Prose: a word of letters that is not a LaTeX command, a function name or text inside `\text{}`.
-_TEXT_GROUP = re.compile(
-    r"\\(?:text|textbf|textit|textrm|mathrm|mathbf|mbox|operatorname|begin|end)\s*\{[^{}]*\}|\\[A-Za-z]+"
-)
+_TEXT_GROUP = re.compile(r"\\(?:text|textbf|textit|textrm|mathrm|mathbf|mbox|operatorname|begin|end)\s*\{[^{}]*\}")
 _WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{2,}")
 _MATH_WORDS = frozenset(
     "sin cos tan sec csc cot arcsin arccos arctan sinh cosh tanh log exp lim max min gcd lcm mod deg det"

@@ -36,8 +36,9 @@ _LATEX_THOUSANDS = re.compile(r"(?<=\d)(?:\\,|,\s*\\!\s*)(?=\d{3}(?!\d))")
 # A spacing command becomes a space; `\\` (a row or line break) is a token of its own and is kept whole.
 _SPACING = re.compile(r"\\\\|\\[,;:! ]|\\quad|\\qquad|~")
 _LEFT_RIGHT = re.compile(r"\\(?:left|right)(?=[()\[\]|.]|\\[{}|])")
-_DEGREES = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|°|\\degree")
-_NUMBER_DEGREES = re.compile(r"(\d+(?:\.\d+)?)\s*(?:\^\s*\{?\s*\\circ\s*\}?|°|\\degree)")
+_DEGREE_SIGN = r"\^\s*\{?\s*\\circ\s*\}?|°|\\degree"
+_DEGREES = re.compile(_DEGREE_SIGN)
+_NUMBER_DEGREES = re.compile(rf"(\d+(?:\.\d+)?)\s*(?:{_DEGREE_SIGN})")
 # `\frac\pi4`, `\frac1{72}`: short arguments braced, since math-verify misreads `\frac\pi4` (as 2).
 _SHORT_FRACTION = re.compile(r"\\frac\s*(\{[^{}]*\}|\\[A-Za-z]+|[0-9A-Za-z])\s*(\{[^{}]*\}|\\[A-Za-z]+|[0-9A-Za-z])")
 _TRIG = re.compile(r"\\(?:arc)?(?:sin|cos|tan|sec|csc|cot)h?(?![A-Za-z])")
@@ -130,7 +131,7 @@ def _exact_side(text: str) -> str:
 def _plain_decimal(text: str) -> str:
     """`2.3148 \\times 10^{-3}` -> `0.0023148` (exact: the decimal point moves, nothing is rounded)."""
     match = _SCIENTIFIC.match(text)
-    if match is None or (match.group("exp") is None and match.group("exp2") is None):
+    if match is None:
         return text
     value = Decimal(match.group("mantissa")).scaleb(int(match.group("exp") or match.group("exp2")))
     return format(value, "f")
