@@ -1,8 +1,10 @@
-"""Code reward: run the completion's program against given tests in a resource-limited subprocess.
+"""Code reward: run the completion's program against given tests; the verdict comes from a process the
+program cannot reach (`rewards.code_sandbox`).
 
-Each candidate runs in a fresh `python -I` process, in an empty temporary directory, with limits on
-wall time, CPU time, address space and file size, in its own session (so a fork bomb's children die with
-it). With `sandbox="auto"` (default) or `"bubblewrap"` it runs under bubblewrap (`rewards.isolation`):
+The program runs in a fresh `python -I` process, in an empty temporary directory, with limits on
+wall time, CPU time, address space, file size and processes, in its own session (so a fork bomb's
+children die with it); the tests run in a second process that calls the program's functions over a pipe
+and gets plain values back. With `sandbox="auto"` (default) or `"bubblewrap"` it runs under bubblewrap (`rewards.isolation`):
 its own /proc and PID namespace, no network, a read-only view of only Python, no home or run directory.
 `sandbox="process"` (or auto where bwrap is missing, with a warning) is a plain process: it contains
 mistakes of an honest policy, not hostile code. docs/security.md has the threat model.
@@ -10,28 +12,22 @@ mistakes of an honest policy, not hostile code. docs/security.md has the threat 
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
-import signal
-import subprocess
 import sys
-import tempfile
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 from rewards.base import Reward, Score, column, completion_text
+from rewards.code_sandbox import run_tests
 from rewards.errors import RewardError
-from rewards.isolation import bwrap_command, probe_bubblewrap
+from rewards.isolation import probe_bubblewrap
 
 logger = logging.getLogger(__name__)
 
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n(.*?)```", re.DOTALL)
-_HARNESS = Path(__file__).with_name("_code_harness.py")
-_HARNESS_INSIDE = "/opt/tfgrpo/code_harness.py"
 SANDBOXES = ("auto", "bubblewrap", "process")
 
 
@@ -61,65 +57,6 @@ def extract_code(text: str) -> str:
     if python:
         return python[-1]
     return blocks[-1][1] if blocks else text
-
-
-def run_tests(
-    code: str, tests: Sequence[str], *, timeout_s: float = 5.0, memory_mb: int = 512, sandbox: str = "process"
-) -> tuple[int, list[str]]:
-    """(tests passed, failure lines) of `code` against `tests` (each a Python snippet, e.g. an assert).
-
-    `sandbox`: "bubblewrap" or "process" (see `resolve_sandbox`)."""
-    with tempfile.TemporaryDirectory(prefix="tfgrpo-code-") as workdir:
-        root = Path(workdir)
-        (root / "solution.py").write_text(code, encoding="utf-8")
-        (root / "tests.json").write_text(json.dumps(list(tests)), encoding="utf-8")
-        results = root / "results.txt"
-        results.touch()
-        prefix, harness = [], str(_HARNESS)
-        if sandbox == "bubblewrap":
-            # a fresh user namespace: uid 65534 inside, no capability outside; workdir is its only writable place
-            prefix = bwrap_command(
-                sys.executable, workdir=workdir, read_only={str(_HARNESS): _HARNESS_INSIDE}, user_namespace=True
-            ) + ["--chdir", workdir]
-            harness = _HARNESS_INSIDE
-        command = [
-            *prefix,
-            sys.executable,
-            "-I",
-            harness,
-            "solution.py",
-            "tests.json",
-            str(results),
-            str(memory_mb * 1024 * 1024),
-            str(max(1, int(timeout_s + 0.999))),
-        ]
-        process = subprocess.Popen(
-            command,
-            cwd=root,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            env={"PATH": os.environ.get("PATH", "")},
-            start_new_session=True,
-        )
-        timed_out = False
-        try:
-            _, stderr = process.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            os.killpg(process.pid, signal.SIGKILL)
-            _, stderr = process.communicate()
-        lines = results.read_text(encoding="utf-8", errors="replace").splitlines()
-    passed = sum(1 for line in lines if line == "PASS")
-    failures = [line for line in lines if line != "PASS"]
-    if timed_out:
-        failures.append(f"timed out after {timeout_s:g} s")
-    elif process.returncode in (-signal.SIGXCPU, -signal.SIGKILL) and passed + len(failures) < len(tests):
-        # the kernel's CPU-time limit fired first (busy code on a machine with idle wall-clock time)
-        failures.append(f"timed out after {timeout_s:g} s of CPU time")
-    elif process.returncode not in (0, None) and passed + len(failures) < len(tests):
-        failures.append(f"exited with code {process.returncode}: {stderr.decode(errors='replace')[-200:].strip()}")
-    return passed, failures
 
 
 class CodeReward(Reward):
@@ -179,7 +116,7 @@ class CodeReward(Reward):
             memory_mb=self.memory_mb,
             sandbox=self._resolved_sandbox or "process",
         )
-        fraction = passed / len(tests)
+        fraction = min(passed, len(tests)) / len(tests)  # in [0, 1] by construction; kept so by the bound
         value = float(passed == len(tests)) if self.all_or_nothing else fraction
         reason = f"passed {passed}/{len(tests)} tests"
         if failures:
@@ -187,4 +124,4 @@ class CodeReward(Reward):
         return Score(value, code, reason)
 
 
-__all__ = ["CodeReward", "extract_code", "resolve_sandbox", "run_tests"]
+__all__ = ["CodeReward", "extract_code", "resolve_sandbox", "run_tests"]  # run_tests re-exported
