@@ -48,7 +48,8 @@ def main() -> None:
         bad = sum((score.value or 0) > 0 for score in reward.score(shifted, tests=tests))
         per_candidate = (time.perf_counter() - started) / (2 * len(rows)) * 1000
         forged_scores = reward.score(
-            [f"```python\n{code}\n```" for code in forgeries.values()], tests=[["assert add(1, 2) == 3"]] * len(forgeries)
+            [f"```python\n{code}\n```" for code in forgeries.values()],
+            tests=[["assert add(1, 2) == 3"]] * len(forgeries),
         )
         forged = sum((score.value or 0) > 0 for score in forged_scores)
         print(

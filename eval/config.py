@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from experiences import Injection
+from tfgrpo.core.datasets import DATASET_CACHE_HELP, DatasetCache
 from tfgrpo.core.textfile import MAX_ROW_BYTES
 from tfgrpo.llm.config import LLMConfig
 from tfgrpo.llm.types import SamplingParams
@@ -27,6 +28,7 @@ class EvalConfig(BaseModel):
         description="Longest dataset row accepted, in bytes (a longer row is an error naming its line).",
     )
     reward: str = Field("math", description="Reward name from rewards.get_reward.")
+    dataset_cache: DatasetCache = Field("default", description=DATASET_CACHE_HELP)
     problem_key: str = "problem"
     answer_key: str = "answer"
     id_key: str = "id"

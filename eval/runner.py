@@ -9,12 +9,9 @@ identical.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import json
-import shutil
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -27,15 +24,16 @@ from eval.library_overlap import describe_overlap, library_eval_overlap
 from experiences.model import Library
 from rewards import is_equivalent
 from tfgrpo import __version__
-from tfgrpo.core.config import dump_config
-from tfgrpo.core.datasets import Problem, load_dataset_rows
+from tfgrpo.core.atomic import removed_on_failure
+from tfgrpo.core.config import config_dict, dump_config
+from tfgrpo.core.datasets import Problem, dataset_cache_dir, load_dataset_rows
 from tfgrpo.core.errors import EvalError
 from tfgrpo.core.metrics import summarize
 from tfgrpo.core.progress import stage_progress
 from tfgrpo.llm.client import LLMClient
 from tfgrpo.llm.errors import AllRequestsFailedError
 from tfgrpo.llm.factory import build_client
-from tfgrpo.rollout.injection import Injector
+from tfgrpo.rollout.injection import Injector, injection_warning
 from tfgrpo.rollout.sampling import PromptSpec, Rollout, sample_problems
 from tfgrpo.rollout.scoring import build_reward
 
@@ -49,18 +47,6 @@ def file_sha256(path: str | Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-@contextlib.contextmanager
-def _removed_on_failure(out: Path) -> Iterator[None]:
-    """Delete `out` if it did not exist before and the block fails (a folder that existed is left alone)."""
-    existed = out.exists()
-    try:
-        yield
-    except BaseException:
-        if not existed:
-            shutil.rmtree(out, ignore_errors=True)
-        raise
-
-
 def evaluate(config: EvalConfig, *, client: LLMClient | None = None, console: Any | None = None) -> EvalResult:
     """Run an eval end to end and write its run directory."""
     return asyncio.run(evaluate_async(config, client=client, console=console))
@@ -72,7 +58,7 @@ async def evaluate_async(
     console = console or Console(stderr=True)
     out = Path(config.out)
     owns_client = client is None
-    with _removed_on_failure(out):  # a command that fails before its first call leaves no folder behind
+    with removed_on_failure(out):  # a command that fails before its first call leaves no folder behind
         setup = _set_up(config, out, console, client)
     started = time.perf_counter()
     try:
@@ -109,6 +95,7 @@ def _set_up(config: EvalConfig, out: Path, console: Any, client: LLMClient | Non
         id_key=config.id_key,
         limit=config.limit,
         max_row_bytes=config.max_row_bytes,
+        cache_dir=dataset_cache_dir(config.dataset_cache, out),
     )
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.yaml").write_text(dump_config(config), encoding="utf-8")
@@ -118,10 +105,12 @@ def _set_up(config: EvalConfig, out: Path, console: Any, client: LLMClient | Non
         if config.library
         else None
     )
-    if leakage and leakage["overlaps"]:
-        console.print(
-            f"warning: {describe_overlap(leakage, config.data)}", style="yellow", highlight=False, markup=False
-        )
+    warnings = [
+        describe_overlap(leakage, config.data) if leakage and leakage["overlaps"] else None,
+        injection_warning(injector.library, config.inject, str(config.library)) if injector else None,
+    ]
+    for warning in filter(None, warnings):
+        console.print(f"warning: {warning}", style="yellow", highlight=False, markup=False)
     system_prompt = Path(config.system_prompt).read_text(encoding="utf-8") if config.system_prompt else None
     prompt = PromptSpec(config.system_template, config.user_template, system_prompt)
     client = client or build_client(config.llm, cache_path=out / "cache.sqlite")
@@ -204,7 +193,7 @@ def _metrics(
             "avg_tool_calls": sum(tool_calls) / len(tool_calls) if tool_calls else 0.0,
             "wall_time_s": round(wall_time_s, 3),
             "usage": setup.client.accounting.snapshot(),
-            "settings": json.loads(config.model_dump_json(exclude={"llm": {"api_key"}})),
+            "settings": config_dict(config, exclude={"llm": {"api_key"}}),
             "provenance": _provenance(config, setup),
         }
     )

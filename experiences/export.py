@@ -25,6 +25,7 @@ from experiences.errors import ImportFormatError, LibraryFileError
 from experiences.model import Experience, Library, Provenance
 from experiences.render import render, render_system_prompt
 from tfgrpo.core.atomic import atomic_write_text
+from tfgrpo.core.config import ConfigError, load_yaml_text, yaml_error_line
 from tfgrpo.core.textfile import loads_json, read_text
 
 ExportFormat = Literal["md", "txt", "json", "yaml", "system-prompt"]
@@ -85,9 +86,11 @@ def import_library(path: str | Path, fmt: str | None = None) -> Library:
         import yaml
 
         try:
-            data = yaml.safe_load(text)
+            data = load_yaml_text(text)  # the configs' loader: no alias bomb, no silent duplicate key
+        except ConfigError as exc:
+            raise ImportFormatError(f"{path}: {exc}") from None
         except yaml.YAMLError as exc:
-            raise ImportFormatError(f"{path}: not valid YAML: {exc}") from None
+            raise ImportFormatError(f"{path}: {yaml_error_line(exc)}") from None
         return library_from_data(data, source=str(path))
     if fmt in ("md", "txt", "system-prompt"):
         return library_from_lines(text.splitlines(), source=str(path))

@@ -3,7 +3,8 @@
 Ids are stable: an experience keeps its id for life, a new lesson gets a new id from `next_id`, and ids
 of deleted or merged experiences are never handed out again (lineage stays unambiguous). A hand-written
 file with only `{"version": 0, "experiences": [{"id": "G0", "text": "..."}]}` loads; the other fields
-get defaults.
+get defaults. A file without `version` is refused (it is not a library; `tfgrpo import` reads other
+shapes), and so is an experience longer than MAX_EXPERIENCE_CHARS.
 """
 
 from __future__ import annotations
@@ -56,6 +57,9 @@ class Usage(BaseModel):
 
 
 MAX_ALIASES = 16  # phrasings of a lesson remembered for dedup (the most recent)
+#: Longest experience, in characters. A lesson is a sentence or two (learn caps proposals at 32 words, about
+#: 200 characters); past this it is a wrong file or a paste, and it would be sent in every prompt.
+MAX_EXPERIENCE_CHARS = 4_000
 
 
 class Experience(BaseModel):
@@ -90,6 +94,11 @@ class Experience(BaseModel):
         value = value.strip()
         if not value:
             raise ValueError("text must not be empty")
+        if len(value) > MAX_EXPERIENCE_CHARS:
+            raise ValueError(
+                f"text is {len(value):,} characters; an experience is at most {MAX_EXPERIENCE_CHARS:,} "
+                "(a lesson is a sentence or two, and every prompt carries it)"
+            )
         return value
 
     @property
@@ -235,7 +244,14 @@ class Library(BaseModel):
         if not path.is_file():
             raise LibraryFileError(f"library file not found: {path}")
         text = read_text(path, error=LibraryFileError)
-        return cls.from_data(loads_json(text, source=str(path), error=LibraryFileError), source=str(path))
+        data = loads_json(text, source=str(path), error=LibraryFileError)
+        library = cls.from_data(data, source=str(path))
+        if "version" not in data:  # else any JSON object of experiences would silently read as version 0
+            raise LibraryFileError(
+                f"{path}: no 'version' key, so not a library file (a hand-written one starts "
+                '{"version": 0, "experiences": [...]}; `tfgrpo import` reads other shapes)'
+            )
+        return library
 
     @classmethod
     def from_data(cls, data: Any, *, source: str = "library") -> Library:
@@ -254,22 +270,34 @@ def normalize_text(text: str) -> str:
 
 
 def _describe(error: ValidationError, source: str) -> str:
-    lines = [f"{source}: not a valid experience library:"]
-    for item in error.errors():
-        parts: list[str] = []
-        for part in item["loc"]:
-            if isinstance(part, int):
-                parts[-1:] = [f"{parts[-1]}[{part}]"] if parts else [f"[{part}]"]
-            else:
-                parts.append(str(part))
-        key = ".".join(parts) or "(top level)"
-        if item["type"] == "extra_forbidden":
-            lines.append(f"  - unknown key '{key}'")
-        elif item["type"] == "missing":
-            lines.append(f"  - {key}: required key is missing")
+    problems = [_problem(item) for item in error.errors()]
+    if len(problems) == 1:
+        return f"{source}: not a valid experience library: {problems[0]}"
+    return "\n".join([f"{source}: not a valid experience library:", *(f"  - {p}" for p in problems)])
+
+
+def _problem(item: Any) -> str:
+    parts: list[str] = []
+    for part in item["loc"]:
+        if isinstance(part, int):
+            parts[-1:] = [f"{parts[-1]}[{part}]"] if parts else [f"[{part}]"]
         else:
-            lines.append(f"  - {key}: {item['msg'].removeprefix('Value error, ')}")
-    return "\n".join(lines)
+            parts.append(str(part))
+    key = ".".join(parts) or "(top level)"
+    if item["type"] == "extra_forbidden":
+        return f"unknown key '{key}'"
+    if item["type"] == "missing":
+        return f"{key}: required key is missing"
+    return f"{key}: {item['msg'].removeprefix('Value error, ')}"
 
 
-__all__ = ["FORMAT", "Experience", "Library", "Provenance", "Usage", "count_words", "normalize_text"]
+__all__ = [
+    "FORMAT",
+    "MAX_EXPERIENCE_CHARS",
+    "Experience",
+    "Library",
+    "Provenance",
+    "Usage",
+    "count_words",
+    "normalize_text",
+]

@@ -22,7 +22,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from experiences import jsonscan
-from experiences.model import Library, count_words
+from experiences.model import MAX_EXPERIENCE_CHARS, Library, count_words
 from experiences.ops import OPTIONS, AddOp, DeleteOp, MergeOp, ModifyOp, Operation, Rejection
 from experiences.render import bundled_template
 
@@ -263,6 +263,9 @@ def _check_text(text: Any, max_words: int | None) -> str | None:
         return f"'experience' must be a string (got {type(text).__name__})"
     if not text.strip():
         return "empty experience text"
+    chars = len(" ".join(text.split()))
+    if chars > MAX_EXPERIENCE_CHARS:  # refused here, as a rejected item, not by the library in the middle of a run
+        return f"text has {chars:,} characters; the limit is {MAX_EXPERIENCE_CHARS:,}"
     words = count_words(text)
     if max_words is not None and words > max_words:
         return f"text has {words} words; the limit is {max_words}"

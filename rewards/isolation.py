@@ -9,7 +9,8 @@ What the sandboxed process sees (docs/security.md has the threat model):
 - a read-only view of only what Python needs: `/usr` (shared libraries), the interpreter's install
   tree and the virtual environment, the loader cache; nothing of `/etc` but that, no home directory,
   no run directory, no project code;
-- one private writable directory (the working directory, bound at its own path);
+- one private writable directory (the working directory, bound at its own path), or, with a disk
+  quota, a size-capped tmpfs at that path and everything else read-only (the host disk is untouched);
 - no network (its own network namespace), no IPC, its own hostname; `--die-with-parent` and
   `--new-session` so a killed parent takes the sandbox with it and the code cannot reach a terminal.
 
@@ -33,6 +34,7 @@ LOADER_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf")
 #: top-level links of a merged-/usr system (/lib -> usr/lib ...), recreated inside
 USR_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 PROBE_TIMEOUT_S = 20.0
+PROBE_QUOTA_BYTES = 1024 * 1024
 
 
 def bwrap_path() -> str | None:
@@ -71,14 +73,24 @@ def _parents(path: str) -> list[str]:
 
 
 def bwrap_command(
-    python: str, *, workdir: str, read_only: dict[str, str] | None = None, user_namespace: bool
+    python: str,
+    *,
+    workdir: str,
+    read_only: dict[str, str] | None = None,
+    user_namespace: bool,
+    disk_quota_bytes: int | None = None,
 ) -> list[str]:
     """The `bwrap ...` prefix that runs `python` (append its arguments) in the sandbox described above.
 
     `read_only` maps extra host files to paths inside (e.g. a worker script). With `user_namespace`
     the process runs as uid 65534 of a fresh user namespace (its capabilities reach nothing outside);
     without it (the caller is root and drops to a private uid itself) only CAP_SETUID/CAP_SETGID are
-    kept for that drop."""
+    kept for that drop.
+
+    With `disk_quota_bytes` the host `workdir` is not bound: the sandbox gets an empty tmpfs of that
+    size at its path instead (writing past it fails with ENOSPC), and bwrap's own root and /dev
+    (writable by the sandbox uid under a user namespace, sized only by RAM) are remounted read-only,
+    so the quota caps everything the code can write."""
     bwrap = bwrap_path()
     if bwrap is None:
         raise FileNotFoundError("bwrap (bubblewrap) is not installed")
@@ -104,30 +116,45 @@ def bwrap_command(
             command += ["--symlink", os.readlink(link), link]
         elif os.path.isdir(link):
             command += ["--ro-bind", link, link]
-    mounts = [(path, path, "--ro-bind") for path in LOADER_FILES if os.path.exists(path)]
-    mounts += [(source, inside, "--ro-bind") for source, inside in python_binds(python)]
-    mounts += [(source, inside, "--ro-bind") for source, inside in (read_only or {}).items()]
-    mounts.append((workdir, workdir, "--bind"))
-    created: set[str] = set()
-    for source, inside, how in mounts:
-        for parent in _parents(inside):
-            # parents bwrap would create copy the mode of nothing useful (0700): make them traversable
-            if parent not in created and not parent.startswith("/usr"):
-                command += ["--perms", "0755", "--dir", parent]
-                created.add(parent)
-        command += [how, source, inside]
-    command += ["--proc", "/proc", "--dev", "/dev", "--chdir", "/"]
+    command += _mount_arguments(python, workdir, read_only or {}, disk_quota_bytes)
+    command += ["--proc", "/proc", "--dev", "/dev"]
+    if disk_quota_bytes is not None:
+        command += ["--remount-ro", "/", "--remount-ro", "/dev"]
+    command += ["--chdir", "/"]
     return command
 
 
+def _mount_arguments(python: str, workdir: str, read_only: dict[str, str], disk_quota_bytes: int | None) -> list[str]:
+    """The read-only binds (loader, Python, `read_only`) and the writable work dir, parents made first."""
+    binds = [(path, path) for path in LOADER_FILES if os.path.exists(path)]
+    binds += [*python_binds(python), *read_only.items()]
+    mounts = [(inside, ["--ro-bind", source, inside]) for source, inside in binds]
+    if disk_quota_bytes is None:
+        mounts.append((workdir, ["--bind", workdir, workdir]))
+    else:  # 1777: under root the tmpfs belongs to root, and the worker writes as its private uid
+        mounts.append((workdir, ["--perms", "1777", "--size", str(int(disk_quota_bytes)), "--tmpfs", workdir]))
+    arguments: list[str] = []
+    created: set[str] = set()
+    for inside, mount in mounts:
+        for parent in _parents(inside):
+            # parents bwrap would create copy the mode of nothing useful (0700): make them traversable
+            if parent not in created and not parent.startswith("/usr"):
+                arguments += ["--perms", "0755", "--dir", parent]
+                created.add(parent)
+        arguments += mount
+    return arguments
+
+
 @lru_cache(maxsize=8)
-def probe_bubblewrap(python: str, user_namespace: bool) -> str | None:
-    """None when `python` runs under the sandbox here, else why not (one line)."""
+def probe_bubblewrap(python: str, user_namespace: bool, *, disk_quota: bool = False) -> str | None:
+    """None when `python` runs under the sandbox here (with `disk_quota`: also the quota's tmpfs and
+    read-only root: `--size` needs bwrap >= 0.7, not setuid), else why not (one line)."""
     if bwrap_path() is None:
         return "bwrap is not installed (apt-get install bubblewrap)"
     with tempfile.TemporaryDirectory(prefix="tfgrpo-bwrap-probe-") as workdir:
         try:
-            command = bwrap_command(python, workdir=workdir, user_namespace=user_namespace)
+            quota = PROBE_QUOTA_BYTES if disk_quota else None
+            command = bwrap_command(python, workdir=workdir, user_namespace=user_namespace, disk_quota_bytes=quota)
             probe = subprocess.run(
                 [*command, python, "-I", "-c", "import os; os.listdir('/proc')"],
                 capture_output=True,

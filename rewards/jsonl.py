@@ -14,6 +14,7 @@ from typing import Any
 
 from rewards.base import Reward
 from rewards.errors import RewardError
+from tfgrpo.core.textfile import JSONValueError, strict_json_loads
 
 NEEDS_REFERENCE = frozenset({"math", "exact", "choice", "numeric", "judge"})
 
@@ -40,9 +41,13 @@ class ScoreSummary:
 
 def _parse_line(number: int, line: str, source: str, completion_key: str, answer_key: str | None) -> dict[str, Any]:
     try:
-        row = json.loads(line)
+        row = strict_json_loads(line)
     except json.JSONDecodeError as exc:
         raise RewardError(f"{source}:{number}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+    except JSONValueError as exc:  # a duplicate key, a number too long to read, a lone surrogate
+        raise RewardError(f"{source}:{number}: {exc}") from None
+    except RecursionError:
+        raise RewardError(f"{source}:{number}: JSON nested too deeply to read") from None
     if not isinstance(row, dict):
         raise RewardError(f"{source}:{number}: a row must be a JSON object, got {type(row).__name__}")
     if completion_key not in row:

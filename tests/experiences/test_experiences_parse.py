@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from experiences import AddOp, DeleteOp, Library, MergeOp, ModifyOp, parse_operations
+from experiences.model import MAX_EXPERIENCE_CHARS
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -278,3 +279,11 @@ def test_parse_result_serialises_for_stage_logs() -> None:
     result = parse_operations('[{"option": "delete", "id": "G2"}, {"option": "delete", "id": "G9"}]', LIB)
     data = result.model_dump(mode="json")
     assert data["operations"] == [D] and data["rejected"][0]["item"] == {"option": "delete", "id": "G9"}
+
+
+def test_a_lesson_longer_than_an_experience_may_be_is_rejected_not_raised():
+    # Without a word limit the library's own bound still holds: an item, not a crash in the middle of a run.
+    text = "word " * (MAX_EXPERIENCE_CHARS // 5 + 10)
+    result = parse_operations(f'[{{"option": "add", "experience": "{text}."}}]', LIB, max_words=None)
+    assert not result.operations
+    assert f"the limit is {MAX_EXPERIENCE_CHARS:,}" in result.rejected[0].reason

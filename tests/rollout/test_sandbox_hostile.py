@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from rewards.code import CodeReward, resolve_sandbox
+from rewards.isolation import bwrap_command
 from tfgrpo.rollout.tools.python_sandbox import PythonTool, probe_isolation
 
 pytestmark = pytest.mark.timeout(120)
@@ -155,3 +156,25 @@ def test_code_reward_still_scores_honest_code_under_bubblewrap():
         tests=[["assert add(1, 2) == 3", "assert add(2, 2) == 5"]],
     )
     assert score.value == 0.5, score.reason
+
+
+@pytest.mark.parametrize("user_namespace", [False, True], ids=["root", "user-namespace"])
+def test_disk_quota_leaves_only_the_capped_work_dir_writable(tmp_path: Path, user_namespace: bool):
+    """The kernel layer, no audit hook (a shell does the writing): with a quota, bwrap's own root, /tmp
+    and /dev/shm (writable by the sandbox uid under a user namespace) refuse writes, the work dir takes
+    4 MiB and then ENOSPC, and the host folder of that path receives nothing."""
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    quota = 4 * 1024 * 1024
+    command = bwrap_command(
+        sys.executable, workdir=str(workdir), user_namespace=user_namespace, disk_quota_bytes=quota
+    )
+    script = (
+        "for d in / /tmp /dev /dev/shm /usr; do touch $d/probe 2>/dev/null && echo writable $d; done; "
+        f"cd {workdir} && dd if=/dev/zero of=fill bs=1M count=16 2>&1 | head -1; wc -c < fill"
+    )
+    result = subprocess.run([*command, "/bin/sh", "-c", script], capture_output=True, text=True, timeout=60)
+    assert "writable" not in result.stdout, result.stdout
+    assert "No space left on device" in result.stdout, result.stdout + result.stderr
+    assert int(result.stdout.split()[-1]) == quota
+    assert list(workdir.iterdir()) == []

@@ -6,6 +6,7 @@ runs everywhere, checks the audit-hook guarantees always, and the kernel ones wh
 
 from __future__ import annotations
 
+import asyncio
 import glob
 import os
 import select
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tfgrpo.rollout.tools import sandbox_isolation
 from tfgrpo.rollout.tools.base import ToolError
 from tfgrpo.rollout.tools.python_sandbox import PythonSandboxConfig, PythonTool, probe_isolation
 
@@ -203,12 +205,108 @@ async def test_forked_children_are_all_killed(isolation):
     python_tool = PythonTool(block_processes=False, max_processes=16, **FAST)
     async with python_tool.session() as python:
         marker = python._session.session_id
+        await python.run({"code": "1"})
+        idle = live_processes(marker)  # the worker (and bwrap's two processes above it)
         result = await python.run({"code": code})
         forked = int(result.output.split("forked")[-1])
         if isolation.private_uid:
             assert forked < 16 and "refused" in result.output
-        assert live_processes(marker) >= 1 + forked
+        assert forked >= 1 and live_processes(marker) == idle  # stopped when the cell ended
     assert live_processes(marker) == 0
+
+
+@pytest.mark.parametrize("level", ["auto", "process"])
+async def test_processes_a_cell_started_are_killed_when_it_ends(level):
+    """A busy child, a forked copy and an orphan that left the process group: none outlives its cell."""
+    python_tool = PythonTool(isolation=level, block_processes=False, **FAST)
+    async with python_tool.session() as python:
+        marker = python._session.session_id
+        await python.run({"code": "1"})
+        idle = live_processes(marker)
+        code = (
+            f"import os, subprocess, sys\nsubprocess.Popen([sys.executable, '-c', 'while True: pass', '{marker}'])\n"
+            "if os.fork() == 0:\n    if os.fork() == 0:\n        os.setsid()\n        while True:\n            pass\n"
+            "    os._exit(0)\nprint('started')"
+        )
+        assert (await python.run({"code": code})).output == "started\n"
+        assert live_processes(marker) == idle
+        assert (await python.run({"code": "print('next call')"})).output == "next call\n"
+
+
+BURNING_THREAD = (
+    "import threading\ndef burn():\n    while True:\n        pass\nthreading.Thread(target=burn, daemon=True).start()"
+)
+
+
+async def test_a_thread_left_running_stops_when_its_cell_ends(tool):
+    """The worker's CPU time between two calls, one second apart, after a cell left a busy thread."""
+    async with tool.session() as python:
+        assert (await python.run({"code": "kept = 'yes'\n" + BURNING_THREAD})).ok
+        first = await python.run({"code": "import time\ntime.process_time()"})
+        await asyncio.sleep(1.0)
+        second = await python.run({"code": "import threading\nprint(threading.active_count())\ntime.process_time()"})
+        threads, cpu = second.output.split()
+        assert threads == "1"
+        assert float(cpu) - float(first.output) < 0.2  # a thread left running burned ~1 s here
+        assert (await python.run({"code": "kept"})).output == "'yes'\n"
+
+
+async def test_a_thread_that_will_not_stop_restarts_the_interpreter():
+    """A thread busy in native code (which lets go of the GIL) never reaches an instruction that could stop it."""
+    code = (
+        "import hashlib, threading, time\nin_native_code = threading.Event()\n"
+        "def burn():\n    in_native_code.set()\n    hashlib.pbkdf2_hmac('sha256', b'key', b'salt', 10 ** 9)\n"
+        "threading.Thread(target=burn, daemon=True).start()\nin_native_code.wait()\ntime.sleep(0.2)\nprint('started')"
+    )
+    async with PythonTool(**FAST).session() as python:
+        marker = python._session.session_id
+        await python.run({"code": "before = 1"})
+        result = await python.run({"code": code})
+        assert result.output == "started\n"
+        assert "thread(s) running that did not stop" in result.error and "killed" in result.error
+        assert live_processes(marker) == 0
+        after = await python.run({"code": "print('fresh')\nbefore"})
+    assert "restarted" in after.output and "fresh" in after.output and "NameError" in after.error
+
+
+@pytest.mark.parametrize("level", ["auto", "namespace", "process"])
+async def test_disk_quota_stops_the_code_and_spares_the_host_disk(level):
+    """Files each under max_file_mb, together past max_disk_mb: ENOSPC in the cell, the worker lives on."""
+    python_tool = PythonTool(isolation=level, max_disk_mb=16, max_file_mb=4, timeout_s=10, cpu_s=10)
+    try:
+        isolation = python_tool.isolation()
+    except ToolError as exc:  # no working `unshare` on this machine
+        pytest.skip(str(exc))
+    if not isolation.disk_quota:
+        pytest.skip(f"no disk quota at the {isolation.level} level (documented)")
+    code = (
+        "written = 0\nfor i in range(100):\n    with open(f'part{i}', 'wb') as part:\n"
+        "        for _ in range(4):\n            part.write(bytes(1 << 20))\n            written += 1"
+    )
+    async with python_tool.session() as python:
+        result = await python.run({"code": code})
+        host_folder = Path(python._session.workdir)
+        written = await python.run({"code": "print(written)"})
+        on_host = sum(path.stat().st_size for path in host_folder.rglob("part*"))
+    assert "OSError" in result.error and "No space left on device" in result.error, result.error
+    assert 12 <= int(written.output) <= 16
+    assert on_host == 0
+
+
+async def test_a_bwrap_without_size_keeps_bubblewrap_and_says_the_quota_is_missing(monkeypatch, caplog):
+    """bwrap < 0.7 (no `--size`): bubblewrap's isolation stays (far stronger than a fallback), unquoted."""
+    probe = sandbox_isolation.probe_bubblewrap
+
+    def old_bwrap(python, user_namespace, *, disk_quota=False):
+        return "bwrap: Unknown option --size" if disk_quota else probe(python, user_namespace)
+
+    monkeypatch.setattr(sandbox_isolation, "probe_bubblewrap", old_bwrap)
+    python_tool = PythonTool(**FAST)
+    if not python_tool.isolation().bubblewrap:
+        pytest.skip("no bubblewrap on this machine")
+    assert not python_tool.isolation().disk_quota and "(no disk quota)" in python_tool.describe()
+    assert "max_disk_mb is not enforced" in caplog.text
+    assert (await python_tool.run({"code": "open('f', 'w').write('x')\nprint('ok')"})).output == "ok\n"
 
 
 async def test_ctypes_cannot_reach_native_functions():
@@ -241,6 +339,8 @@ def test_bad_options_name_the_key():
     with pytest.raises(ToolError, match="unknown key 'colour'"):
         PythonTool(colour="red")
     assert PythonTool(PythonSandboxConfig(memory_mb=512)).config.memory_mb == 512
+    with pytest.raises(ToolError, match="raise max_disk_mb or lower max_file_mb"):
+        PythonTool(max_file_mb=128, max_disk_mb=64)
 
 
 async def test_a_missing_interpreter_is_a_configuration_error(tmp_path):

@@ -35,16 +35,37 @@ def main(argv: list[str] | None = None) -> None:
     atexit.unregister(_skip_final_collection)  # once, however often main() runs in one process (tests)
     atexit.register(_skip_final_collection)
     try:
-        app(args=argv, standalone_mode=True)
+        # Not standalone: typer's own errors (an unknown option, a value it cannot parse, a missing argument)
+        # come back here and print as one line like ours, instead of a usage line and a framed box.
+        code = app(args=argv, standalone_mode=False)
+    except typer.Abort:  # Ctrl-C or end of input at a prompt
+        _print_error("aborted")
+        sys.exit(1)
+    except typer.TyperException as exc:  # click's exceptions, as typer ships them
+        _print_usage_error(exc)
     except user_facing_errors() as exc:  # a clear message, never a traceback, for the user's own mistakes
-        from rich.console import Console
-        from rich.markup import escape
-
-        # Escaped: messages quote user text ("tfgrpo[finetune]", "[G3]") that is not markup. Not wrapped at 80
-        # columns when stderr is a file, so a one-line error stays one line in logs.
-        console = Console(stderr=True, soft_wrap=True)
-        console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
+        _print_error(str(exc))
         sys.exit(2)
+    if isinstance(code, int) and not isinstance(code, bool) and code:  # typer.Exit(code) raised by a command
+        sys.exit(code)
+
+
+def _print_usage_error(exc: typer.TyperException) -> None:
+    message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+    if message:  # empty for "no arguments": typer has printed the help already
+        ctx = getattr(exc, "ctx", None)
+        _print_error(message + (f" (see: {ctx.command_path} --help)" if ctx is not None else ""))
+    sys.exit(getattr(exc, "exit_code", 2))
+
+
+def _print_error(message: str) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+
+    # Escaped: messages quote user text ("tfgrpo[finetune]", "[G3]") that is not markup. Not wrapped at 80
+    # columns when stderr is a file, so a one-line error stays one line in logs.
+    console = Console(stderr=True, soft_wrap=True)
+    console.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
 
 
 def _skip_final_collection() -> None:

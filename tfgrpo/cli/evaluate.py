@@ -18,6 +18,7 @@ FLAGS = [
     opt.flag("inject"),
     opt.flag("samples", "-k"),
     opt.flag("limit"),
+    opt.flag("dataset_cache"),
     opt.flag("reward"),
     opt.flag("agent.tools", "--tools"),
     opt.flag("agent.max_turns", "--max-turns"),

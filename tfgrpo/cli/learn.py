@@ -9,6 +9,7 @@ import typer
 
 from tfgrpo.cli import options as opt
 from tfgrpo.core.config import ConfigError, build_config
+from tfgrpo.core.secrets import mask_url
 from tfgrpo.learn.config import LearnConfig
 
 EXIT_INTERRUPTED = 130
@@ -18,6 +19,7 @@ FLAGS = [
     opt.flag("data"),
     opt.flag("out", "-o"),
     opt.flag("val_data"),
+    opt.flag("dataset_cache"),
     *opt.llm_flags(
         "backend",
         "model",
@@ -141,7 +143,8 @@ def _data_from_traces(traces: str, overrides: dict[str, Any], *, console) -> str
     )
     if found.problems == 0:
         raise ConfigError(
-            f"{traces}: no usable exchanges (send feedback with a 'gold' answer, or learn with --no-ground-truth)"
+            f"{mask_url(traces)}: no usable exchanges "
+            "(send feedback with a 'gold' answer, or learn with --no-ground-truth)"
         )
     return str(found.path)
 

@@ -8,6 +8,7 @@ left by a crash (see `history.read_jsonl`).
 Read-modify-write of a shared file goes through `locked(path)`: an advisory lock (the `filelock`
 library) on `<path>.lock`, so a second writer waits (or fails with a clear message) instead of losing
 an update. `remove_stale_temps` deletes the temp files a killed writer left (call it under the lock).
+`removed_on_failure(folder)` deletes a folder a failed command created, so bad input leaves nothing behind.
 
 `crash_point()` is fault injection for tests: with TFGRPO_TEST_CRASH_AT=N in the environment the
 process exits (os._exit) at the N-th crash point it passes, so a test can kill a commit at every step.
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import stat
 import tempfile
 from collections.abc import Iterator
@@ -129,6 +131,25 @@ def append_lines(path: str | Path, lines: list[str]) -> None:
         handle.write(payload)
         handle.flush()
         os.fsync(handle.fileno())
+
+
+@contextlib.contextmanager
+def removed_on_failure(folder: str | Path) -> Iterator[None]:
+    """Delete `folder` (and any missing parent the block created) if it did not exist and the block fails;
+    a folder that existed before is left alone."""
+    folder = Path(folder)
+    created = folder
+    for parent in folder.parents:  # the topmost folder that does not exist yet is the one to remove
+        if parent.exists():
+            break
+        created = parent
+    existed = created.exists()
+    try:
+        yield
+    except BaseException:
+        if not existed:
+            shutil.rmtree(created, ignore_errors=True)
+        raise
 
 
 def _fsync_directory(directory: Path) -> None:

@@ -8,31 +8,15 @@ defaults are `None`), so the YAML file supplies the rest and the command line wi
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Any, TypeVar
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, SecretStr, ValidationError
+from pydantic import BaseModel, ValidationError
 
-from tfgrpo.core.textfile import read_text
+from tfgrpo.core.secrets import MASK, SecretKey, is_secret_name, mask_url, masked, secret_value
+from tfgrpo.core.textfile import LONE_SURROGATE, read_text
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
-
-
-def _masked_is_unset(value: Any) -> Any:
-    # A saved config.yaml holds the key masked ('**********' from SecretStr, '***' from older runs):
-    # reading it back must mean "no key given here", so --api-key or the environment supplies it.
-    if isinstance(value, str) and value and set(value) == {"*"}:
-        return None
-    return value
-
-
-SecretKey = Annotated[SecretStr | None, BeforeValidator(_masked_is_unset)]
-"""An API key or token: never printed, dumped or logged in clear; read it with `.get_secret_value()`."""
-
-
-def secret_value(secret: SecretStr | None) -> str | None:
-    """The clear text of a `SecretKey` field, or None when none was given."""
-    return None if secret is None else secret.get_secret_value()
 
 
 class ConfigError(ValueError):
@@ -40,17 +24,25 @@ class ConfigError(ValueError):
 
 
 def format_validation_error(error: ValidationError, *, source: str = "config") -> str:
-    lines = [f"invalid {source}:"]
-    for item in error.errors():
-        key = ".".join(str(p) for p in item["loc"])
-        if item["type"] == "extra_forbidden":
-            lines.append(f"  - unknown key '{key}'")
-        elif not key:  # a check across fields: its message says it all (the input is the whole config)
-            lines.append(f"  - {item['msg'].removeprefix('Value error, ')}")
-        else:
-            got = repr(item.get("input"))
-            lines.append(f"  - {key}: {item['msg']} (got {got if len(got) <= 80 else got[:77] + '...'})")
-    return "\n".join(lines)
+    """One line for one problem (`invalid config x.yaml: unknown key 'llm.backnd'`), else one line each."""
+    problems = [_problem(item) for item in error.errors()]
+    if len(problems) == 1:
+        return f"invalid {source}: {problems[0]}"
+    return "\n".join([f"invalid {source}:", *(f"  - {problem}" for problem in problems)])
+
+
+def _problem(item: Any) -> str:
+    key = ".".join(str(p) for p in item["loc"])
+    if item["type"] == "extra_forbidden":
+        return f"unknown key '{key}'"
+    message = mask_url(item["msg"].removeprefix("Value error, "))  # a URL a validator quotes keeps no password
+    if not key:  # a check across fields: its message says it all (the input is the whole config)
+        return message
+    if item["type"] == "value_error":  # our own validators' messages name what they got
+        return f"{key}: {message}"
+    # the input as a written config would show it: a key given in the wrong form must not be echoed
+    got = repr(MASK if is_secret_name(str(item["loc"][-1])) else masked(item.get("input")))
+    return f"{key}: {message} (got {got if len(got) <= 80 else got[:77] + '...'})"
 
 
 #: Aliases (`*name`) a config may use. Each one is a shared reference; nested anchors make a 297-byte file
@@ -83,10 +75,27 @@ class _StrictLoader(yaml.SafeLoader):
             seen[key] = line
         return super().construct_mapping(node, deep=deep)
 
+    def construct_scalar(self, node: Any) -> Any:
+        value = super().construct_scalar(node)
+        if isinstance(value, str) and LONE_SURROGATE.search(value):  # "\ud800": no prompt or file can hold it
+            raise ConfigError(
+                f"line {node.start_mark.line + 1}: a lone surrogate escape (\\ud800-\\udfff) is not a character"
+            )
+        return value
+
 
 def load_yaml_text(text: str) -> Any:
     """YAML from a config or recipe: duplicate keys and more than MAX_YAML_ALIASES aliases are ConfigErrors."""
     return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 -- a SafeLoader subclass
+
+
+def yaml_error_line(error: yaml.YAMLError) -> str:
+    """PyYAML's several-line report (with a caret drawing) as one line: where, then what."""
+    mark = getattr(error, "problem_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+    context = getattr(error, "context", None)
+    return f"not valid YAML{where}: {problem}" + (f" ({context})" if context else "")
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
@@ -99,7 +108,7 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+        raise ConfigError(f"{path}: {yaml_error_line(exc)}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of keys to values")
     return data
@@ -199,37 +208,30 @@ def _annotation_types(annotation: Any) -> set[Any]:
     return {annotation}
 
 
-def dump_config(config: BaseModel) -> str:
-    """YAML of a resolved config with secrets removed (for the run directory).
+def config_dict(config: BaseModel, **dump_options: Any) -> dict[str, Any]:
+    """A config as JSON-like data safe to write anywhere (run directory, metrics.json, reports).
 
-    `SecretKey` fields dump masked by pydantic; `_scrub` also masks any other key-, token- or
-    password-named value (e.g. inside a free-form dict), so the file never holds a secret.
+    Secrets are a type (`SecretKey`, the SecretStr values of `SecretOptions`): they dump as MASK; `masked`
+    also hides any other secret-named entry and URL credentials, so nothing that reached a config is written.
     """
-    data = config.model_dump(mode="json")
-    _scrub(data)
-    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+    return masked(config.model_dump(mode="json", **dump_options))
 
 
-def _scrub(data: Any) -> None:
-    if isinstance(data, dict):
-        for key in list(data):
-            if "api_key" in key.lower() or key.lower() in {"token", "password", "secret"}:
-                data[key] = None if data[key] is None else "***"
-            else:
-                _scrub(data[key])
-    elif isinstance(data, list):
-        for item in data:
-            _scrub(item)
+def dump_config(config: BaseModel) -> str:
+    """YAML of a resolved config with secrets masked (for the run directory's config.yaml)."""
+    return yaml.safe_dump(config_dict(config), sort_keys=False, allow_unicode=True)
 
 
 __all__ = [
     "ConfigError",
     "SecretKey",
     "build_config",
+    "config_dict",
     "deep_merge",
     "drop_unset",
     "dump_config",
     "format_validation_error",
+    "yaml_error_line",
     "read_yaml",
     "secret_value",
 ]

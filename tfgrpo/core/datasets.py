@@ -4,6 +4,10 @@ Every loader returns `Problem` rows with string `id`, `problem` and `answer`; al
 `extra`. A malformed row fails at once with an error naming the file, the line (JSONL) or row (other
 formats) and the key, because a silently skipped row changes what a benchmark number means.
 
+CSV, JSON and parquet files are read with Hugging Face `datasets`, which keeps an Arrow copy of each file in
+its cache: `~/.cache/huggingface/datasets` (or `$HF_DATASETS_CACHE`) unless `cache_dir` is given; the
+`dataset_cache` setting of learn and eval (`dataset_cache_dir`) can put it in the run folder instead.
+
 Rows without an id get a stable one from their position in the file (`row-0007` is the eighth row, counted
 from 0 over all rows of the file, not only those kept by `limit`), so a rerun pairs samples with the same
 problems.
@@ -11,17 +15,19 @@ problems.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from tfgrpo.core.atomic import removed_on_failure
 from tfgrpo.core.errors import DatasetError
-from tfgrpo.core.textfile import MAX_ROW_BYTES, iter_lines
+from tfgrpo.core.textfile import MAX_ROW_BYTES, JSONValueError, iter_lines, strict_json_loads
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 
@@ -90,6 +96,30 @@ _BUNDLED = (
 BUNDLED: Mapping[str, BundledDataset] = MappingProxyType({d.name: d for d in _BUNDLED})
 
 
+def _cache_folder(value: str | Path) -> str | Path:
+    if isinstance(value, Path) and value.expanduser().exists() and not value.expanduser().is_dir():
+        raise ValueError(f"{value} is a file; the dataset cache is a folder (or 'default' or 'run')")
+    return value
+
+
+DatasetCache = Annotated[Literal["default", "run"] | Path, AfterValidator(_cache_folder)]
+DATASET_CACHE_HELP = (
+    "Where CSV/JSON/parquet data files are cached as Arrow files by Hugging Face datasets: default "
+    "(~/.cache/huggingface/datasets, or $HF_DATASETS_CACHE), run (OUT/datasets_cache, removed with the run), "
+    "or a folder. JSONL and bundled sets are read directly, never cached."
+)
+RUN_DATASET_CACHE = "datasets_cache"
+
+
+def dataset_cache_dir(setting: DatasetCache, out: str | Path) -> Path | None:
+    """The `cache_dir` for `load_dataset_rows`: None (the `datasets` default), OUT/datasets_cache, or a folder."""
+    if setting == "default":
+        return None
+    if setting == "run":
+        return Path(out) / RUN_DATASET_CACHE
+    return Path(setting).expanduser()
+
+
 def list_bundled() -> list[BundledDataset]:
     """The bundled datasets, in a stable order (name, size, description, file)."""
     return list(_BUNDLED)
@@ -116,8 +146,10 @@ def load_dataset_rows(
     limit: int | None = None,
     require_answer: bool = True,
     max_row_bytes: int = MAX_ROW_BYTES,
+    cache_dir: Path | None = None,
 ) -> list[Problem]:
-    """Load problems from a bundled name or a file; `limit` keeps the first N rows."""
+    """Load problems from a bundled name or a file; `limit` keeps the first N rows; `cache_dir`: where
+    `datasets` caches a CSV/JSON/parquet file (None: its own default)."""
     if limit is not None and limit < 1:
         raise DatasetError(f"limit must be at least 1 (got {limit})")
     path, bundled_limit = resolve_dataset(spec)
@@ -125,7 +157,7 @@ def load_dataset_rows(
         limit = bundled_limit if limit is None else min(limit, bundled_limit)
 
     suffix = "".join(path.suffixes[-1:]).lower()
-    rows = _iter_jsonl(path, max_row_bytes) if suffix == ".jsonl" else _iter_with_hf_datasets(path, suffix)
+    rows = _iter_jsonl(path, max_row_bytes) if suffix == ".jsonl" else _iter_with_hf_datasets(path, suffix, cache_dir)
 
     problems: list[Problem] = []
     first_seen: dict[str, str] = {}
@@ -160,9 +192,9 @@ def iter_jsonl_objects(
             continue
         where = f"{path}:{line_number}"
         try:
-            row = json.loads(line, object_pairs_hook=_refuse_duplicate_keys)
-        except DuplicateKeyError as exc:
-            raise error(f"{where}: duplicate key {exc.key!r} (a JSON object names each key once)") from None
+            row = strict_json_loads(line)
+        except JSONValueError as exc:
+            raise error(f"{where}: {exc}") from None
         except json.JSONDecodeError as exc:
             raise error(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
         except RecursionError:
@@ -170,22 +202,6 @@ def iter_jsonl_objects(
         if not isinstance(row, dict):
             raise error(f"{where}: expected a JSON object, got {type(row).__name__}")
         yield line_number, row
-
-
-class DuplicateKeyError(ValueError):
-    def __init__(self, key: str) -> None:
-        super().__init__(key)
-        self.key = key
-
-
-def _refuse_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """`json.loads` keeps the last of two equal keys without a word; a row that says `answer` twice is refused."""
-    row: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in row:
-            raise DuplicateKeyError(key)
-        row[key] = value
-    return row
 
 
 def _iter_jsonl(path: Path, max_row_bytes: int) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -196,7 +212,7 @@ def _iter_jsonl(path: Path, max_row_bytes: int) -> Iterator[tuple[str, dict[str,
 _HF_FORMATS = {".json": "json", ".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
 
 
-def _iter_with_hf_datasets(path: Path, suffix: str) -> Iterator[tuple[str, dict[str, Any]]]:
+def _iter_with_hf_datasets(path: Path, suffix: str, cache_dir: Path | None) -> Iterator[tuple[str, dict[str, Any]]]:
     builder = _HF_FORMATS.get(suffix)
     if builder is None:
         formats = ", ".join([".jsonl", *_HF_FORMATS])
@@ -209,7 +225,11 @@ def _iter_with_hf_datasets(path: Path, suffix: str) -> Iterator[tuple[str, dict[
     bars_were_on = datasets.is_progress_bar_enabled()
     datasets.disable_progress_bars()  # a local file loads in milliseconds; its bars would only be noise
     try:
-        table = datasets.load_dataset(builder, data_files=str(path), split="train")
+        # a file that cannot be read leaves no cache folder behind (with dataset_cache: run, no run folder)
+        with removed_on_failure(cache_dir) if cache_dir else contextlib.nullcontext():
+            table = datasets.load_dataset(
+                builder, data_files=str(path), split="train", cache_dir=str(cache_dir) if cache_dir else None
+            )
     except (ValueError, OSError, datasets.exceptions.DatasetGenerationError) as exc:
         reason = exc.__cause__ or exc  # the generation error wraps the parser's own message
         raise DatasetError(f"{path}: cannot read as {builder}: {reason}") from None
@@ -268,4 +288,15 @@ def _scalar_to_text(value: Any, *, key: str, where: str) -> str:
     raise DatasetError(f"{where}: key {key!r} must be a string or a number (got {type(value).__name__})")
 
 
-__all__ = ["BUNDLED", "BundledDataset", "DATA_DIR", "Problem", "list_bundled", "load_dataset_rows", "resolve_dataset"]
+__all__ = [
+    "BUNDLED",
+    "DATASET_CACHE_HELP",
+    "DATA_DIR",
+    "BundledDataset",
+    "DatasetCache",
+    "Problem",
+    "dataset_cache_dir",
+    "list_bundled",
+    "load_dataset_rows",
+    "resolve_dataset",
+]

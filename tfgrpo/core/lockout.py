@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from pydantic import BaseModel
 
@@ -75,11 +76,14 @@ def find_test_overlap(
 
 
 def load_test_sets(
-    declared: Sequence[str] = (), *, include_benchmarks: bool = True, **keys: str
+    declared: Sequence[str] = (), *, include_benchmarks: bool = True, cache_dir: Path | None = None, **keys: str
 ) -> dict[str, list[Problem]]:
     """The bundled benchmarks plus the declared sets (names or files), by name; `keys` are the column names."""
     names = [*(BENCHMARKS if include_benchmarks else ()), *declared]
-    return {name: load_dataset_rows(name, require_answer=False, **keys) for name in dict.fromkeys(names)}
+    return {
+        name: load_dataset_rows(name, require_answer=False, cache_dir=cache_dir, **keys)
+        for name in dict.fromkeys(names)
+    }
 
 
 def check_no_test_overlap(data: Mapping[str, Sequence[Problem]], test_sets: Mapping[str, Sequence[Problem]]) -> None:

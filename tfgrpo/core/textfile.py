@@ -2,12 +2,15 @@
 
 read_text(path, error=LibraryFileError)            UTF-8 or a one-line error naming the first bad byte
 loads_json(text, source=..., error=...)            JSON with a nesting-depth limit (no RecursionError)
+strict_json_loads(text)                            json.loads refusing what it would accept silently or crash on
 iter_lines(path, error=DatasetError)               decoded lines of a JSONL file, each size-checked
 """
 
 from __future__ import annotations
 
 import json
+import re
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -39,12 +42,75 @@ def read_text(path: str | Path, *, error: type[Exception], max_bytes: int = MAX_
         ) from None
 
 
+class JSONValueError(ValueError):
+    """Valid JSON syntax whose value is refused; the message names the key, the caller adds file and line."""
+
+
+_ESCAPED_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
+#: a surrogate code point on its own: Python strings can hold one (from a JSON or YAML escape), UTF-8 cannot
+LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def strict_json_loads(text: str) -> Any:
+    """`json.loads`, refusing with `JSONValueError` what it would accept silently or crash on later: a key
+    given twice (the last would win), an integer longer than Python converts (a ValueError with no line),
+    and a lone surrogate escape such as `"\\ud800"` (a string no UTF-8 file, prompt or cache key can hold).
+    Syntax errors stay `json.JSONDecodeError`, so each caller words them as before."""
+    value = json.loads(text, object_pairs_hook=_refuse_duplicate_keys, parse_int=_bounded_int)
+    if _ESCAPED_SURROGATE.search(text):  # cheap test first: a valid pair (an emoji) also matches
+        where = _lone_surrogate_at(value)
+        if where is not None:
+            raise JSONValueError(
+                f"{where} holds a lone surrogate escape (\\ud800-\\udfff): not a character; "
+                "write the character itself or a valid pair"
+            )
+    return value
+
+
+def _refuse_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    row: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in row:
+            raise JSONValueError(f"duplicate key {key!r} (a JSON object names each key once)")
+        row[key] = value
+    return row
+
+
+def _bounded_int(digits: str) -> int:
+    limit = sys.get_int_max_str_digits()
+    count = len(digits.lstrip("-"))
+    if limit and count > limit:
+        raise JSONValueError(
+            f"a number of {count:,} digits is longer than the {limit:,} Python reads; write it as a string"
+        )
+    return int(digits)
+
+
+def _lone_surrogate_at(value: Any) -> str | None:
+    """Where the first string with a lone surrogate is ("key 'problem'", "the value"), or None."""
+    stack: list[tuple[Any, str]] = [(value, "the value")]
+    while stack:
+        item, where = stack.pop()
+        if isinstance(item, str) and LONE_SURROGATE.search(item):
+            return where
+        if isinstance(item, dict):
+            for key, child in item.items():
+                if LONE_SURROGATE.search(key):
+                    return f"a key ({key.encode('utf-8', 'backslashreplace').decode()})"
+                stack.append((child, f"key {key!r}"))
+        elif isinstance(item, list):
+            stack.extend((child, where) for child in item)
+    return None
+
+
 def loads_json(text: str, *, source: str, error: type[Exception], max_depth: int = MAX_JSON_DEPTH) -> Any:
-    """`json.loads` with a nesting limit: `error` instead of a RecursionError or an absurdly deep value."""
+    """`strict_json_loads` with a nesting limit: `error` instead of a RecursionError or an absurdly deep value."""
     try:
-        value = json.loads(text)
+        value = strict_json_loads(text)
     except json.JSONDecodeError as exc:
         raise error(f"{source}: not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+    except JSONValueError as exc:
+        raise error(f"{source}: {exc}") from None
     except RecursionError:
         raise error(f"{source}: JSON nested too deeply to read; the limit is {max_depth} levels") from None
     depth = _depth(value)
@@ -95,4 +161,14 @@ def _bounded_lines(handle: Any, max_row_bytes: int, path: str | Path, error: typ
         yield raw
 
 
-__all__ = ["MAX_FILE_BYTES", "MAX_JSON_DEPTH", "MAX_ROW_BYTES", "iter_lines", "loads_json", "read_text"]
+__all__ = [
+    "MAX_FILE_BYTES",
+    "MAX_JSON_DEPTH",
+    "MAX_ROW_BYTES",
+    "JSONValueError",
+    "LONE_SURROGATE",
+    "iter_lines",
+    "loads_json",
+    "read_text",
+    "strict_json_loads",
+]

@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from tfgrpo.core.config import ConfigError, format_validation_error, load_yaml_text, read_yaml
+from tfgrpo.core.config import ConfigError, format_validation_error, load_yaml_text, read_yaml, yaml_error_line
 from tfgrpo.llm.config import LLMConfig
 
 BUNDLED_RECIPES = ("paper-math", "quickstart", "baselines-local")
@@ -142,7 +142,7 @@ def parse_overrides(items: list[str] | None) -> list[tuple[list[str], Any]]:
         try:
             parsed.append((path, yaml.safe_load(value)))
         except yaml.YAMLError as exc:
-            raise ConfigError(f"--set {item!r}: value is not valid YAML: {exc}") from None
+            raise ConfigError(f"--set {item!r}: the value is {yaml_error_line(exc)}") from None
     return parsed
 
 

@@ -11,6 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from tfgrpo.core.datasets import DATASET_CACHE_HELP, DatasetCache
 from tfgrpo.core.textfile import MAX_ROW_BYTES
 from tfgrpo.llm.config import LLMConfig
 from tfgrpo.llm.types import SamplingParams
@@ -61,6 +62,7 @@ class LearnConfig(BaseModel):
         description="Longest dataset row accepted, in bytes (a longer row is an error naming its line).",
     )
     init_library: str | None = Field(None, description="Start from this library JSON instead of an empty library.")
+    dataset_cache: DatasetCache = Field("default", description=DATASET_CACHE_HELP)
 
     # -- model --------------------------------------------------------------------------------------
     llm: LLMConfig = Field(default_factory=LLMConfig)

@@ -20,14 +20,14 @@ from experiences.dedup import lexical_similarity
 from experiences.leakage import LeakageChecker, LeakFinding
 from experiences.model import Library
 from experiences.ops import Operation
-from tfgrpo.core.datasets import Problem
+from tfgrpo.core.datasets import Problem, dataset_cache_dir
 from tfgrpo.core.lockout import check_no_test_overlap, find_test_overlap, load_test_sets
 from tfgrpo.learn.config import LearnConfig
 
 
 def load_declared_test_sets(config: LearnConfig) -> dict[str, list[Problem]]:
     keys = {"problem_key": config.problem_key, "answer_key": config.answer_key, "id_key": config.id_key}
-    return load_test_sets(config.test_data, **keys)
+    return load_test_sets(config.test_data, cache_dir=dataset_cache_dir(config.dataset_cache, config.out), **keys)
 
 
 def check_learning_data(

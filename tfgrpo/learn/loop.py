@@ -29,7 +29,8 @@ from typing import Any
 from rich.console import Console
 
 from experiences.model import Library
-from tfgrpo.core.datasets import Problem, load_dataset_rows
+from tfgrpo.core.atomic import removed_on_failure
+from tfgrpo.core.datasets import Problem, dataset_cache_dir, load_dataset_rows
 from tfgrpo.learn.config import LearnConfig
 from tfgrpo.learn.guards import LeakageGuard, check_learning_data, load_declared_test_sets
 from tfgrpo.learn.metrics import run_metrics
@@ -39,6 +40,7 @@ from tfgrpo.learn.step import Engine, StepPlan
 from tfgrpo.llm.client import LLMClient
 from tfgrpo.llm.errors import BudgetExceededError
 from tfgrpo.llm.factory import build_client
+from tfgrpo.rollout.injection import injection_warning
 from tfgrpo.rollout.scoring import build_reward
 
 
@@ -111,7 +113,8 @@ def read_inputs(config: LearnConfig) -> RunInputs:
 
 async def _learn_in(run: RunDir, config: LearnConfig, *, client: LLMClient | None, console: Any | None) -> LearnResult:
     console = console or Console(stderr=True)
-    inputs = read_inputs(config)
+    with removed_on_failure(run.root):  # a data cache put in a new run folder (dataset_cache: run) goes with it
+        inputs = read_inputs(config)
     state = run.start(config)
     if state.completed_step == 0:
         run.save_initial_library(inputs.initial, state)
@@ -126,7 +129,7 @@ async def _learn_in(run: RunDir, config: LearnConfig, *, client: LLMClient | Non
     run.log(
         f"{'resumed' if config.resume else 'started'} at step {state.completed_step}; {len(inputs.plans)} steps planned"
     )
-    _warn(run, console, inputs, state)
+    _warn(run, console, inputs, state, config)
     engine = Engine(
         config,
         client,
@@ -156,11 +159,14 @@ async def _learn_in(run: RunDir, config: LearnConfig, *, client: LLMClient | Non
     return _finish(run, config, state, status, message, console)
 
 
-def _warn(run: RunDir, console: Any, inputs: RunInputs, state: RunState) -> None:
-    """Data overlaps and (on a fresh run) a starting library that already leaks: logged and shown, not fatal."""
+def _warn(run: RunDir, console: Any, inputs: RunInputs, state: RunState, config: LearnConfig) -> None:
+    """Data overlaps and (on a fresh run) a starting library that already leaks or fills the prompt: logged and
+    shown, not fatal."""
+    fresh = state.completed_step == 0
     for warning in [
         inputs.overlap_warning,
-        *(inputs.guard.initial_warnings(inputs.initial) if inputs.guard and state.completed_step == 0 else []),
+        *(inputs.guard.initial_warnings(inputs.initial) if inputs.guard and fresh else []),
+        injection_warning(inputs.initial, config.inject, str(config.init_library)) if fresh else None,
     ]:
         if warning:
             run.log(warning)
@@ -193,6 +199,7 @@ def _record_session(
         cost_usd=client.accounting.cost_usd,
         usage=client.accounting.snapshot(),
         structured_output={"mode": client.structured_output, "fallbacks": dict(client.schema_fallbacks)},
+        providers=client.provider_profiles(),
     )
     state.sessions.append(session)
     state.status = status
@@ -230,6 +237,7 @@ def load_problems(config: LearnConfig, spec: str, *, training: bool = True) -> l
         limit=config.limit if training else None,
         require_answer=config.ground_truth or not training,
         max_row_bytes=config.max_row_bytes,
+        cache_dir=dataset_cache_dir(config.dataset_cache, config.out),
     )
 
 

@@ -274,6 +274,11 @@ def run_metrics(state: Any, *, best_epoch: int | None, library: Any, config: Any
         library_size=len(library),
         library_version=library.version,
         stage_replies=sum_reply_counts(state.steps) | judge_reply_counts(state.sessions),
+        # part of completion_tokens (priced as output); all sessions, like cost_usd
+        reasoning_tokens=sum(
+            ((s.get("usage") or {}).get("total") or {}).get("reasoning_tokens", 0) for s in state.sessions
+        ),
+        providers=dict((state.sessions[-1].get("providers") or {}) if state.sessions else {}),
     )
     totals["stage_replies_lost"] = sum(counts["lost"] for counts in totals["stage_replies"].values())
     return {
@@ -342,12 +347,15 @@ def epoch_table(metrics: dict[str, Any]) -> Any:
         f"{totals['rollouts']} rollouts ({totals['rollouts_failed']} failed calls, {totals['rollouts_unscored']} unscored), groups kept {totals['groups_kept']}/"
         f"{totals['groups_total']}, ops proposed {totals['ops_proposed']} → applied {totals['ops_applied']}, "
         f"parse retries {totals['parse_retries']} (failures {totals['parse_failures']}), tokens "
-        f"{totals['prompt_tokens']:,} in ({totals.get('cached_prompt_tokens', 0):,} cached) / {totals['completion_tokens']:,} out, "
+        f"{totals['prompt_tokens']:,} in ({totals.get('cached_prompt_tokens', 0):,} cached) / {totals['completion_tokens']:,} out"
+        + (f" ({totals['reasoning_tokens']:,} reasoning)" if totals.get("reasoning_tokens") else "")
+        + ", "
         f"${totals['cost_usd']:.4f}, "
         f"{totals['wall_time_s']:.1f}s; final library v{totals['library_version']} with {totals['library_size']} experiences"
         + f"; {retries_line(totals)}"
         + ("; * = best epoch on validation" if metrics.get("best_epoch") else "")
         + f"\nstage replies: {reply_counts_line(totals.get('stage_replies') or empty_reply_counts())}"
+        + "".join(f"\nprovider {endpoint}: {profile}" for endpoint, profile in (totals.get("providers") or {}).items())
     )
     return table
 

@@ -103,6 +103,7 @@ class TagTotals:
     prompt_tokens: int = 0
     cached_prompt_tokens: int = 0  # of prompt_tokens, served from the provider's prompt cache
     completion_tokens: int = 0
+    reasoning_tokens: int = 0  # of completion_tokens, spent thinking (priced as output)
     cost_usd: float = 0.0
     latency_s: float = 0.0
     # attempts that failed transiently and were retried, by cause (a call that finally failed also
@@ -144,6 +145,7 @@ class Accounting:
         cost_usd: float,
         latency_s: float,
         cached_prompt_tokens: int = 0,
+        reasoning_tokens: int = 0,
     ) -> None:
         totals = self._tag(tag)
         totals.calls += 1
@@ -151,6 +153,7 @@ class Accounting:
         totals.prompt_tokens += prompt_tokens
         totals.cached_prompt_tokens += cached_prompt_tokens
         totals.completion_tokens += completion_tokens
+        totals.reasoning_tokens += reasoning_tokens
         totals.cost_usd += cost_usd
         totals.latency_s += latency_s
 

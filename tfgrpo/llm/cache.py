@@ -12,6 +12,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from tfgrpo.core.config import ConfigError
 from tfgrpo.llm.types import Completion
 
 _SCHEMA = """
@@ -29,15 +30,18 @@ class ResponseCache:
 
     def __init__(self, path: str | Path):
         self.path = str(path)
-        if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._conn = sqlite3.connect(self.path, check_same_thread=False, timeout=30.0)
-        if self.path != ":memory:":
-            self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute("PRAGMA synchronous=NORMAL")
-        self._conn.execute(_SCHEMA)
-        self._conn.commit()
+        try:
+            if self.path != ":memory:":
+                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            self._conn = sqlite3.connect(self.path, check_same_thread=False, timeout=30.0)
+            if self.path != ":memory:":
+                self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA synchronous=NORMAL")
+            self._conn.execute(_SCHEMA)
+            self._conn.commit()
+        except (OSError, sqlite3.Error) as exc:  # a folder, no permission, not a database: the user's to fix
+            raise ConfigError(f"response cache {self.path}: cannot open it ({exc})") from None
 
     def get(self, key: str) -> Completion | None:
         with self._lock:

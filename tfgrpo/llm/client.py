@@ -304,6 +304,7 @@ class LLMClient:
             prompt_tokens=sum(c.usage.prompt_tokens for c in priced),
             cached_prompt_tokens=sum(c.usage.cached_prompt_tokens for c in priced),
             completion_tokens=sum(c.usage.completion_tokens for c in priced),
+            reasoning_tokens=sum(c.usage.reasoning_tokens for c in priced),
             cost_usd=sum(c.cost_usd for c in priced),
             latency_s=latency,
         )
@@ -314,6 +315,11 @@ class LLMClient:
             return await _within(backend.forward(request), self.timeout_s)
         except asyncio.TimeoutError as exc:
             raise RequestTimeoutError(f"no reply from {backend.endpoint} within {self.timeout_s:.0f}s") from exc
+
+    def provider_profiles(self) -> dict[str, str]:
+        """What each endpoint was found to accept (backends that follow a provider profile), for the run record."""
+        profiles = {backend.endpoint: getattr(backend, "profile", None) for backend in self.backends}
+        return {endpoint: profile.describe() for endpoint, profile in profiles.items() if profile is not None}
 
     def _fit_schema(self, request: ChatRequest, backend: Backend) -> ChatRequest:
         """The request as this backend gets it: without the schema where it cannot or will not take one."""

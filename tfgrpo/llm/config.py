@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from tfgrpo.core.config import SecretKey
+from tfgrpo.core.secrets import CredentialFreeUrl, SecretKey
 
 BackendName = Literal["transformers", "llamacpp", "openai", "litellm", "vllm"]
 
@@ -22,9 +23,10 @@ class LLMConfig(BaseModel):
         description="Model name (API), local path / GGUF file (transformers, llamacpp, vllm). "
         "None = the embedded SmolLM2-135M-Instruct.",
     )
-    base_url: list[str] = Field(
+    base_url: list[CredentialFreeUrl] = Field(
         default_factory=list,
-        description="One or more OpenAI-compatible base URLs; several replicas get least-busy routing.",
+        description="One or more OpenAI-compatible base URLs; several replicas get least-busy routing. "
+        "A URL with user:password@ is refused: the key goes in api_key.",
     )
     api_key: SecretKey = Field(None, description="API key; else OPENAI_API_KEY or the provider's variable.")
     adapter: str | None = Field(None, description="A LoRA adapter directory (transformers, vllm).")
@@ -63,6 +65,20 @@ class LLMConfig(BaseModel):
         if self.llamacpp_instances != 1 and self.backend != "llamacpp":
             raise ValueError(f"llamacpp_instances applies to the llamacpp backend only, not {self.backend}")
         return self
+
+    @field_validator("cache")
+    @classmethod
+    def _cache_is_a_file_path(cls, value: str | None) -> str | None:
+        # Checked with the config, before a run directory exists; sqlite would fail later with a traceback.
+        if not value or value == ":memory:":
+            return value
+        path = Path(value).expanduser()
+        if path.is_dir():
+            raise ValueError(f"{value} is a directory; give the cache a file path, e.g. {path / 'cache.sqlite'}")
+        for parent in path.parents:
+            if parent.exists() and not parent.is_dir():
+                raise ValueError(f"{value}: {parent} is a file, so the cache cannot be created under it")
+        return value
 
     @field_validator("base_url", mode="before")
     @classmethod

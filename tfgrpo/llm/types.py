@@ -84,6 +84,8 @@ class Usage(BaseModel):
     completion_tokens: int = 0
     #: the part of `prompt_tokens` the provider served from its prompt cache (billed at the cached rate)
     cached_prompt_tokens: int = 0
+    #: the part of `completion_tokens` spent thinking (reasoning models; billed as output tokens)
+    reasoning_tokens: int = 0
 
     @property
     def total_tokens(self) -> int:
@@ -96,6 +98,8 @@ class Completion(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     text: str
+    #: the model's reasoning, kept apart from `text` (the answer): see tfgrpo.llm.reasoning
+    reasoning: str | None = None
     finish_reason: str | None = None
     tool_calls: list[dict[str, Any]] | None = None
     usage: Usage = Field(default_factory=Usage)

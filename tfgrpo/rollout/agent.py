@@ -25,8 +25,9 @@ import time
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
+from tfgrpo.core.secrets import SecretOptions, reveal_secrets
 from tfgrpo.llm.errors import PER_REQUEST_FAILURES
 from tfgrpo.llm.types import Completion, Message, SamplingParams
 from tfgrpo.prompts import render_prompt
@@ -53,8 +54,10 @@ class AgentConfig(BaseModel):
     tools: list[str] = Field(default_factory=list, description="Tool names, e.g. ['python'].")
     max_turns: int = Field(6, ge=1, description="Assistant turns per trajectory.")
     protocol: Protocol = Field("auto", description="native tool calling, text (fenced code blocks), or auto.")
-    tool_options: dict[str, dict[str, Any]] = Field(
-        default_factory=dict, description="Per-tool options, e.g. {python: {timeout_s: 5}}."
+    tool_options: dict[str, SecretOptions] = Field(
+        default_factory=dict,
+        description="Per-tool options, e.g. {python: {timeout_s: 5}}; a secret-named one (api_key, token, "
+        "password, at any depth) is written masked.",
     )
     tool_timeout_s: float = Field(300.0, gt=0, description="Backstop wall time of any one tool call.")
 
@@ -70,9 +73,29 @@ class AgentConfig(BaseModel):
             )
         return names
 
+    @field_validator("tool_options")
+    @classmethod
+    def _options_fit_their_tools(
+        cls, options: dict[str, dict[str, Any]], info: ValidationInfo
+    ) -> dict[str, dict[str, Any]]:
+        # A built-in tool's options are checked by building it (cheap: no sandbox starts), with the config,
+        # so `timeout: 5` or `timeout_s: -1` is refused before a run directory exists.
+        for name, values in options.items():
+            if name in BUILTIN_TOOLS:
+                try:
+                    BUILTIN_TOOLS[name](**reveal_secrets(values))  # as build() will pass them
+                except ToolError as exc:
+                    raise ValueError(str(exc)) from None
+            elif name not in (info.data.get("tools") or []):
+                raise ValueError(
+                    f"options for '{name}', which is neither a built-in tool ({', '.join(sorted(BUILTIN_TOOLS))}) "
+                    "nor one of `tools`"
+                )
+        return options
+
     def build(self) -> Agent:
         return Agent(
-            get_tools(self.tools, options=self.tool_options),
+            get_tools(self.tools, options=reveal_secrets(self.tool_options)),
             max_turns=self.max_turns,
             protocol=self.protocol,
             tool_timeout_s=self.tool_timeout_s,
@@ -162,6 +185,7 @@ def _turn(index: int, completion: Completion) -> Turn:
     return Turn(
         index=index,
         assistant=completion.text or "",
+        reasoning=completion.reasoning,
         finish_reason=completion.finish_reason,
         prompt_tokens=completion.usage.prompt_tokens,
         completion_tokens=completion.usage.completion_tokens,

@@ -9,6 +9,24 @@ from typing import Any
 from experiences import Experience, Injection, Library, render
 from experiences.store import ExperienceStore
 
+#: A library whose whole rendering is longer than this (about 16k tokens) fills much of a context window in
+#: every prompt. Said once, loudly, with the way out; not refused, since a long-context model may want it.
+LARGE_INJECTION_CHARS = 64_000
+
+
+def injection_warning(library: Library, spec: str, source: str) -> str | None:
+    """The warning for a library sent whole (`inject: all`) that is longer than LARGE_INJECTION_CHARS, else None."""
+    if Injection.parse(spec).mode != "all":
+        return None
+    chars = len(render(library))
+    if chars <= LARGE_INJECTION_CHARS:
+        return None
+    return (
+        f"library {source}: {len(library)} experiences render to {chars:,} characters (about {chars // 4:,} "
+        f"tokens), sent in every prompt (more than {LARGE_INJECTION_CHARS:,}); pass --inject topk:K to send "
+        "the K nearest instead"
+    )
+
 
 @dataclass
 class Injector:

@@ -62,6 +62,8 @@ class Rollout:
     sample: int
     messages: list[dict[str, Any]]
     completion: str = ""
+    #: the model's reasoning (None when it gave none): summarised in stage 1, never graded
+    reasoning: str | None = None
     reward: float | None = None
     extracted: str | None = None
     reason: str = ""
@@ -69,6 +71,7 @@ class Rollout:
     prompt_tokens: int = 0
     cached_prompt_tokens: int = 0
     completion_tokens: int = 0
+    reasoning_tokens: int = 0  # of completion_tokens
     cost_usd: float = 0.0
     cached: bool = False
     trajectory: dict[str, Any] | None = None
@@ -96,6 +99,8 @@ class Rollout:
             "cached": self.cached,
             "num_tool_calls": self.num_tool_calls,
         }
+        if self.reasoning is not None:  # absent otherwise: rows of models without reasoning stay as they were
+            row.update(reasoning=self.reasoning, reasoning_tokens=self.reasoning_tokens)
         if self.trajectory is not None:
             row["trajectory"] = self.trajectory
         row.update(self.extra)
@@ -142,6 +147,8 @@ async def sample_group(
             rollout.error = f"{type(exc).__name__}: {exc}"
             return rollout
         rollout.completion = completion.text
+        rollout.reasoning = completion.reasoning
+        rollout.reasoning_tokens = completion.usage.reasoning_tokens
         rollout.prompt_tokens = completion.usage.prompt_tokens
         rollout.cached_prompt_tokens = completion.usage.cached_prompt_tokens
         rollout.completion_tokens = completion.usage.completion_tokens

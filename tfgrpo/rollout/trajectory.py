@@ -25,6 +25,7 @@ class ToolCallRecord(BaseModel):
 class Turn(BaseModel):
     index: int
     assistant: str
+    reasoning: str | None = None  # the model's thinking before this turn's reply (never sent back)
     tool_calls: list[ToolCallRecord] = Field(default_factory=list)
     finish_reason: str | None = None
     prompt_tokens: int = 0
@@ -96,6 +97,8 @@ class Trajectory(BaseModel):
         """Every turn, tool call and result as compact text, long parts cut in the middle to fit."""
         parts: list[tuple[str, str]] = []  # (header, body); bodies share what the budget leaves
         for turn in self.turns:
+            if turn.reasoning:
+                parts.append((f"[reasoning, turn {turn.index + 1}]", turn.reasoning.strip()))
             parts.append((f"[assistant, turn {turn.index + 1}]", turn.assistant.strip()))
             for call in turn.tool_calls:
                 if self.protocol == "native" or call.name != "python":

@@ -109,9 +109,14 @@ async def summarize_rollouts(
 
 
 def trajectory_text(rollout: Rollout, max_chars: int = 8000) -> str:
-    """The attempt as text: the completion, or every turn, tool call and tool result of an agent trajectory."""
+    """The attempt as text: the completion (after its reasoning, cut in the middle so the answer fits), or
+    every turn, tool call and tool result of an agent trajectory."""
     if rollout.trajectory is None:
-        return rollout.completion
+        if not rollout.reasoning:
+            return rollout.completion
+        reasoning_chars = max(max_chars - len(rollout.completion) - 40, max_chars // 4)
+        reasoning, _ = truncate_middle(rollout.reasoning.strip(), reasoning_chars // 4)
+        return f"[reasoning]\n{reasoning}\n\n[answer]\n{rollout.completion}"
     return Trajectory.from_jsonable(rollout.trajectory).render_for_summary(max_chars=max_chars)
 
 

@@ -10,6 +10,11 @@ single-sample requests instead. When a `seed` is set, a call whose first sample 
 (`sample_offset` + position) is sent with `seed + i`, so samples fetched one by one differ from each
 other but stay reproducible.
 
+Parameters follow the provider's documented rules (`profiles.py`: `max_completion_tokens` and default
+sampling for OpenAI's reasoning models, JSON mode for DeepSeek), chosen from the model name or learned
+from the first 400 that names a parameter, and remembered for the endpoint. Reasoning text
+(`reasoning_content`, `reasoning`, a `<think>` block) is kept apart from the answer (`tfgrpo.llm.reasoning`).
+
 A request's `response_schema` is sent as `response_format` `{"type": "json_schema", ..., "strict": true}`.
 A server that refuses that form (400/422, or a 5xx naming response_format) is asked again with the next
 form of RESPONSE_FORMATS (JSON mode with the schema attached, then plain JSON mode: DeepSeek and older
@@ -21,10 +26,12 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import logging
 import time
 from typing import Any
 
 from tfgrpo.llm.backends.errors_map import map_openai_error
+from tfgrpo.llm.backends.profiles import ProviderProfile, learn_from_refusal, profile_for
 from tfgrpo.llm.backends.usage import cached_prompt_tokens, field, share_usage
 from tfgrpo.llm.base import Backend
 from tfgrpo.llm.errors import (
@@ -34,7 +41,10 @@ from tfgrpo.llm.errors import (
     MalformedResponseError,
     ServerError,
 )
+from tfgrpo.llm.reasoning import reasoning_of, reasoning_tokens
 from tfgrpo.llm.types import ChatRequest, Completion, ResponseSchema
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 # Local servers accept any key; the SDK insists on one.
@@ -63,8 +73,11 @@ class ChatCompletionsBackend(Backend):
         self.extra_body = dict(extra_body or {})
         #: learned on first contact: the server returned fewer choices than `n` asked for
         self.ignores_n = False
+        #: what this endpoint accepts: from the model name, corrected by the server's refusals
+        self.profile: ProviderProfile = profile_for(model, endpoint)
         #: index into RESPONSE_FORMATS of the form this server takes (raised on each refusal)
-        self.format_level = 0
+        self.format_level = self.profile.first_response_format
+        self._warned_sampling = False
 
     @abc.abstractmethod
     async def _create(self, arguments: dict[str, Any]) -> Any:
@@ -100,10 +113,19 @@ class ChatCompletionsBackend(Backend):
         arguments: dict[str, Any] = {
             "model": self.model_name,
             "messages": [message.to_wire() for message in request.messages],
-            "temperature": sampling.temperature,
-            "top_p": sampling.top_p,
-            "max_tokens": sampling.max_tokens,
+            self.profile.token_limit_field: sampling.max_tokens,
         }
+        if self.profile.sends_sampling:
+            arguments.update(temperature=sampling.temperature, top_p=sampling.top_p)
+        elif not self._warned_sampling:
+            self._warned_sampling = True
+            logger.warning(
+                "%s: %s takes only the default sampling: temperature %g / top_p %g are not sent",
+                self.endpoint,
+                self.profile.name,
+                sampling.temperature,
+                sampling.top_p,
+            )
         if n > 1:
             arguments["n"] = n
         if sampling.stop:
@@ -126,11 +148,21 @@ class ChatCompletionsBackend(Backend):
         started = time.perf_counter()
         arguments = self._arguments(request, n=n, sample=sample)
         level = self.format_level  # this call's own: concurrent calls may be refused at the same time
+        sent_with = self.profile
         while True:
             try:
                 response = await self._create(arguments)
                 break
             except (InvalidRequestError, ServerError) as exc:
+                # a parameter rule learned from this refusal, or from a concurrent call's: ask again, corrected
+                if self.profile is not sent_with or self._learned_from(exc):
+                    sent_with = self.profile
+                    arguments = self._arguments(request, n=n, sample=sample)
+                    if request.response_schema is not None:
+                        arguments["response_format"] = response_format(
+                            request.response_schema, RESPONSE_FORMATS[level]
+                        )
+                    continue
                 if request.response_schema is None or not refuses_response_format(exc):
                     raise
                 if level + 1 >= len(RESPONSE_FORMATS):
@@ -142,6 +174,15 @@ class ChatCompletionsBackend(Backend):
         latency = time.perf_counter() - started
         return self._parse(response, latency)
 
+    def _learned_from(self, error: Exception) -> bool:
+        """Whether `error` taught this endpoint's profile a rule (then the call is sent again, corrected)."""
+        learned = learn_from_refusal(self.profile, error)
+        if learned is None:
+            return False
+        logger.warning("%s refused a parameter; from now on: %s", self.endpoint, learned.describe())
+        self.profile = learned
+        return True
+
     def _parse(self, response: Any, latency: float) -> list[Completion]:
         """Completions of a reply: a raw JSON object (openai backend) or an SDK object (litellm's)."""
         choices = field(response, "choices")
@@ -152,7 +193,9 @@ class ChatCompletionsBackend(Backend):
         usage = field(response, "usage")
         prompt_tokens = _int_or_zero(field(usage, "prompt_tokens"))
         completion_tokens = _int_or_zero(field(usage, "completion_tokens"))
-        shares = share_usage(prompt_tokens, completion_tokens, len(choices), cached_prompt_tokens(usage))
+        shares = share_usage(
+            prompt_tokens, completion_tokens, len(choices), cached_prompt_tokens(usage), reasoning_tokens(usage, field)
+        )
         completions = []
         for choice, share in zip(choices, shares, strict=True):
             message = field(choice, "message")
@@ -162,9 +205,11 @@ class ChatCompletionsBackend(Backend):
             if content is not None and not isinstance(content, str):
                 raise MalformedResponseError(f"{self.endpoint} answered with non-text content: {content!r}")
             finish_reason = field(choice, "finish_reason")
+            reasoning, answer = reasoning_of(message, content or "", field)
             completions.append(
                 Completion(
-                    text=content or "",
+                    text=answer,
+                    reasoning=reasoning,
                     finish_reason=finish_reason if isinstance(finish_reason, str) else None,
                     tool_calls=_tool_calls(field(message, "tool_calls")),
                     usage=share,

@@ -16,7 +16,11 @@ def split_evenly(total: int, parts: int) -> list[int]:
 
 
 def share_usage(
-    prompt_tokens: int, completion_tokens: list[int] | int, parts: int, cached_prompt_tokens: int = 0
+    prompt_tokens: int,
+    completion_tokens: list[int] | int,
+    parts: int,
+    cached_prompt_tokens: int = 0,
+    reasoning_tokens: int = 0,
 ) -> list[Usage]:
     """Usage of each of `parts` samples.
 
@@ -25,13 +29,14 @@ def share_usage(
     """
     prompt_shares = split_evenly(prompt_tokens, parts)
     cached_shares = split_evenly(min(cached_prompt_tokens, prompt_tokens), parts)
+    reasoning_shares = split_evenly(reasoning_tokens, parts)
     if isinstance(completion_tokens, int):
         completion_shares = split_evenly(completion_tokens, parts)
     else:
         completion_shares = list(completion_tokens)
     return [
-        Usage(prompt_tokens=p, completion_tokens=c, cached_prompt_tokens=k)
-        for p, c, k in zip(prompt_shares, completion_shares, cached_shares, strict=True)
+        Usage(prompt_tokens=p, completion_tokens=c, cached_prompt_tokens=k, reasoning_tokens=r)
+        for p, c, k, r in zip(prompt_shares, completion_shares, cached_shares, reasoning_shares, strict=True)
     ]
 
 

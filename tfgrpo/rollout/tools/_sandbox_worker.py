@@ -7,9 +7,11 @@ tfgrpo, so the sandbox starts fast and sees no project code). Order matters:
    fd 0 at /dev/null and fd 1 at the output pipe (fd 2), so user code can only print;
 2. if started as root: drop to the unprivileged uid the parent chose (keeping only CAP_DAC_READ_SEARCH
    so the interpreter can still read its own files when they live under a private home directory);
-3. chdir into the fresh working directory and set the resource limits (address space, CPU time,
+3. where the parent asks for it (namespace fallback, root of a private mount namespace), cover the
+   working directory with a size-capped tmpfs: the disk quota (bubblewrap mounts that one itself);
+4. chdir into the working directory and set the resource limits (address space, CPU time,
    file size, open files, process count when the uid is private);
-4. install an audit hook (PEP 578) that refuses network sockets, process creation, native symbol
+5. install an audit hook (PEP 578) that refuses network sockets, process creation, native symbol
    lookup (ctypes) and any write outside the working directory. Audit hooks cannot be removed from
    Python, but they are a guard against careless code, not a security boundary: the kernel-level
    layers (network namespace, private uid, rlimits, process-group kill) are what hold against malice.
@@ -17,7 +19,10 @@ tfgrpo, so the sandbox starts fast and sees no project code). Order matters:
 Each request is one line of JSON {"code", "nonce", "timeout_s", "cpu_s"}. The cell runs in one
 namespace that persists between requests (a notebook); if the last statement is an expression its
 repr is printed. After the cell the worker writes the nonce sentinel to the output pipe (so the parent
-knows where this cell's output ends) and one JSON reply line {"error", "kind"} to the control channel.
+knows where this cell's output ends) and one JSON reply line {"error", "kind", "restart"} to the control
+channel. Before that it stops what the cell left running: every other thread gets SystemExit raised at
+its next Python instruction, every process the cell started is killed; a thread still burning CPU after
+that (native code, or a loop that swallows the exception) sets "restart": the parent kills the worker.
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ import os
 import resource
 import signal
 import sys
+import threading
+import time
 import traceback
 
 CELL_FILENAME = "<cell>"
@@ -38,6 +45,13 @@ PR_SET_KEEPCAPS = 8
 CAP_DAC_READ_SEARCH = 2
 LINUX_CAPABILITY_VERSION_3 = 0x20080522
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
+MS_NOSUID, MS_NODEV = 2, 4
+#: how long the threads a cell left get to stop, then how long the ones left are watched for CPU use
+THREAD_STOP_S = 0.2
+BUSY_SAMPLE_S = 0.2
+#: clock ticks (100 a second) in BUSY_SAMPLE_S from which a leftover thread burns CPU (10 %: margin for a busy host)
+BUSY_TICKS = 2
+REAP_WAIT_S = 0.5
 
 
 class SandboxTimeout(BaseException):
@@ -70,6 +84,16 @@ def drop_privileges(uid: int, keep_read_access: bool) -> None:
         data[0].effective = data[0].permitted = 1 << CAP_DAC_READ_SEARCH
         if libc.capset(ctypes.byref(_CapHeader(LINUX_CAPABILITY_VERSION_3, 0)), data) != 0:
             raise OSError(ctypes.get_errno(), "capset failed")
+
+
+def mount_quota_tmpfs(workdir: str, size_mb: int, uid: int | None) -> None:
+    """Cover the working directory with a tmpfs of `size_mb` MiB owned by `uid` (only called as root of a
+    private mount namespace, so the host never sees the mount)."""
+    owner = f",uid={uid},gid={uid}" if uid is not None else ""
+    options = f"size={int(size_mb) * 1024 * 1024},mode=0700{owner}".encode()
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.mount(b"tmpfs", os.fsencode(workdir), b"tmpfs", MS_NOSUID | MS_NODEV, options) != 0:
+        raise OSError(ctypes.get_errno(), f"mounting the disk-quota tmpfs on {workdir} failed")
 
 
 def set_limits(config: dict) -> None:
@@ -132,15 +156,17 @@ PATH_EVENTS = frozenset(
 TWO_PATH_EVENTS = frozenset({"os.rename", "os.link", "os.symlink"})
 
 
-def make_audit_hook(write_root: str, *, block_network: bool, block_processes: bool):
+def make_audit_hook(write_root: str, *, block_network: bool, block_processes: bool, kill_all_is_own: bool):
     """The hook closes over its own references, so rebinding os.path.* or this module's names later does not
-    change it."""
+    change it. `kill_all_is_own`: kill(-1) reaches only the sandbox's processes (own PID namespace or private
+    uid), so it stays allowed: the worker uses it to stop what a cell started."""
     realpath, fsdecode, sep, getpid = os.path.realpath, os.fsdecode, os.sep, os.getpid
     allowed_files = frozenset({os.devnull})
     af_unix = 1
     write_flags = WRITE_FLAGS
     process_events, network_events = PROCESS_EVENTS, NETWORK_EVENTS
     path_events, two_path_events = PATH_EVENTS, TWO_PATH_EVENTS
+    own_kill_all = -1 if kill_all_is_own else None
 
     def inside(path) -> bool:
         if isinstance(path, int):  # an already-open descriptor: its opening was checked
@@ -167,7 +193,7 @@ def make_audit_hook(write_root: str, *, block_network: bool, block_processes: bo
             raise PermissionError("sandbox: network access is disabled")
         elif block_processes and event in process_events:
             raise PermissionError(f"sandbox: starting processes is not allowed ({event})")
-        elif block_processes and event == "os.kill" and args[0] != getpid():
+        elif block_processes and event == "os.kill" and args[0] not in (getpid(), own_kill_all):
             raise PermissionError("sandbox: signalling other processes is not allowed")
         elif event == "ctypes.dlsym":
             raise PermissionError("sandbox: calling native functions through ctypes is not allowed")
@@ -207,36 +233,127 @@ def arm_cpu_budget(cpu_s: float) -> None:
     resource.setrlimit(resource.RLIMIT_CPU, (soft if hard == resource.RLIM_INFINITY else min(soft, hard), hard))
 
 
-def serve(control_in, control_out) -> None:
+def proc_stat(path: str) -> list[bytes] | None:
+    """The fields of a /proc stat file from the state on (after the command name), or None once it is gone."""
+    try:
+        with open(path, "rb") as stat:
+            return stat.read().rsplit(b")", 1)[1].split()
+    except OSError:
+        return None
+
+
+def thread_cpu_ticks() -> dict[str, int]:
+    """CPU clock ticks used so far by each thread of this process but the calling one ({} without /proc).
+
+    Thread ids as /proc numbers them: under the namespace fallback /proc is the host's, whose ids differ
+    from the worker's own (gettid), hence /proc/thread-self."""
+    ticks: dict[str, int] = {}
+    try:
+        me, tids = os.readlink("/proc/thread-self").rsplit("/", 1)[-1], os.listdir("/proc/self/task")
+    except OSError:
+        return {}
+    for tid in tids:
+        if tid != me and (fields := proc_stat(f"/proc/self/task/{tid}/stat")):
+            ticks[tid] = int(fields[11]) + int(fields[12])  # utime, stime
+    return ticks
+
+
+def stop_threads(set_async_exc) -> int:
+    """Stop the threads the cell left running; returns how many still burn CPU afterwards.
+
+    Each other Python thread gets SystemExit (the one exception a thread ends on without printing a
+    traceback) raised at its next instruction, again until it is gone or THREAD_STOP_S passes. A thread
+    blocked in C (a sleep, a lock) gets it when it wakes and uses no CPU meanwhile; one that keeps running
+    (native code, or a loop that swallows the exception) is counted."""
+    me, deadline = threading.get_ident(), time.monotonic() + THREAD_STOP_S
+    while others := [ident for ident in sys._current_frames() if ident != me]:
+        for ident in others:
+            set_async_exc(ctypes.c_ulong(ident), ctypes.py_object(SystemExit))
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.005)
+    before = thread_cpu_ticks()
+    if not before:
+        return 0
+    time.sleep(BUSY_SAMPLE_S)
+    after = thread_cpu_ticks()
+    return sum(1 for tid, ticks in after.items() if ticks - before.get(tid, ticks) >= BUSY_TICKS)
+
+
+def process_group_members() -> list[int]:
+    """Other processes of this worker's process group (read from /proc; [] without it)."""
+    me, group = str(os.getpid()), os.getpgrp()
+    entries = os.listdir("/proc") if os.path.isdir("/proc") else []
+    return [
+        int(entry)
+        for entry in entries
+        if entry.isdigit() and entry != me and (fields := proc_stat(f"/proc/{entry}/stat")) and int(fields[2]) == group
+    ]
+
+
+def stop_processes(kill_all_is_own: bool) -> None:
+    """Kill every process the cell started and reap the worker's children.
+
+    With an own PID namespace or a private uid, kill(-1) reaches exactly the sandbox's other processes
+    (pid 1, bubblewrap's init, is spared by the kernel). Otherwise only the worker's process group can be
+    found: a process that left it is out of reach (documented for the `process` level)."""
+    targets = [-1] if kill_all_is_own else process_group_members()
+    for pid in targets:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):  # nothing left / the audit hook (process level)
+            pass
+    deadline = time.monotonic() + REAP_WAIT_S
+    while time.monotonic() < deadline:
+        try:
+            pid, _status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:  # no child left
+            return
+        if pid == 0:
+            time.sleep(0.005)
+
+
+def serve(control_in, control_out, config: dict, set_async_exc) -> None:
     namespace: dict = {"__name__": "__main__", "__builtins__": __builtins__}
     for line in control_in:
         request = json.loads(line)
-        error, kind = None, None
         arm_cpu_budget(float(request["cpu_s"]))
         signal.setitimer(signal.ITIMER_REAL, float(request["timeout_s"]))
         try:
-            run_cell(request["code"], namespace)
-        except SandboxTimeout:
-            error, kind = f"execution timed out after {request['timeout_s']:g} s", "timeout"
-        except SandboxCPUTimeExceeded:
-            error, kind = f"CPU time limit of {request['cpu_s']:g} s exceeded", "cpu"
-        except MemoryError as exc:
-            error, kind = format_exception(exc) + "\n(memory limit reached)", "memory"
-        except SystemExit as exc:
-            if exc.code not in (None, 0):
-                error, kind = f"the code called exit({exc.code!r})", "exit"
-        except BaseException as exc:  # noqa: BLE001 - any failure of user code is reported to the model
-            error, kind = format_exception(exc), type(exc).__name__
+            error, kind = run_cell_reporting(request, namespace)
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
+        busy_threads = stop_threads(set_async_exc)
+        stop_processes(bool(config["kill_all_is_own"]))
+        if busy_threads:
+            left = f"the code left {busy_threads} thread(s) running that did not stop"
+            error, kind = (f"{error}\n{left}" if error else left), kind or "threads"
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
             except (OSError, ValueError):
                 pass
         os.write(1, request["nonce"].encode("ascii"))
-        control_out.write(json.dumps({"error": error, "kind": kind}) + "\n")
+        control_out.write(json.dumps({"error": error, "kind": kind, "restart": bool(busy_threads)}) + "\n")
         control_out.flush()
+
+
+def run_cell_reporting(request: dict, namespace: dict) -> tuple[str | None, str | None]:
+    """Run one cell; (the error to show the model, its kind), both None when it ran cleanly."""
+    try:
+        run_cell(request["code"], namespace)
+    except SandboxTimeout:
+        return f"execution timed out after {request['timeout_s']:g} s", "timeout"
+    except SandboxCPUTimeExceeded:
+        return f"CPU time limit of {request['cpu_s']:g} s exceeded", "cpu"
+    except MemoryError as exc:
+        return format_exception(exc) + "\n(memory limit reached)", "memory"
+    except SystemExit as exc:
+        if exc.code not in (None, 0):
+            return f"the code called exit({exc.code!r})", "exit"
+    except BaseException as exc:  # noqa: BLE001 - any failure of user code is reported to the model
+        return format_exception(exc), type(exc).__name__
+    return None, None
 
 
 def main() -> None:
@@ -249,6 +366,8 @@ def main() -> None:
     os.dup2(2, 1)
     sys.stdout.reconfigure(encoding="utf-8", errors="backslashreplace", line_buffering=True)
     sys.stderr.reconfigure(encoding="utf-8", errors="backslashreplace", line_buffering=True)
+    if config.get("mount_quota_tmpfs"):
+        mount_quota_tmpfs(config["workdir"], config["max_disk_mb"], config.get("uid"))
     if config.get("uid") is not None:
         drop_privileges(int(config["uid"]), bool(config["keep_read_access"]))
     os.chdir(config["workdir"])
@@ -264,16 +383,20 @@ def main() -> None:
     signal.signal(signal.SIGALRM, on_alarm)
     signal.signal(signal.SIGXCPU, on_cpu)
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # an oversized write then fails with EFBIG
+    # looked up now: the audit hook refuses ctypes symbol lookups from here on
+    set_async_exc = ctypes.pythonapi.PyThreadState_SetAsyncExc
+    set_async_exc.argtypes, set_async_exc.restype = (ctypes.c_ulong, ctypes.py_object), ctypes.c_int
     sys.addaudithook(
         make_audit_hook(
             os.path.realpath(config["workdir"]),
             block_network=bool(config["block_network"]),
             block_processes=bool(config["block_processes"]),
+            kill_all_is_own=bool(config["kill_all_is_own"]),
         )
     )
     control_out.write(json.dumps({"ready": True}) + "\n")
     control_out.flush()
-    serve(control_in, control_out)
+    serve(control_in, control_out, config, set_async_exc)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,10 @@ The layers:
 - **private uid** (only when started as root): the worker runs as a random unused uid, so the kernel
   refuses writes to anything it does not own and RLIMIT_NPROC caps its processes;
 - **rlimits**: address space (memory), CPU seconds, file size, open files;
+- **disk quota** (`max_disk_mb`): the work dir is a size-capped tmpfs, and under bubblewrap nothing else
+  is writable (`process` level: the per-file limit only);
+- **leftovers stopped**: threads and processes a cell started end with it; folders of dead runs are
+  removed on the next start (`sandbox_folders`);
 - **wall-clock kill**: the parent kills the whole process group when a cell overruns;
 - **audit hook** inside the worker (always): refuses sockets, process creation, ctypes symbol lookup and
   writes outside the working directory. This is the only network/write guard where namespaces and
@@ -37,20 +41,19 @@ import contextlib
 import json
 import os
 import secrets
-import shutil
 import signal
 import sys
-import tempfile
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from rewards.isolation import bwrap_command
 from tfgrpo.core.config import format_validation_error
 from tfgrpo.rollout.tools.base import Tool, ToolError, ToolResult
+from tfgrpo.rollout.tools.sandbox_folders import SandboxFolder, remove_stale_folders
 from tfgrpo.rollout.tools.sandbox_isolation import Isolation, probe_isolation
 from tfgrpo.rollout.tools.sandbox_output import OutputCapture
 
@@ -60,6 +63,8 @@ WORKER_INSIDE = "/opt/tfgrpo/sandbox_worker.py"
 #: extra wall time the worker gets to report its own timeout before the parent kills it
 KILL_GRACE_S = 1.5
 STARTUP_TIMEOUT_S = 20.0
+#: the configuration the worker applies itself (rlimits, the size of the quota tmpfs it may mount)
+WORKER_LIMITS = set("memory_mb cpu_s session_cpu_s max_file_mb max_disk_mb max_open_files max_processes".split())
 
 
 class PythonSandboxConfig(BaseModel):
@@ -73,6 +78,12 @@ class PythonSandboxConfig(BaseModel):
     memory_mb: int = Field(2048, ge=64, description="Address-space limit of the worker (RLIMIT_AS), MiB.")
     max_output_chars: int = Field(4000, ge=100, description="Output kept per call (head and tail).")
     max_file_mb: int = Field(64, ge=1, description="Largest file the code may write (RLIMIT_FSIZE), MiB.")
+    max_disk_mb: int = Field(
+        256,
+        ge=1,
+        description="All the code may write, MiB: its work dir is a tmpfs of this size (held in RAM) under "
+        "bubblewrap and namespace isolation; process isolation has no total cap, only max_file_mb.",
+    )
     max_open_files: int = Field(256, ge=16, description="RLIMIT_NOFILE of the worker.")
     max_processes: int = Field(32, ge=1, description="RLIMIT_NPROC of the private uid (root only).")
     persistent: bool = Field(True, description="Keep variables between the calls of one trajectory.")
@@ -85,6 +96,15 @@ class PythonSandboxConfig(BaseModel):
     block_processes: bool = Field(True, description="Refuse fork/exec/subprocess in the audit hook.")
     python: str | None = Field(None, description="Interpreter for the worker; None = the current one.")
 
+    @model_validator(mode="after")
+    def _file_fits_on_disk(self) -> PythonSandboxConfig:
+        if self.max_file_mb > self.max_disk_mb:
+            raise ValueError(
+                f"max_file_mb ({self.max_file_mb}) is larger than max_disk_mb ({self.max_disk_mb}): "
+                "raise max_disk_mb or lower max_file_mb"
+            )
+        return self
+
 
 class PythonSession:
     """One worker process and its working directory; calls run one at a time, sharing variables."""
@@ -94,7 +114,7 @@ class PythonSession:
         self.isolation = isolation
         self.session_id = secrets.token_hex(8)
         self._proc: asyncio.subprocess.Process | None = None
-        self._workdir: str | None = None
+        self._folder: SandboxFolder | None = None
         self._pump: asyncio.Task | None = None
         self._capture = OutputCapture(config.max_output_chars)
         self._lock = asyncio.Lock()
@@ -102,7 +122,7 @@ class PythonSession:
 
     @property
     def workdir(self) -> str | None:
-        return self._workdir
+        return self._folder.path if self._folder else None
 
     async def execute(self, code: str) -> ToolResult:
         async with self._lock:
@@ -110,7 +130,10 @@ class PythonSession:
             notice = ""
             if self._proc is None or self._proc.returncode is not None:
                 if self._lost_state:
-                    notice = "[note: the interpreter was restarted after the previous failure; earlier variables are gone]\n"
+                    notice = (
+                        "[note: the interpreter was restarted after the previous failure; earlier variables "
+                        "(and, with a disk quota, files) are gone]\n"
+                    )
                     self._lost_state = False
                 startup_error = await self._start()
                 if startup_error:
@@ -122,16 +145,16 @@ class PythonSession:
 
     async def _start(self) -> str | None:
         """Start the worker in a private work directory; returns why it did not come up, or None."""
-        uid = self._prepare_workdir()
-        command, python = self._worker_command(uid)
+        workdir, uid = await asyncio.to_thread(self._prepare_workdir)
+        command, python = self._worker_command(workdir, uid)
         try:
             self._proc = await asyncio.create_subprocess_exec(
                 *command,
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
-                env=self._worker_env(),
-                cwd=self._workdir,
+                env=self._worker_env(workdir),
+                cwd=workdir,
                 start_new_session=True,
             )
         except OSError as exc:  # a wrong `python` path: the user's configuration, not the model's code
@@ -148,49 +171,56 @@ class PythonSession:
         output, _ = self._capture.text()
         return f"the Python sandbox failed to start: {output.strip()[-1000:] or 'no output'}"
 
-    def _prepare_workdir(self) -> int | None:
-        """The session's work directory, owned by a fresh private uid where isolation gives one (returned)."""
-        self._workdir = self._workdir or tempfile.mkdtemp(prefix="tfgrpo-sandbox-")
+    def _prepare_workdir(self) -> tuple[str, int | None]:
+        """(the session's work directory, claimed on the host; a fresh private uid where isolation gives one).
+
+        With a disk quota the sandbox sees its own tmpfs at that path, so the host folder stays ours;
+        without, the code writes into it, so it belongs to the private uid."""
+        if self._folder is None:
+            self._folder = SandboxFolder()
         uid = None
         if self.isolation.private_uid:
             uid = 1_000_000 + secrets.randbelow(1_000_000_000)  # unused and private: no shared NPROC count
-            os.chown(self._workdir, uid, uid)
-        os.chmod(self._workdir, 0o700)
-        return uid
+            if not self.isolation.disk_quota:
+                os.chown(self._folder.path, uid, uid)
+        return self._folder.path, uid
 
-    def _worker_command(self, uid: int | None) -> tuple[list[str], str]:
+    def _worker_command(self, workdir: str, uid: int | None) -> tuple[list[str], str]:
         """(the command line that starts the worker inside the isolation, the interpreter it runs)."""
         worker_config = {
             "session": self.session_id,
-            "workdir": self._workdir,
+            "workdir": workdir,
             "uid": uid,
             # under bubblewrap every parent directory is traversable: the uid needs no extra capability
             "keep_read_access": uid is not None and not self.isolation.bubblewrap,
             "block_network": True,
             "block_processes": self.config.block_processes,
-            **self.config.model_dump(
-                include={"memory_mb", "cpu_s", "session_cpu_s", "max_file_mb", "max_open_files", "max_processes"}
-            ),
+            "kill_all_is_own": self.isolation.kill_all_is_own,
+            # bubblewrap mounts the quota tmpfs itself; in a mount namespace the worker does
+            "mount_quota_tmpfs": self.isolation.disk_quota and not self.isolation.bubblewrap,
+            **self.config.model_dump(include=WORKER_LIMITS),
         }
         python = self.config.python or sys.executable
         if self.isolation.bubblewrap:
             prefix = bwrap_command(
                 python,
-                workdir=self._workdir,
+                workdir=workdir,
                 read_only={str(WORKER_SCRIPT): WORKER_INSIDE},
                 user_namespace=not self.isolation.private_uid,
+                disk_quota_bytes=self.config.max_disk_mb * 1024 * 1024 if self.isolation.disk_quota else None,
             )
             worker = WORKER_INSIDE
         else:
             prefix, worker = self.isolation.unshare_prefix, str(WORKER_SCRIPT)
         return [*prefix, python, "-I", "-B", worker, json.dumps(worker_config)], python
 
-    def _worker_env(self) -> dict[str, str]:
-        """A minimal environment: no variable of ours (secrets included) reaches the sandbox."""
+    def _worker_env(self, workdir: str) -> dict[str, str]:
+        """A minimal environment: no variable of ours (secrets included) reaches the sandbox. HOME and
+        TMPDIR are the work dir: caches and temporary files count against the disk quota."""
         return {
             "PATH": os.defpath,
-            "HOME": self._workdir,
-            "TMPDIR": self._workdir,
+            "HOME": workdir,
+            "TMPDIR": workdir,
             "LANG": "C.UTF-8",
             "OMP_NUM_THREADS": "1",
             "OPENBLAS_NUM_THREADS": "1",
@@ -226,6 +256,11 @@ class PythonSession:
                 error = reply["error"]
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(self._capture.done.wait(), KILL_GRACE_S)
+                if reply.get("restart"):  # a thread of the cell would not stop: only killing the worker does
+                    await self._kill()
+                    error = (
+                        f"{error or 'a thread did not stop'}; the interpreter was killed to stop it (variables lost)"
+                    )
         if error is None and not line:
             error = await self._describe_death()
         output, truncated = self._capture.text()
@@ -274,9 +309,9 @@ class PythonSession:
         if proc is not None:
             await self._kill()
         self._proc = None
-        if self._workdir:
-            await asyncio.to_thread(shutil.rmtree, self._workdir, True)
-            self._workdir = None
+        if self._folder is not None:
+            await asyncio.to_thread(self._folder.release)
+            self._folder = None
 
 
 class PythonTool(Tool):
@@ -301,6 +336,7 @@ class PythonTool(Tool):
         except ValidationError as exc:
             raise ToolError(f"python tool: {format_validation_error(exc, source='options')}") from None
         self._isolation: Isolation | None = None
+        self._swept = False
 
     def isolation(self) -> Isolation:
         if self._isolation is None:
@@ -326,6 +362,9 @@ class PythonTool(Tool):
     @contextlib.asynccontextmanager
     async def _open(self) -> AsyncIterator[PythonSession]:
         isolation = await asyncio.to_thread(self.isolation)
+        if not self._swept:  # the first session of this run: folders of runs that died go now
+            self._swept = True
+            await asyncio.to_thread(remove_stale_folders)
         session = PythonSession(self.config, isolation)
         try:
             yield session

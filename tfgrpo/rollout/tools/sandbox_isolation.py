@@ -26,6 +26,8 @@ class Isolation(BaseModel):
     unshare_prefix: list[str] = Field(default_factory=list)
     private_uid: bool = False
     bubblewrap: bool = False
+    #: whether bwrap can give the work dir a size-capped tmpfs (`--size`: bwrap >= 0.7)
+    bwrap_quota: bool = False
     #: why a stronger level was not used (None when bubblewrap is in use or was not asked for)
     fallback_reason: str | None = None
 
@@ -34,24 +36,40 @@ class Isolation(BaseModel):
         return bool(self.unshare_prefix) or self.bubblewrap
 
     @property
+    def disk_quota(self) -> bool:
+        """Whether the work dir can be a size-capped tmpfs (bwrap, or an own mount namespace for the worker)."""
+        return self.bwrap_quota if self.bubblewrap else "--mount" in self.unshare_prefix
+
+    @property
+    def kill_all_is_own(self) -> bool:
+        """Whether kill(-1) inside reaches only the sandbox's processes (own PID namespace or private uid)."""
+        return self.namespaces or self.private_uid
+
+    @property
     def level(self) -> str:
         return "bubblewrap" if self.bubblewrap else "namespace" if self.unshare_prefix else "process"
 
     def describe(self) -> str:
         if self.bubblewrap:
             uid = "private uid" if self.private_uid else "user namespace"
+            workdir = "on a size-capped tmpfs, nothing else writable" if self.disk_quota else "(no disk quota)"
             return (
                 f"bubblewrap: own /proc and PID, network namespace, IPC namespaces; read-only /usr and Python "
-                f"only; private working directory; {uid} + rlimits + audit hook"
+                f"only; private working directory {workdir}; {uid} + rlimits + audit hook"
             )
         network = "network namespace" if self.namespaces else "audit hook (no network namespace available)"
         writes = "private uid + audit hook" if self.private_uid else "audit hook only"
         processes = "PID namespace + process-group kill" if self.namespaces else "process-group kill"
         if self.private_uid:
             processes += " + RLIMIT_NPROC"
+        disk = (
+            "work dir on a size-capped tmpfs; what else the kernel lets it write on the host is not capped"
+            if self.disk_quota
+            else "per-file size limit only (no total cap)"
+        )
         return (
             f"FALLBACK {self.level} (weaker than bubblewrap: host /proc and files readable); "
-            f"network: {network}; writes: {writes}; processes: {processes}"
+            f"network: {network}; writes: {writes}; disk: {disk}; processes: {processes}"
         )
 
 
@@ -63,9 +81,15 @@ def probe_isolation(mode: str, python: str | None = None) -> Isolation:
     is_root = os.geteuid() == 0
     reason = None
     if mode in ("auto", "bubblewrap"):
-        reason = probe_bubblewrap(python or sys.executable, not is_root)
+        python = python or sys.executable
+        reason = probe_bubblewrap(python, not is_root)
         if reason is None:
-            return Isolation(bubblewrap=True, private_uid=is_root)
+            quota_reason = probe_bubblewrap(python, not is_root, disk_quota=True)
+            if quota_reason is not None:  # still far stronger than the fallbacks: keep it, say what is missing
+                logger.warning(
+                    "python sandbox: bwrap gives no disk quota here (%s); max_disk_mb is not enforced", quota_reason
+                )
+            return Isolation(bubblewrap=True, private_uid=is_root, bwrap_quota=quota_reason is None)
         if mode == "bubblewrap":
             raise ToolError(f"python sandbox: isolation 'bubblewrap' is unavailable: {reason}")
     isolation = _probe_fallback(mode, is_root)
@@ -83,9 +107,11 @@ def probe_isolation(mode: str, python: str | None = None) -> Isolation:
 def _probe_fallback(mode: str, is_root: bool) -> Isolation:
     unshare = shutil.which("unshare")
     if mode != "process" and unshare:
-        candidates = [[unshare, "--net", "--pid", "--fork", "--kill-child"]]
+        # --mount: the worker, root of its own mount namespace, covers its work dir with the quota tmpfs
+        namespaces = ["--mount", "--net", "--pid", "--fork", "--kill-child"]
+        candidates = [[unshare, *namespaces]]
         if not is_root:
-            candidates.append([unshare, "--user", "--map-root-user", "--net", "--pid", "--fork", "--kill-child"])
+            candidates.append([unshare, "--user", "--map-root-user", *namespaces])
         for prefix in candidates:
             try:
                 probe = subprocess.run([*prefix, "true"], capture_output=True, timeout=10, check=False)

@@ -10,18 +10,28 @@ fields named by `title_key`/`url_key`/`snippet_key`. The defaults fit a SearxNG-
 from __future__ import annotations
 
 import time
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
-from tfgrpo.core.config import SecretKey, format_validation_error
+from tfgrpo.core.config import format_validation_error
+from tfgrpo.core.secrets import (
+    CredentialFreeUrl,
+    SecretKey,
+    hide_secrets,
+    mask_url,
+    mask_urls_logged_by,
+    reveal_secrets,
+)
 from tfgrpo.rollout.tools.base import Tool, ToolError, ToolResult
 
 
 class WebSearchConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    endpoint: str = Field(..., description="Search API URL, e.g. http://localhost:8888/search.")
+    endpoint: CredentialFreeUrl = Field(
+        ..., description="Search API URL, e.g. http://localhost:8888/search (no credentials in it: use api_key)."
+    )
     api_key: SecretKey = Field(None, description="Sent in `auth_header`; None = no auth header.")
     auth_header: str = Field("Authorization", description="Header carrying the key.")
     auth_scheme: str = Field("Bearer", description="Prefix of the key in the header ('' for a bare key).")
@@ -29,8 +39,10 @@ class WebSearchConfig(BaseModel):
     count_param: str | None = Field(
         "count", description="Query-string parameter of the result count (None: not sent)."
     )
-    extra_params: dict[str, str] = Field(
-        default_factory=dict, description="Fixed extra query parameters (e.g. format=json)."
+    extra_params: Annotated[dict[str, str | SecretStr], AfterValidator(hide_secrets)] = Field(
+        default_factory=dict,
+        description="Fixed extra query parameters (e.g. format=json); a secret-named one (key, apiKey, token) is "
+        "sent as given and written masked.",
     )
     results_path: str = Field("results", description="Dotted path of the hit list in the JSON reply.")
     title_key: str = "title"
@@ -55,6 +67,8 @@ class WebSearchTool(Tool):
             self.config = config or WebSearchConfig(**options)
         except ValidationError as exc:
             raise ToolError(f"web_search tool: {format_validation_error(exc, source='options')}") from None
+        # httpx logs each request's URL at INFO: a key among extra_params travels in it, so those lines hide it.
+        mask_urls_logged_by("httpx")
 
     async def run(self, arguments: dict[str, Any]) -> ToolResult:
         import httpx
@@ -63,7 +77,7 @@ class WebSearchTool(Tool):
         if not isinstance(query, str) or not query.strip():
             return ToolResult(error="web_search needs a non-empty string argument 'query'")
         config = self.config
-        params = {**config.extra_params, config.query_param: query}
+        params = {**reveal_secrets(config.extra_params), config.query_param: query}
         if config.count_param:
             params[config.count_param] = str(config.max_results)
         headers = {"Accept": "application/json"}
@@ -81,7 +95,8 @@ class WebSearchTool(Tool):
             )
         except (httpx.HTTPError, ValueError) as exc:  # ValueError: a body that is not JSON
             return ToolResult(
-                error=f"search failed: {type(exc).__name__}: {exc}", elapsed_s=time.monotonic() - started
+                error=f"search failed: {type(exc).__name__}: {mask_url(str(exc))}",
+                elapsed_s=time.monotonic() - started,
             )
         hits = _dig(payload, config.results_path)
         if not isinstance(hits, list):

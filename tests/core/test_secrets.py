@@ -1,0 +1,148 @@
+"""Which settings are secret, how they are hidden and revealed, and why a URL may not carry credentials."""
+
+from __future__ import annotations
+
+import typing
+
+import pytest
+from pydantic import BaseModel, SecretStr, ValidationError
+
+from eval.config import EvalConfig
+from eval.matrix import MatrixConfig
+from tfgrpo.core.config import ConfigError, build_config, config_dict, dump_config, format_validation_error
+from tfgrpo.core.secrets import (
+    MASK,
+    hide_secrets,
+    is_secret_name,
+    mask_url,
+    masked,
+    refuse_url_credentials,
+    reveal_secrets,
+)
+from tfgrpo.experiment.recipe import Recipe
+from tfgrpo.learn.config import LearnConfig
+from tfgrpo.llm.chat import ChatConfig
+from tfgrpo.llm.config import LLMConfig
+from tfgrpo.rollout.agent import AgentConfig
+from tfgrpo.rollout.tools.base import ToolError
+from tfgrpo.rollout.tools.web_search import WebSearchConfig, WebSearchTool
+from tfgrpo.serve.config import ServeConfig
+
+SECRET_NAMES = ["api_key", "apiKey", "apikey", "APIKey", "x-api-key", "X-Api-Key", "access_token", "client_secret"]
+SECRET_NAMES += ["password", "db_password", "Authorization", "auth", "key", "token", "subscription_key", "secret"]
+PLAIN_NAMES = ["max_tokens", "title_key", "problem_key", "url_key", "auth_header", "auth_scheme", "token_budget"]
+PLAIN_NAMES += ["trajectory_token_budget", "arm_key_header", "format", "region", "keyword", "monkey", "tokens"]
+
+
+@pytest.mark.parametrize("name", SECRET_NAMES)
+def test_names_that_say_credential(name):
+    assert is_secret_name(name)
+
+
+@pytest.mark.parametrize("name", PLAIN_NAMES)
+def test_names_that_do_not(name):
+    assert not is_secret_name(name)
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("http://user:sk-1@host/v1", "http://user:***@host/v1"),
+        ("https://ghp_token@github.com/x", "https://***@github.com/x"),
+        ("see http://u:p@ss@h:8/p?q=1 now", "see http://u:***@h:8/p?q=1 now"),  # a password holding '@'
+        ("GET http://h/s?format=json&apiKey=k1&q=x", "GET http://h/s?format=json&apiKey=***&q=x"),
+        ("http://h/s?key=k1", "http://h/s?key=***"),
+        ("http://h/s?max_tokens=3&title_key=t", "http://h/s?max_tokens=3&title_key=t"),
+        ("mail me at a@b.org", "mail me at a@b.org"),
+    ],
+)
+def test_mask_url_hides_userinfo_and_secret_query_values(text, shown):
+    assert mask_url(text) == shown
+
+
+def test_hidden_options_reveal_as_given_at_any_depth():
+    options = {"format": "json", "apiKey": "k1", "nested": {"deeper": {"x-api-key": "k2", "n": 3}}, "auth": ["a", 7]}
+    hidden = hide_secrets(options)
+    assert isinstance(hidden["apiKey"], SecretStr) and isinstance(hidden["nested"]["deeper"]["x-api-key"], SecretStr)
+    assert hidden["format"] == "json" and hidden["nested"]["deeper"]["n"] == 3
+    assert all(isinstance(item, SecretStr) for item in hidden["auth"])  # everything under a secret name
+    assert reveal_secrets(hidden) == {**options, "auth": ["a", "7"]}
+    shown = {"format": "json", "apiKey": MASK, "nested": {"deeper": {"x-api-key": MASK, "n": 3}}, "auth": MASK}
+    assert masked(hidden) == shown == masked(options)  # hidden by type, or by name where data is plain
+
+
+def test_free_form_options_refuse_a_saved_mask_and_url_credentials():
+    with pytest.raises(ValueError, match=r"nested\.token: holds '\*\*\*\*\*\*\*\*\*\*', the mask"):
+        hide_secrets({"nested": {"token": MASK}})
+    with pytest.raises(ValueError, match=r"http://u:\*\*\*@h/x: a URL may not carry credentials"):
+        hide_secrets({"mirror": "http://u:pw-1@h/x"})
+    assert refuse_url_credentials("http://127.0.0.1:8080/v1") == "http://127.0.0.1:8080/v1"
+
+
+def test_config_dump_masks_every_kind_and_never_echoes_a_key_in_errors():
+    agent = {
+        "tools": ["web_search"],
+        "tool_options": {"web_search": {"endpoint": "http://h/s", "api_key": "tk-1", "extra_params": {"key": "xk-1"}}},
+    }
+    config = build_config(LearnConfig, None, {"data": "easy", "llm": {"api_key": "sk-1"}, "agent": agent})
+    text = dump_config(config)
+    assert not any(secret in text for secret in ("sk-1", "tk-1", "xk-1")) and text.count(MASK) == 3
+    assert config_dict(config)["agent"]["tool_options"]["web_search"]["extra_params"] == {"key": MASK}
+    assert "tk-1" not in repr(config) and "xk-1" not in str(config.agent)
+    (web_search,) = config.agent.build().tools
+    assert web_search.config.api_key.get_secret_value() == "tk-1"
+    assert reveal_secrets(web_search.config.extra_params) == {"key": "xk-1"}
+
+    with pytest.raises(ConfigError) as error:
+        build_config(LearnConfig, None, {"data": "easy", "llm": {"api_key": ["sk-in-a-list"]}})
+    assert "sk-in-a-list" not in str(error.value) and MASK in str(error.value)
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda url: LLMConfig(base_url=url),
+        lambda url: LLMConfig(base_url=["http://127.0.0.1:1/v1", url]),
+        lambda url: ServeConfig(library="lib.json", upstream=[url]),
+        lambda url: WebSearchConfig(endpoint=url),
+        lambda url: AgentConfig(tools=["pkg.mod:Tool"], tool_options={"pkg.mod:Tool": {"mirror": url}}),
+    ],
+)
+@pytest.mark.parametrize("url", ["http://user:pw-9@127.0.0.1:8000/v1", "http://127.0.0.1:8000/v1?api_key=pw-9"])
+def test_a_url_with_credentials_is_refused_in_one_line_that_hides_them(build, url):
+    with pytest.raises(ValidationError) as error:
+        build(url)
+    message = format_validation_error(error.value)
+    assert "pw-9" not in message and "may not carry credentials" in message and len(message.splitlines()) == 1
+
+
+def test_web_search_endpoint_with_credentials_is_a_tool_error():
+    with pytest.raises(ToolError, match="may not carry credentials") as error:
+        WebSearchTool(endpoint="http://u:pw-9@127.0.0.1/search")
+    assert "pw-9" not in str(error.value)
+
+
+def _models(model: type[BaseModel], seen: set[type]) -> typing.Iterator[tuple[str, typing.Any]]:
+    """(qualified field name, annotation) of every field of `model` and of the models it nests."""
+    if model in seen:
+        return
+    seen.add(model)
+    for name, field in model.model_fields.items():
+        yield f"{model.__name__}.{name}", field.annotation
+        for kind in _leaf_types(field.annotation):
+            if isinstance(kind, type) and issubclass(kind, BaseModel):
+                yield from _models(kind, seen)
+
+
+def _leaf_types(annotation: typing.Any) -> set[typing.Any]:
+    args = typing.get_args(annotation)
+    return set().union(*(_leaf_types(arg) for arg in args)) if args else {annotation}
+
+
+def test_every_setting_named_like_a_secret_is_typed_as_one():
+    # The name-based mask of a written config must never hit a plain setting (resume compares them).
+    seen: set[type] = set()
+    roots = (LearnConfig, EvalConfig, ServeConfig, ChatConfig, MatrixConfig, Recipe, WebSearchConfig)
+    fields = [item for root in roots for item in _models(root, seen)]
+    named = {name: annotation for name, annotation in fields if is_secret_name(name.rsplit(".", 1)[1])}
+    assert named and all(SecretStr in _leaf_types(annotation) for annotation in named.values()), named

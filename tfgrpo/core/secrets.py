@@ -1,0 +1,202 @@
+"""Credentials in settings: which values are secret, how they are hidden, and why a URL may not carry one.
+
+A typed field says it by its type: `SecretKey` (a pydantic `SecretStr`) is never printed, dumped or logged
+in clear. A free-form mapping (a tool's options, a search API's extra query parameters) has no types, so
+there the entry's *name* decides, at any depth: `SecretOptions` turns every secret-named value into a
+`SecretStr` when the config is validated, and the code that uses the options asks `reveal_secrets` for
+the clear values. `masked` is the one view of any settings that may be written (config.yaml, metrics.json,
+error messages): secrets as `MASK`, URL credentials as `***`.
+
+A URL with credentials (`http://user:pass@host`, or a secret-named query parameter) is refused where
+settings are read (`CredentialFreeUrl`, and every string in a `SecretOptions` mapping). Used, userinfo
+would send HTTP Basic auth in the same `Authorization` header as the API key (aiohttp refuses the pair;
+the request failed as a malformed reply, retried six times), and the URL is what run directories, traces
+and error messages name. `mask_url` shows any URL without its credentials; `mask_urls_logged_by` applies
+it to a library's log lines (httpx logs every request URL, where a search API's query key travels).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Mapping
+from typing import Annotated, Any
+from urllib.parse import unquote_plus
+
+from pydantic import AfterValidator, BeforeValidator, SecretStr
+
+#: what a hidden value is written as (pydantic's own display of a SecretStr)
+MASK = "**********"
+
+#: words that make any name secret, wherever they stand (`client_secret`, `password_file`, `apikey`)
+_SECRET_WORDS = frozenset({"apikey", "credential", "credentials", "passphrase", "passwd", "password", "secret"})
+#: words that make a name secret as its last word (`access_token`, `x-auth`), not before (`token_budget`)
+_SECRET_LAST_WORDS = frozenset({"auth", "authorization", "bearer", "cookie", "pwd", "token"})
+#: a `*_key` is secret when what precedes says whose key it is (`api_key`), not which column (`title_key`)
+_KEY_OWNERS = frozenset(
+    {"access", "account", "api", "app", "auth", "client", "license", "master", "private", "session", "signing"}
+    | {"subscription"}
+)
+_WORD = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
+#: a URL in running text: a log line, an error message, a config value
+_URL = re.compile(r"\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s\"'<>]+")
+#: scheme://USERINFO@ - greedy up to the authority's last '@', so a password holding '@' is hidden whole
+_USERINFO = re.compile(r"^(?P<scheme>[^:]+://)(?P<userinfo>[^/?#]*)@")
+#: one name=value pair of a query string (a key sent as a query parameter is part of the URL)
+_QUERY_PAIR = re.compile(r"(?P<lead>[?&])(?P<name>[^=&#]+)=(?P<value>[^&#]*)")
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether a free-form entry's name says it holds a credential (api_key, apiKey, x-api-key, access_token,
+    client_secret, password, Authorization, key), case-insensitively; max_tokens or title_key do not."""
+    words = [word.lower() for word in _WORD.findall(name)]
+    if not words:
+        return False
+    if _SECRET_WORDS.intersection(words) or words[-1] in _SECRET_LAST_WORDS:
+        return True
+    return words[-1] == "key" and (len(words) == 1 or words[-2] in _KEY_OWNERS)
+
+
+def is_mask(value: object) -> bool:
+    """A value a saved config.yaml holds in place of a secret ('**********', or '***' from older runs)."""
+    return isinstance(value, str) and bool(value) and set(value) == {"*"}
+
+
+def mask_url(text: str) -> str:
+    """`text` with the credentials of every URL in it hidden: `http://user:***@host`, `http://***@host`, and
+    `?key=***` for a secret-named query parameter (how a search API's key in `extra_params` travels)."""
+    return _URL.sub(lambda match: _mask_one_url(match[0]), text)
+
+
+def _mask_one_url(url: str) -> str:
+    def hide_userinfo(match: re.Match[str]) -> str:
+        user, colon, _ = match["userinfo"].partition(":")
+        return f"{match['scheme']}{user}:***@" if colon else f"{match['scheme']}***@"
+
+    def hide_pair(match: re.Match[str]) -> str:
+        return f"{match['lead']}{match['name']}=***" if is_secret_name(unquote_plus(match["name"])) else match[0]
+
+    return _QUERY_PAIR.sub(hide_pair, _USERINFO.sub(hide_userinfo, url))
+
+
+def refuse_url_credentials(url: str) -> str:
+    """`url` itself, or a ValueError (naming the URL with its credentials hidden) when it carries any."""
+    if mask_url(url) != url:
+        raise ValueError(
+            f"{mask_url(url)}: a URL may not carry credentials (they would be saved with the run's settings, and "
+            "user:password@ clashes with the API key's Authorization header); pass the key as api_key "
+            "(a search API's query key: in extra_params)"
+        )
+    return url
+
+
+class MaskUrlsInLogs(logging.Filter):
+    """Hides URL credentials in the records of a library that logs request URLs (httpx: each one, at INFO)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        hidden = mask_url(message)
+        if hidden != message:
+            record.msg, record.args = hidden, ()
+        return True
+
+
+def mask_urls_logged_by(logger_name: str) -> None:
+    """Install `MaskUrlsInLogs` on a library's logger, once (idempotent)."""
+    logger = logging.getLogger(logger_name)
+    if not any(isinstance(existing, MaskUrlsInLogs) for existing in logger.filters):
+        logger.addFilter(MaskUrlsInLogs())
+
+
+def masked(value: Any) -> Any:
+    """A copy of settings (JSON-like data) safe to write: secrets, and secret-named entries, as MASK; URLs
+    with their credentials hidden. None stays None, so "no key given" still reads as such."""
+    if isinstance(value, SecretStr):
+        return MASK
+    if isinstance(value, Mapping):
+        return {
+            key: (MASK if item is not None and is_secret_name(str(key)) else masked(item))
+            for key, item in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [masked(item) for item in value]
+    if isinstance(value, str):
+        return mask_url(value)
+    return value
+
+
+def hide_secrets(options: dict[str, Any]) -> dict[str, Any]:
+    """Free-form options with every secret-named value (any depth) a SecretStr; URL credentials refused."""
+    return _hide(options, secret=False, where="")
+
+
+def _hide(value: Any, *, secret: bool, where: str) -> Any:
+    if isinstance(value, SecretStr):
+        return value
+    if isinstance(value, Mapping):
+        return {
+            key: _hide(item, secret=secret or is_secret_name(str(key)), where=f"{where}.{key}".lstrip("."))
+            for key, item in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [_hide(item, secret=secret, where=f"{where}[{index}]") for index, item in enumerate(value)]
+    if secret and is_mask(value):
+        # A saved config.yaml holds the mask: running with it would send '***' as the key, silently.
+        raise ValueError(
+            f"{where}: holds {value!r}, the mask a saved config.yaml writes in place of a secret; give the secret "
+            "itself (to resume a run: --config with your own file)"
+        )
+    if secret and isinstance(value, str | int | float) and not isinstance(value, bool):
+        return SecretStr(str(value))
+    if isinstance(value, str):
+        refuse_url_credentials(value)
+    return value
+
+
+def reveal_secrets(value: Any) -> Any:
+    """The clear values of hidden options, for the code that sends them (a tool's constructor, a request)."""
+    if isinstance(value, SecretStr):
+        return value.get_secret_value()
+    if isinstance(value, Mapping):
+        return {key: reveal_secrets(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [reveal_secrets(item) for item in value]
+    return value
+
+
+def _mask_is_unset(value: Any) -> Any:
+    # A saved config.yaml holds the key masked: reading it back must mean "no key given here", so
+    # --api-key or the environment supplies it.
+    return None if is_mask(value) else value
+
+
+def secret_value(secret: SecretStr | None) -> str | None:
+    """The clear text of a `SecretKey` field, or None when none was given."""
+    return None if secret is None else secret.get_secret_value()
+
+
+SecretKey = Annotated[SecretStr | None, BeforeValidator(_mask_is_unset)]
+"""An API key or token: never printed, dumped or logged in clear; read it with `.get_secret_value()`."""
+
+SecretOptions = Annotated[dict[str, Any], AfterValidator(hide_secrets)]
+"""Free-form options (any depth): secret-named values become SecretStr, URLs with credentials are refused."""
+
+CredentialFreeUrl = Annotated[str, AfterValidator(refuse_url_credentials)]
+"""A URL without `user:password@` (see the module docstring for why one with it is refused)."""
+
+__all__ = [
+    "MASK",
+    "CredentialFreeUrl",
+    "MaskUrlsInLogs",
+    "SecretKey",
+    "SecretOptions",
+    "hide_secrets",
+    "is_mask",
+    "is_secret_name",
+    "mask_url",
+    "mask_urls_logged_by",
+    "masked",
+    "refuse_url_credentials",
+    "reveal_secrets",
+    "secret_value",
+]
