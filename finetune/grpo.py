@@ -40,6 +40,7 @@ from finetune.errors import FinetuneError
 from finetune.longlora import enable_for_config
 from finetune.tools import build_tool_environment, check_tool_calling_tokenizer
 from rewards import get_reward
+from tfgrpo.core.secrets import masked
 from tfgrpo.rollout.tools import parse_tool_names
 
 logger = logging.getLogger(__name__)
@@ -256,6 +257,8 @@ def build_grpo_trainer(
         check_tool_calling_tokenizer(tokenizer)
         check_conversational_prompts(train_dataset)
         environment_factory = build_tool_environment(config.tools, options=config.tool_options)
+        # the tools hold the clear values now; the config is pickled into training_args.bin and logged
+        config.tool_options = masked(config.tool_options)
     enable_for_config(model, config)
     return GroupFilteredGRPOTrainer(
         model=model,

@@ -252,3 +252,29 @@ def test_cli_grpo_with_tools_end_to_end(tmp_path, monkeypatch, capsys):
         == 2
     )
     assert "grpo and gspo only" in capsys.readouterr().err
+
+
+def test_a_tool_key_never_reaches_the_pickled_training_arguments(tool_tokenizer, tmp_path):
+    """TRL pickles its arguments into training_args.bin: the tools keep the key, the config keeps the mask."""
+    import pickle
+
+    from finetune.grpo import GRPOFinetuneConfig, build_grpo_trainer
+
+    secret = "sk-planted-finetune-0123456789"
+    rows = [{"prompt": [{"role": "user", "content": "Search for seven."}], "answer": "7"}] * 2
+    config = GRPOFinetuneConfig(
+        output_dir=str(tmp_path),
+        max_steps=1,
+        num_generations=2,
+        per_device_train_batch_size=2,
+        peft="none",
+        tools=["web_search"],
+        tool_options={"web_search": {"endpoint": "http://127.0.0.1:9/search", "api_key": secret}},
+        **COMMON,
+    )
+    model = build_tiny_model(tool_tokenizer)
+    trainer = build_grpo_trainer(
+        config, model, tool_tokenizer, Dataset.from_list(rows), reward_funcs=lambda **_: [0.0]
+    )
+    assert secret not in repr(trainer.args.tool_options)
+    assert secret.encode() not in pickle.dumps(trainer.args)
