@@ -6,34 +6,69 @@ vector-store dedup, the one renderer, and export/import.
     result = apply_operations(library, parsed.operations, step=3)
     prompt_block = render(result.library)                 # "[G0]. ..." lines
 
-Importing this package is cheap: chromadb and sentence-transformers load only when a store or the
-local embedder is used (`experiences.store.ExperienceStore`, also reachable as `experiences.ExperienceStore`).
+Importing this package is cheap: every name loads its module on first use (`tfgrpo library show` needs
+the model, not the renderer's jinja2 or the apply engine), and chromadb and sentence-transformers load
+only when a store or the local embedder is used (`experiences.store.ExperienceStore`).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from experiences.apply import Applied, ApplyResult, Budget, Eviction, apply_operations, approximate_tokens
-from experiences.errors import (
-    EmbeddingError,
-    ExperienceError,
-    ImportFormatError,
-    LibraryFileError,
-    UnknownVersionError,
-)
-from experiences.export import FORMATS, export_library, export_text, import_library
-from experiences.history import History, LibraryDiff, diff_libraries
-from experiences.model import FORMAT, Experience, Library, Provenance, Usage
-from experiences.ops import AddOp, DeleteOp, MergeOp, ModifyOp, Operation, Rejection, operation_from_wire
-from experiences.parse import DEFAULT_MAX_WORDS, ParseResult, parse_operations
-from experiences.render import Injection, render, render_system_prompt
-
 if TYPE_CHECKING:
+    from experiences.apply import Applied, ApplyResult, Budget, Eviction, apply_operations, approximate_tokens
     from experiences.dedup import DedupReport, MergeCandidate, dedup_library, screen_adds
+    from experiences.errors import (
+        EmbeddingError,
+        ExperienceError,
+        ImportFormatError,
+        LibraryFileError,
+        UnknownVersionError,
+    )
+    from experiences.export import FORMATS, export_library, export_text, import_library
+    from experiences.history import History, LibraryDiff, diff_libraries
+    from experiences.model import FORMAT, Experience, Library, Provenance, Usage
+    from experiences.ops import AddOp, DeleteOp, MergeOp, ModifyOp, Operation, Rejection, operation_from_wire
+    from experiences.parse import DEFAULT_MAX_WORDS, ParseResult, parse_operations
     from experiences.store import ExperienceStore
 
+# `render` is also the name of its module: a lazy name would be shadowed by the module once imported
+from experiences.render import Injection, render, render_system_prompt  # noqa: E402
+
 _LAZY = {
+    "Applied": "experiences.apply",
+    "ApplyResult": "experiences.apply",
+    "Budget": "experiences.apply",
+    "Eviction": "experiences.apply",
+    "apply_operations": "experiences.apply",
+    "approximate_tokens": "experiences.limits",
+    "EmbeddingError": "experiences.errors",
+    "ExperienceError": "experiences.errors",
+    "ImportFormatError": "experiences.errors",
+    "LibraryFileError": "experiences.errors",
+    "UnknownVersionError": "experiences.errors",
+    "FORMATS": "experiences.export",
+    "export_library": "experiences.export",
+    "export_text": "experiences.export",
+    "import_library": "experiences.export",
+    "History": "experiences.history",
+    "LibraryDiff": "experiences.history",
+    "diff_libraries": "experiences.history",
+    "FORMAT": "experiences.model",
+    "Experience": "experiences.model",
+    "Library": "experiences.model",
+    "Provenance": "experiences.model",
+    "Usage": "experiences.model",
+    "AddOp": "experiences.ops",
+    "DeleteOp": "experiences.ops",
+    "MergeOp": "experiences.ops",
+    "ModifyOp": "experiences.ops",
+    "Operation": "experiences.ops",
+    "Rejection": "experiences.ops",
+    "operation_from_wire": "experiences.ops",
+    "DEFAULT_MAX_WORDS": "experiences.parse",
+    "ParseResult": "experiences.parse",
+    "parse_operations": "experiences.parse",
     "ExperienceStore": "experiences.store",
     "Match": "experiences.store",
     "screen_adds": "experiences.dedup",
@@ -49,7 +84,7 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
-    # The store modules import chromadb lazily themselves; this only keeps names reachable from the package.
+    # Each name's module loads on first use; the store modules import chromadb lazily themselves.
     if name in _LAZY:
         import importlib
 

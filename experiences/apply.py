@@ -21,12 +21,12 @@ Semantics (documented in docs/experiences.md, "Apply semantics"; tested in tests
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from experiences.limits import approximate_tokens  # re-exported: callers import it from here
 from experiences.model import MAX_ALIASES, Experience, Library, Provenance, Usage, count_words, sentence_problem
 from experiences.ops import AddOp, DeleteOp, MergeOp, ModifyOp, Operation, Rejection
 from experiences.parse import DEFAULT_MAX_WORDS
@@ -35,11 +35,6 @@ from experiences.render import render
 logger = logging.getLogger(__name__)
 
 TokenCounter = Callable[[str], int]
-
-
-def approximate_tokens(text: str) -> int:
-    """About 4 characters per token for English with BPE tokenizers; pass a tokenizer's count for exact budgets."""
-    return math.ceil(len(text) / 4)
 
 
 class Budget(BaseModel):

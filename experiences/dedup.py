@@ -29,12 +29,11 @@ from pydantic import BaseModel, Field
 
 from experiences.apply import ApplyResult
 from experiences.embedders import Embedder
+from experiences.limits import DEFAULT_MERGE_THRESHOLD, DEFAULT_THRESHOLD  # re-exported: callers import them from here
 from experiences.model import MAX_ALIASES, Library
 from experiences.ops import AddOp, MergeOp, ModifyOp, Operation
 from experiences.store import ExperienceStore, Match
 
-DEFAULT_THRESHOLD = 0.90
-DEFAULT_MERGE_THRESHOLD = 0.95
 DEFAULT_LEXICAL_THRESHOLD = 0.9
 #: Enforcement (measured on tests/data/lesson_pairs.jsonl, 40 paraphrase and 40 different-lesson pairs):
 #: MiniLM puts paraphrases at cosine 0.75-0.91, mostly in other words, while different lessons above 0.77

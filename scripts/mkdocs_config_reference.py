@@ -261,7 +261,9 @@ def cli_sections(path: str) -> str:
     sections: list[str] = []
 
     def walk(command: Any, name: str) -> None:
-        subcommands = getattr(command, "commands", {})
+        # click's group API, not `.commands`: tfgrpo's groups load their commands when asked (tfgrpo/cli/lazy.py)
+        names = command.list_commands(None) if hasattr(command, "list_commands") else []
+        subcommands = {sub_name: command.get_command(None, sub_name) for sub_name in names}
         if name != root.name or not subcommands:
             sections.append(command_section(command, name))
         for sub_name, sub in subcommands.items():

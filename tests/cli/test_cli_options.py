@@ -39,7 +39,8 @@ def _commands() -> dict[str, Any]:
     def walk(command: Any, words: tuple[str, ...]) -> None:
         if command.callback is not None:
             found[" ".join(words)] = command
-        for name, sub in getattr(command, "commands", {}).items():
+        names = command.list_commands(None) if hasattr(command, "list_commands") else []
+        for name, sub in ((name, command.get_command(None, name)) for name in names):  # lazy groups load here
             walk(sub, (*words, name))
 
     walk(typer.main.get_command(app), ())

@@ -8,8 +8,13 @@ import sys
 
 import typer
 
+from tfgrpo.cli.lazy import LazyGroup
+
+# The commands are listed in tfgrpo.cli.lazy.COMMANDS and imported when they run: `tfgrpo --help` and a
+# quick `tfgrpo library show` pay only for what they use (tests/cli/test_cli_lazy.py guards the import set).
 app = typer.Typer(
     name="tfgrpo",
+    cls=LazyGroup,
     help="Training-Free GRPO: learn an experience library in context, evaluate it, export it, compare it with fine-tuning.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -17,16 +22,9 @@ app = typer.Typer(
 )
 
 
-def _register() -> None:
-    # Each module imports typer and the config classes its options come from (pydantic models); the
-    # libraries that do the work load inside the commands, so `tfgrpo --help` stays fast (a test guards it).
-    from tfgrpo.cli import chat, compare, evaluate, experiment, export, finetune, learn, library, score, serve
-
-    for module in (chat, learn, evaluate, compare, score, library, export, finetune, serve, experiment):
-        module.register(app)
-
-
-_register()
+@app.callback()
+def _group() -> None:
+    """Training-Free GRPO: learn an experience library in context, evaluate it, export it, compare it with fine-tuning."""
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -11,9 +11,8 @@ from typing import Annotated
 
 import typer
 
-from experiences.dedup import DEFAULT_MERGE_THRESHOLD, DEFAULT_THRESHOLD
-from experiences.parse import DEFAULT_MAX_WORDS
-from tfgrpo.cli import library_trust
+from experiences.limits import DEFAULT_MAX_WORDS, DEFAULT_MERGE_THRESHOLD, DEFAULT_THRESHOLD
+from tfgrpo.cli.lazy import LazyLibraryGroup
 
 LibArg = Annotated[Path, typer.Argument(help="Library JSON file.", show_default=False)]
 HistoryOpt = Annotated[
@@ -39,6 +38,7 @@ EXIT_ALL_REJECTED = 1  # `library apply`: the reply's operations were all reject
 
 def register(app: typer.Typer) -> None:
     library_app = typer.Typer(
+        cls=LazyLibraryGroup,  # check, ablate, prune (docs/trust.md) load the eval stack only when they run
         help="Inspect and edit an experience library: show, history, diff, rollback, dedup, apply, check, ablate, prune.",
         no_args_is_help=True,
     )
@@ -49,7 +49,6 @@ def register(app: typer.Typer) -> None:
     library_app.command("rollback")(rollback)
     library_app.command("dedup")(dedup)
     library_app.command("apply")(apply)
-    library_trust.register(library_app)  # check, ablate, prune (docs/trust.md)
 
 
 def show(
@@ -63,7 +62,8 @@ def show(
     from rich.console import Console
     from rich.table import Table
 
-    from experiences import Library, approximate_tokens, render
+    from experiences import Library, render
+    from experiences.limits import approximate_tokens
 
     library = Library.load(library_path)
     console = Console()
