@@ -30,6 +30,7 @@ class Fault:
     headers: dict[str, str] = field(default_factory=dict)
     delay_s: float = 0.0
     break_stream: bool = False  # start a 200 SSE stream, send one event, then drop the connection
+    body: bytes | None = None  # sent as it is with `status` instead of an error object (e.g. truncated JSON)
 
 
 class ScriptedUpstream:
@@ -39,8 +40,10 @@ class ScriptedUpstream:
         latency_s: float = 0.0,
         responder: Callable[[list[dict[str, Any]], int], str] | None = None,
         record: bool = True,
+        ignores_stream: bool = False,
     ):
         self.latency_s = latency_s
+        self.ignores_stream = ignores_stream  # answer JSON even to `stream: true`, as some servers do
         self.responder = responder or (lambda messages, k: "scripted reply")
         self.script: deque[Fault] = deque()
         self.bodies: list[dict[str, Any]] = []
@@ -79,8 +82,9 @@ class ScriptedUpstream:
                 self.headers.append({k.decode(): v.decode() for k, v in scope["headers"]})
             fault = self.script.popleft() if self.script else None
             key = json.dumps(body.get("messages"), sort_keys=True)
+            n = body.get("n") or 1
             k = self._seen[key]
-            self._seen[key] += 1
+            self._seen[key] += n
         if fault is not None and fault.break_stream:
             await send(
                 {"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]}
@@ -93,6 +97,10 @@ class ScriptedUpstream:
                 }
             )
             raise ConnectionAbortedError("scripted: upstream dies mid-stream")  # uvicorn closes the connection
+        if fault is not None and fault.body is not None:
+            await asyncio.sleep(fault.delay_s)
+            await _send_raw(send, fault.status, fault.body)
+            return
         if fault is not None:
             await asyncio.sleep(fault.delay_s)
             await _send_json(
@@ -104,16 +112,16 @@ class ScriptedUpstream:
             return
         if self.latency_s:
             await asyncio.sleep(self.latency_s)
-        text = self.responder(body["messages"], k)
-        if body.get("stream"):
-            await _send_stream(send, body, text)
+        texts = [self.responder(body["messages"], k + i) for i in range(n)]
+        if body.get("stream") and not self.ignores_stream:
+            await _send_stream(send, body, texts)
         else:
-            usage = {
-                "prompt_tokens": 11,
-                "completion_tokens": len(text.split()),
-                "total_tokens": 11 + len(text.split()),
-            }
-            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+            words = sum(len(text.split()) for text in texts)
+            usage = {"prompt_tokens": 11, "completion_tokens": words, "total_tokens": 11 + words}
+            choices = [
+                {"index": i, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+                for i, text in enumerate(texts)
+            ]
             await _send_json(
                 send,
                 200,
@@ -122,7 +130,7 @@ class ScriptedUpstream:
                     "object": "chat.completion",
                     "created": 0,
                     "model": body.get("model", "scripted"),
-                    "choices": [choice],
+                    "choices": choices,
                     "usage": usage,
                 },
             )
@@ -141,7 +149,14 @@ async def _send_json(send: Any, status: int, payload: dict[str, Any], headers: d
     await send({"type": "http.response.body", "body": data})
 
 
-async def _send_stream(send: Any, body: dict[str, Any], text: str) -> None:
+async def _send_raw(send: Any, status: int, data: bytes) -> None:
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": data})
+
+
+async def _send_stream(send: Any, body: dict[str, Any], texts: list[str]) -> None:
+    """Each choice in three events (role, first half, second half), choices interleaved as servers do."""
     await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]})
     base = {
         "id": "chatcmpl-up",
@@ -149,23 +164,21 @@ async def _send_stream(send: Any, body: dict[str, Any], text: str) -> None:
         "created": 0,
         "model": body.get("model", "scripted"),
     }
-    half = len(text) // 2
-    deltas = [{"role": "assistant", "content": ""}, {"content": text[:half]}, {"content": text[half:]}]
-    for delta in deltas:
-        chunk = base | {"choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
-        await send(
-            {"type": "http.response.body", "body": f"data: {json.dumps(chunk)}\n\n".encode(), "more_body": True}
-        )
-    final = base | {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
-    tail = f"data: {json.dumps(final)}\n\n"
+    for part in range(3):
+        for index, text in enumerate(texts):
+            half = len(text) // 2
+            delta = [{"role": "assistant", "content": ""}, {"content": text[:half]}, {"content": text[half:]}][part]
+            chunk = base | {"choices": [{"index": index, "delta": delta, "finish_reason": None}]}
+            await send(
+                {"type": "http.response.body", "body": f"data: {json.dumps(chunk)}\n\n".encode(), "more_body": True}
+            )
+    finals = [{"index": index, "delta": {}, "finish_reason": "stop"} for index in range(len(texts))]
+    tail = "".join(f"data: {json.dumps(base | {'choices': [final]})}\n\n" for final in finals)
     if (body.get("stream_options") or {}).get("include_usage"):
+        words = sum(len(text.split()) for text in texts)
         usage = base | {
             "choices": [],
-            "usage": {
-                "prompt_tokens": 11,
-                "completion_tokens": len(text.split()),
-                "total_tokens": 11 + len(text.split()),
-            },
+            "usage": {"prompt_tokens": 11, "completion_tokens": words, "total_tokens": 11 + words},
         }
         tail += f"data: {json.dumps(usage)}\n\n"
     await send({"type": "http.response.body", "body": (tail + "data: [DONE]\n\n").encode(), "more_body": False})

@@ -66,7 +66,7 @@ def test_chat_route_answers_other_methods_and_crashes_with_one_line(tmp_path, mo
         def broken(*_args: Any, **_kwargs: Any) -> None:
             raise RuntimeError("boom\nsecond line")
 
-        monkeypatch.setattr("tfgrpo.serve.app.prepare", broken)
+        monkeypatch.setattr("tfgrpo.serve.chat.prepare", broken)
         crashed = httpx.post(p.url + "/v1/chat/completions", json={"model": "m", "messages": QUESTION})
         assert crashed.status_code == 500
         assert crashed.json()["error"]["message"] == "internal error: RuntimeError: boom"

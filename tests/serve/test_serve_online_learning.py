@@ -108,9 +108,10 @@ def test_library_learned_from_served_traffic_improves_the_library_arm(tmp_path):
     new = learned["version"]
     assert _mean(rows, "B", new) == 1.0  # the lesson is in every B prompt now
     assert _mean(rows, "B", 0) < 0.75 and _mean(rows, "A", new) < 0.75  # before, and without it: a coin flip
-    by_version = {result.version: result for result in compare_traces(traces)}
-    assert by_version[str(new)].paired.diff > 0.25
-    assert by_version[str(new)].arms["B"].mean_reward == 1.0
+    by_version = {result.library_version: result for result in compare_traces(traces) if result.version != "all"}
+    assert by_version[new].paired.diff > 0.25 and by_version[new].treated_paired == by_version[new].paired
+    assert by_version[new].arms["B"].mean_reward == 1.0 and by_version[new].untreated == 0
+    assert by_version[0].untreated == by_version[0].arms["B"].exchanges  # an empty library treats nobody
 
 
 def test_problems_from_traces_with_and_without_ground_truth(tmp_path):

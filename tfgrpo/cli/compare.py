@@ -26,7 +26,7 @@ def register(app: typer.Typer) -> None:
             str | None,
             typer.Option(
                 "--traces",
-                help="Compare the A (holdout) and B (library) arms of `tfgrpo serve` traces instead (SQLite file or database URL).",
+                help="Compare the A (holdout) and B (library) arms of `tfgrpo serve` traces instead (SQLite file or database URL): intention to treat and treated only.",
             ),
         ] = None,
         seed: Annotated[int, typer.Option("--seed", help="Seed of the bootstrap CIs and the permutation tests.")] = 0,
@@ -85,22 +85,27 @@ def _compare_traces(traces: str, out: Path | None, *, seed: int) -> None:
     from rich.console import Console
     from rich.table import Table as RichTable
 
-    from eval.traces import compare_traces, comparison_rows
+    from eval.traces import compare_traces, comparison_rows, untreated_notes
 
     results = compare_traces(traces, seed=seed)
     console = Console()
     if not results:
         console.print(f"{traces}: no exchange has feedback yet (POST /v1/feedback)", highlight=False)
         return
-    headers, rows = comparison_rows(results)
-    table = RichTable(
-        title="Served arms: A = holdout (no library), B = library; rewarded exchanges", title_justify="left"
-    )
-    for header in headers:
-        table.add_column(header)
-    for row in rows:
-        table.add_row(*row)
-    console.print(table)
+    titles = {
+        False: "Intention to treat: A = holdout, B = assigned the library (rewarded exchanges)",
+        True: "Treated only: A = holdout, B = the exchanges actually given the library",
+    }
+    for treated_only, title in titles.items():
+        headers, rows = comparison_rows(results, treated_only=treated_only)
+        table = RichTable(title=title, title_justify="left")
+        for header in headers:
+            table.add_column(header)
+        for row in rows:
+            table.add_row(*row)
+        console.print(table)
+    for note in untreated_notes(results) or ["every B exchange was given the library"]:
+        console.print(note, highlight=False, soft_wrap=True)
     if out is not None:
         import json
 

@@ -8,6 +8,7 @@ import typer
 
 from tfgrpo.cli import options as opt
 from tfgrpo.core.config import ConfigError, build_config
+from tfgrpo.core.secrets import mask_url
 from tfgrpo.serve.config import ServeConfig
 
 FLAGS = [
@@ -25,6 +26,8 @@ FLAGS = [
         "arm_key_header",
         "traces",
         "reward",
+        "reward_min",
+        "reward_max",
         "timeout_s",
         "max_retries",
         "reload_interval_s",
@@ -54,7 +57,8 @@ def register(app: typer.Typer) -> None:
         state = server_app.state.serve
         Console(stderr=True, soft_wrap=True).print(
             f"serving library v{state.live.current.version} ({len(state.live.current.library)} experiences) "
-            f"on http://{settings.host}:{settings.port}/v1 -> {', '.join(settings.upstream)}; traces: {settings.traces}",
+            f"on http://{settings.host}:{settings.port}/v1 -> {', '.join(settings.upstream)}; "
+            f"traces: {mask_url(settings.traces)}",
             highlight=False,
         )
         uvicorn.run(

@@ -8,7 +8,7 @@ from typing import get_args
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from experiences.render import Injection
-from tfgrpo.core.config import SecretKey
+from tfgrpo.core.secrets import SecretKey, mask_url, refuse_url_credentials
 from tfgrpo.llm.config import BackendName, LLMConfig
 
 #: `--upstream llm:BACKEND[:MODEL]`: a backend of the client layer instead of an HTTP server
@@ -59,6 +59,23 @@ class ServeConfig(BaseModel):
         ge=1024,
         description="Largest chat request body accepted, in bytes; a larger one gets 413 before it is read whole.",
     )
+    max_feedback_bytes: int = Field(
+        64 * 1024, ge=1024, description="Largest body of any other route (feedback), in bytes; larger: 413."
+    )
+    max_header_bytes: int = Field(
+        32 * 1024,
+        ge=1024,
+        description="Largest request line (path, query) plus headers, names and values together, in bytes; "
+        "larger: 431.",
+    )
+    body_timeout_s: float = Field(
+        30.0, gt=0, description="Seconds a request body may take to arrive whole; a stalled client gets 408."
+    )
+    max_json_depth: int = Field(
+        100, ge=8, le=500, description="Deepest nesting of arrays/objects accepted in a JSON body; deeper: 400."
+    )
+    reward_min: float = Field(0.0, description="Smallest reward /v1/feedback accepts (a gold answer is scored).")
+    reward_max: float = Field(1.0, description="Largest reward /v1/feedback accepts.")
     llm: LLMConfig | None = Field(
         None,
         description="More client-layer settings of an llm: upstream (base_url, concurrency, prices, dtype, ...); "
@@ -91,8 +108,15 @@ class ServeConfig(BaseModel):
             return value
         for url in value:
             if not url.startswith(("http://", "https://")):
-                raise ValueError(f"upstream {url!r} is neither an http(s) URL nor llm:BACKEND[:MODEL]")
+                raise ValueError(f"upstream {mask_url(url)!r} is neither an http(s) URL nor llm:BACKEND[:MODEL]")
+            refuse_url_credentials(url)  # the key goes in api_key; traces and /health name the upstream URL
         return [url.rstrip("/") for url in value]
+
+    @model_validator(mode="after")
+    def _reward_bounds_in_order(self) -> ServeConfig:
+        if self.reward_min >= self.reward_max:
+            raise ValueError(f"reward_min ({self.reward_min:g}) must be below reward_max ({self.reward_max:g})")
+        return self
 
     @model_validator(mode="after")
     def _llm_settings_where_they_apply(self) -> ServeConfig:

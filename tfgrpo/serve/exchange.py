@@ -3,6 +3,10 @@
 The library goes in as a system message of its own, placed FIRST; the client's messages follow
 unchanged (its own system message included), so the client's instructions come after, and win over,
 the general lessons. Arm A (holdout) and `x-tfgrpo-inject: none` forward the client's messages as they are.
+
+Assignment and treatment are recorded apart: `arm` is the arm the request was ASSIGNED; `injected_ids`
+(with the library's content hash) is what it was actually GIVEN. A request of arm B sent with
+`x-tfgrpo-inject: none`, or whose topk injection selected nothing, is assigned B and untreated.
 """
 
 from __future__ import annotations
@@ -18,13 +22,19 @@ from typing import Any
 from experiences import Injection
 from experiences.errors import ExperienceError
 from tfgrpo.serve.arms import LIBRARY, assign_arm
+from tfgrpo.serve.errors import RequestRejected
+from tfgrpo.serve.limits import load_json
 from tfgrpo.serve.live_library import LiveLibrary
+from tfgrpo.serve.replies import content_text
 
 ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
 
 
-class BadRequest(ValueError):
+class BadRequest(RequestRejected):
     """The client's request cannot be served; the message goes back with a 400."""
+
+    def __init__(self, message: str, code: str = "invalid_request"):
+        super().__init__(400, message, code)
 
 
 @dataclass
@@ -32,9 +42,11 @@ class Exchange:
     id: str
     body: dict[str, Any]  # what goes upstream (library injected)
     client_messages: list[Any]
-    arm: str
-    library_version: int
-    injected_ids: list[str]
+    arm: str  # assigned
+    library_version: int  # the file's `version` field
+    library_hash: str  # the content hash of the library in use: what identifies the version served
+    injection: str  # the injection asked for (the header's, else the server's default)
+    injected_ids: list[str]  # what was actually given: empty = untreated
     stream: bool
     started: float = field(default_factory=time.perf_counter)
 
@@ -45,12 +57,20 @@ class Exchange:
         return {
             "x-tfgrpo-arm": self.arm,
             "x-tfgrpo-library-version": str(self.library_version),
+            "x-tfgrpo-library-hash": self.library_hash,
             "x-tfgrpo-exchange-id": self.id,
         }
 
     def trace_row(
-        self, *, status: int, reply: str | None, usage: dict[str, Any] | None, upstream: str | None
+        self,
+        *,
+        status: int,
+        replies: list[str] | None,
+        usage: dict[str, Any] | None,
+        upstream: str | None,
+        error: str | None = None,
     ) -> dict[str, Any]:
+        """`replies`: the text of every choice (None: no reply); `error`: the code of a failed exchange."""
         usage = usage if isinstance(usage, dict) else {}
         return {
             "id": self.id,
@@ -59,11 +79,16 @@ class Exchange:
             "upstream": upstream,
             "arm": self.arm,
             "library_version": self.library_version,
+            "library_hash": self.library_hash,
+            "injection": self.injection,
             "injected_ids": json.dumps(self.injected_ids),
             "prompt_key": prompt_key(self.client_messages),
             "messages": json.dumps(self.client_messages, ensure_ascii=False),
-            "reply": reply,
+            "reply": replies[0] if replies else None,
+            # the other choices of `n` > 1 (a single reply is not stored twice)
+            "replies": json.dumps(replies, ensure_ascii=False) if replies and len(replies) > 1 else None,
             "status": status,
+            "error": error,
             "stream": self.stream,
             "latency_ms": (time.perf_counter() - self.started) * 1000.0,
             "prompt_tokens": _int_or_none(usage.get("prompt_tokens")),
@@ -71,11 +96,8 @@ class Exchange:
         }
 
 
-def parse_body(raw: bytes) -> dict[str, Any]:
-    try:
-        body = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise BadRequest(f"request body is not valid JSON: {exc}") from None
+def parse_body(raw: bytes, *, max_json_depth: int) -> dict[str, Any]:
+    body = load_json(raw, max_json_depth)
     if not isinstance(body, dict):
         raise BadRequest("request body must be a JSON object")
     messages = body.get("messages")
@@ -123,6 +145,8 @@ def prepare(
         client_messages=client_messages,
         arm=arm,
         library_version=snapshot.version,
+        library_hash=snapshot.content_hash,
+        injection=str(injection),
         injected_ids=injected,
         stream=bool(body.get("stream")),
     )
@@ -141,52 +165,9 @@ def last_user_text(messages: list[dict[str, Any]]) -> str:
     return ""
 
 
-def content_text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(
-            part.get("text", "") for part in content if isinstance(part, dict) and isinstance(part.get("text"), str)
-        )
-    return ""
-
-
 def prompt_key(messages: list[Any]) -> str:
     """Same client messages, same key: what pairs an exchange of arm A with one of arm B."""
     return hashlib.sha256(json.dumps(messages, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
-
-
-def reply_from_json(payload: bytes) -> tuple[str | None, dict[str, Any] | None]:
-    """(text of the first choice, usage) of a chat.completion body; (None, None) when it is not one."""
-    try:
-        data = json.loads(payload)
-        message = data["choices"][0]["message"]
-        return content_text(message.get("content")), data.get("usage")
-    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
-        return None, None
-
-
-def reply_from_sse(payload: bytes) -> tuple[str | None, dict[str, Any] | None]:
-    """The streamed text of choice 0 and the usage chunk (if the client asked for one) of an SSE body."""
-    pieces: list[str] = []
-    usage = None
-    for line in payload.decode("utf-8", errors="replace").splitlines():
-        if not line.startswith("data:"):
-            continue
-        data = line[5:].strip()
-        if data == "[DONE]":
-            break
-        try:
-            chunk = json.loads(data)
-        except ValueError:
-            continue
-        if isinstance(chunk, dict):
-            usage = chunk.get("usage") or usage
-            for choice in chunk.get("choices") or []:
-                delta = choice.get("delta") if isinstance(choice, dict) else None
-                if isinstance(delta, dict) and choice.get("index", 0) == 0 and isinstance(delta.get("content"), str):
-                    pieces.append(delta["content"])
-    return "".join(pieces), usage
 
 
 def _int_or_none(value: Any) -> int | None:

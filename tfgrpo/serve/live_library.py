@@ -3,11 +3,15 @@
 A request takes `LiveLibrary.current` once, at its start, and uses that snapshot to the end; a reload
 builds a new snapshot off the event loop and swaps the reference. A file that does not load (half
 written, invalid) keeps the old version serving and is counted in `/health`.
+
+A snapshot is identified by its content hash, not only by the file's `version`: editing a lesson without
+bumping `version` serves different text, so it must be a different version in traces and comparisons.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import threading
 from dataclasses import dataclass
@@ -25,13 +29,15 @@ class Snapshot:
     library: Library
     stamp: tuple[int, int]  # (mtime_ns, size) of the file it came from
     whole: str = ""  # the system message with every experience, rendered once per version (`--inject all`)
+    #: sha256 of the library as served (`whole`: every experience's id and text as the model reads them)
+    content_hash: str = ""
 
     @classmethod
     def load(cls, path: Path) -> Snapshot:
         stamp = _stamp(path)  # before reading: a write after this is seen as a change next time
         library = Library.load(path)
         whole = render_system_text(render(library), library=library) if len(library) else ""
-        return cls(library, stamp, whole)
+        return cls(library, stamp, whole, hashlib.sha256(whole.encode("utf-8")).hexdigest())
 
     @property
     def version(self) -> int:

@@ -5,7 +5,8 @@ The request (library already injected) becomes a typed `ChatRequest` and goes th
 so the client layer's retries, concurrency bound, accounting and error types apply as for learn and
 eval. What a `ChatRequest` cannot express is refused with a 400 naming the field, never dropped.
 The backends return whole completions, so a streamed request gets the reply as ONE content chunk,
-then the finish chunk (and the usage chunk if `stream_options.include_usage`), then `[DONE]`.
+then the finish chunk (and the usage chunk if `stream_options.include_usage`), then `[DONE]`
+(`replies.sse_from_completion`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,9 @@ from tfgrpo.llm.errors import (
     TransientError,
 )
 from tfgrpo.llm.types import ChatRequest, Completion, Message, ResponseSchema, SamplingParams
-from tfgrpo.serve.exchange import BadRequest, Exchange, content_text
+from tfgrpo.serve.errors import error_bytes, redact
+from tfgrpo.serve.exchange import BadRequest, Exchange
+from tfgrpo.serve.replies import content_text
 from tfgrpo.serve.upstream import UpstreamFailure
 
 TAG = "serve"
@@ -56,7 +59,7 @@ class LLMUpstream:
 
     async def get(self, path: str) -> tuple[int, bytes]:
         if path != "/models":
-            return 404, _error_body(f"{path} is not served by an llm: upstream", "not_found")
+            return 404, error_bytes(404, f"{path} is not served by an llm: upstream", "unknown_route")
         model = {"id": self.model_name, "object": "model", "created": 0, "owned_by": "tfgrpo"}
         return 200, json.dumps({"object": "list", "data": [model]}).encode()
 
@@ -73,18 +76,19 @@ class LLMUpstream:
         try:
             request = chat_request(exchange.body, self.client)
         except BadRequest as exc:
-            raise UpstreamFailure(400, _error_body(str(exc), "invalid_request_error")) from None
+            raise UpstreamFailure(400, error_bytes(400, str(exc), exc.code), code=exc.code) from None
         try:
             return await self.client.generate(request)
         except LLMError as exc:
             raise failure_of(exc) from None
 
-    def json_body(self, exchange: Exchange, completions: list[Completion]) -> bytes:
+    def completion(self, exchange: Exchange, completions: list[Completion]) -> dict[str, Any]:
+        """The completions as one chat.completion object."""
         choices = [
             {"index": position, "message": _message(completion), "finish_reason": completion.finish_reason or "stop"}
             for position, completion in enumerate(completions)
         ]
-        body = {
+        return {
             "id": f"chatcmpl-{exchange.id}",
             "object": "chat.completion",
             "created": int(time.time()),
@@ -92,26 +96,6 @@ class LLMUpstream:
             "choices": choices,
             "usage": usage_of(completions),
         }
-        return json.dumps(body, ensure_ascii=False).encode("utf-8")
-
-    def sse_body(self, exchange: Exchange, completions: list[Completion]) -> bytes:
-        """The whole reply as a finished SSE stream: one content chunk per choice, the finish chunk(s), [DONE]."""
-        head = {"id": f"chatcmpl-{exchange.id}", "object": "chat.completion.chunk", "created": int(time.time())}
-        head["model"] = self.model_name
-        events = []
-        for position, completion in enumerate(completions):
-            delta = _message(completion)
-            if "tool_calls" in delta:
-                delta["tool_calls"] = [call | {"index": i} for i, call in enumerate(delta["tool_calls"])]
-            events.append(head | {"choices": [{"index": position, "delta": delta, "finish_reason": None}]})
-        for position, completion in enumerate(completions):
-            finish = completion.finish_reason or "stop"
-            events.append(head | {"choices": [{"index": position, "delta": {}, "finish_reason": finish}]})
-        options = exchange.body.get("stream_options")
-        if isinstance(options, dict) and options.get("include_usage"):
-            events.append(head | {"choices": [], "usage": usage_of(completions)})
-        lines = [f"data: {json.dumps(event, ensure_ascii=False)}\n\n" for event in events]
-        return ("".join(lines) + "data: [DONE]\n\n").encode("utf-8")
 
 
 def chat_request(body: dict[str, Any], client: LLMClient) -> ChatRequest:
@@ -140,25 +124,27 @@ def failure_of(error: LLMError) -> UpstreamFailure:
     attempts = error.attempts if isinstance(error, RequestFailedError) else 1
     cause = error.cause if isinstance(error, RequestFailedError) and isinstance(error.cause, LLMError) else error
     if isinstance(cause, RateLimitError):
-        status, kind = 429, "rate_limit_exceeded"
+        status, code = 429, "rate_limit_exceeded"
     elif isinstance(cause, RequestTimeoutError):
-        status, kind = 504, "timeout"
-    elif isinstance(cause, ConnectionFailedError | MalformedResponseError):
-        status, kind = 502, "upstream_error"
+        status, code = 504, "upstream_timeout"
+    elif isinstance(cause, ConnectionFailedError):
+        status, code = 502, "upstream_unreachable"
+    elif isinstance(cause, MalformedResponseError):
+        status, code = 502, "bad_upstream_body"
     elif isinstance(cause, TransientError):
-        status, kind = (cause.status or 502), "upstream_error"
+        status, code = (cause.status or 502), "upstream_error"
     elif isinstance(cause, InvalidRequestError):
-        status, kind = 400, "invalid_request_error"
+        status, code = 400, "invalid_request"
     elif isinstance(cause, BackendUnavailableError):
-        status, kind = 503, "upstream_unavailable"
+        status, code = 503, "upstream_unavailable"
     else:  # a bad key, an unknown model, the budget: the server's configuration, not the request
-        status, kind = 502, "upstream_error"
+        status, code = 502, "upstream_error"
     headers = {}
     retry_after = getattr(cause, "retry_after", None)
     if retry_after is not None:
         headers["retry-after"] = str(max(1, round(retry_after)))
-    message = str(cause).splitlines()[0] if str(cause) else type(cause).__name__
-    return UpstreamFailure(status, _error_body(message, kind), headers, attempts=attempts)
+    message = redact(str(cause).splitlines()[0], []) if str(cause) else type(cause).__name__
+    return UpstreamFailure(status, error_bytes(status, message, code), headers, attempts=attempts, code=code)
 
 
 def usage_of(completions: list[Completion]) -> dict[str, int]:
@@ -235,7 +221,3 @@ def _message(completion: Completion) -> dict[str, Any]:
     if completion.tool_calls:
         message["tool_calls"] = completion.tool_calls
     return message
-
-
-def _error_body(message: str, kind: str) -> bytes:
-    return json.dumps({"error": {"message": message, "type": kind}}).encode()

@@ -13,12 +13,10 @@ from experiences import Library
 
 def render_page(library: Library, summary: dict[str, Any], *, holdout: float) -> str:
     versions = []
-    for version, arms in sorted(
-        summary["versions"].items(), key=lambda item: (item[0] is None, item[0] or 0), reverse=True
-    ):
+    for version, arms in summary["versions"].items():  # newest first
         means = [arms.get(arm, {}).get("mean_reward") for arm in ("A", "B")]
         diff = means[1] - means[0] if None not in means else None
-        versions.append({"version": "?" if version is None else version, "arms": arms, "diff": diff})
+        versions.append({"version": version, "arms": arms, "diff": diff})
     return _template().render(library=library, summary=summary, versions=versions, holdout=holdout, fmt=_fmt)
 
 

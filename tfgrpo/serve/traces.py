@@ -2,9 +2,13 @@
 
 Writes never block a request: rows go to a deque and one writer thread inserts them in batches.
 `flush()` waits until everything queued is written (feedback, reads and shutdown call it).
-What is stored: the client's messages and model, the reply, arm, library version, injected ids,
-latency, tokens, the upstream URL, the HTTP status. Never request headers, so never an API key
-or an Authorization header.
+What is stored: the client's messages and model, the reply (every choice), the arm assigned, the library
+version and content hash, the injection asked for and the ids actually injected, latency, tokens, the
+upstream URL, the HTTP status and the error code of a failed exchange. Never request headers, so never
+an API key or an Authorization header. Feedback is appended to its own table (every reward ever given,
+in order); the exchange row holds the latest, which is what comparisons use.
+
+A store written by an older version is upgraded in place on open: missing (nullable) columns are added.
 """
 
 from __future__ import annotations
@@ -18,21 +22,28 @@ from typing import Any
 
 import sqlalchemy as sa
 
+#: the longest exchange id the store can hold (ids it hands out are 32 hex characters)
+ID_CHARS = 40
+
 METADATA = sa.MetaData()
 EXCHANGES = sa.Table(
     "tfgrpo_exchanges",
     METADATA,
-    sa.Column("id", sa.String(40), primary_key=True),
+    sa.Column("id", sa.String(ID_CHARS), primary_key=True),
     sa.Column("created_at", sa.Float, nullable=False),
     sa.Column("model", sa.Text),
     sa.Column("upstream", sa.Text),
-    sa.Column("arm", sa.String(8), nullable=False),
-    sa.Column("library_version", sa.Integer),
-    sa.Column("injected_ids", sa.Text, nullable=False),  # JSON list
+    sa.Column("arm", sa.String(8), nullable=False),  # the arm ASSIGNED
+    sa.Column("library_version", sa.Integer),  # the library file's `version` field
+    sa.Column("library_hash", sa.String(64)),  # sha256 of the library as served: the version that counts
+    sa.Column("injection", sa.Text),  # asked for: all | none | topk:K
+    sa.Column("injected_ids", sa.Text, nullable=False),  # JSON list: what was GIVEN ([] = untreated)
     sa.Column("prompt_key", sa.String(64), nullable=False, index=True),  # sha256 of the client's messages: pairs arms
     sa.Column("messages", sa.Text, nullable=False),  # JSON: the client's messages, as sent (no library)
-    sa.Column("reply", sa.Text),
+    sa.Column("reply", sa.Text),  # choice 0
+    sa.Column("replies", sa.Text),  # JSON list of every choice when there are several (`n` > 1)
     sa.Column("status", sa.Integer, nullable=False),
+    sa.Column("error", sa.Text),  # the error code of a failed exchange (bad_upstream_body, upstream_timeout...)
     sa.Column("stream", sa.Boolean, nullable=False),
     sa.Column("latency_ms", sa.Float),
     sa.Column("prompt_tokens", sa.Integer),
@@ -40,6 +51,15 @@ EXCHANGES = sa.Table(
     sa.Column("reward", sa.Float),
     sa.Column("gold", sa.Text),
     sa.Column("feedback_at", sa.Float),
+)
+FEEDBACK = sa.Table(
+    "tfgrpo_feedback",
+    METADATA,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),  # append order
+    sa.Column("exchange_id", sa.String(ID_CHARS), nullable=False, index=True),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("reward", sa.Float, nullable=False),
+    sa.Column("gold", sa.Text),
 )
 
 
@@ -56,6 +76,7 @@ class TraceStore:
         if url.startswith("sqlite"):
             sa.event.listen(self.engine, "connect", _sqlite_wal)
         METADATA.create_all(self.engine)
+        _add_missing_columns(self.engine, EXCHANGES)
         # A deque, not a queue.Queue: append/popleft are atomic and take no lock, so `add` costs the request
         # nothing but an append; the writer wakes every `interval_s` (or at once for `flush`).
         self._pending: deque[dict[str, Any]] = deque()
@@ -102,12 +123,25 @@ class TraceStore:
         self.engine.dispose()
 
     def set_feedback(self, exchange_id: str, *, reward: float, gold: str | None = None) -> bool:
-        """Attach a reward (and the gold answer it came from); False when no such exchange exists."""
+        """Append a reward (and the gold answer it came from) to the exchange's history and make it the
+        exchange's current reward; False when no such exchange exists."""
         self.flush()
-        values = {"reward": float(reward), "gold": gold, "feedback_at": time.time()}
+        values = {"reward": float(reward), "gold": gold}
+        now = time.time()
         with self.engine.begin() as connection:
-            result = connection.execute(EXCHANGES.update().where(EXCHANGES.c.id == exchange_id).values(**values))
-        return result.rowcount > 0
+            found = connection.execute(
+                EXCHANGES.update().where(EXCHANGES.c.id == exchange_id).values(**values, feedback_at=now)
+            )
+            if found.rowcount == 0:
+                return False
+            connection.execute(FEEDBACK.insert().values(**values, exchange_id=exchange_id, created_at=now))
+        return True
+
+    def feedback_history(self, exchange_id: str) -> list[dict[str, Any]]:
+        """Every feedback given for the exchange, oldest first."""
+        query = sa.select(FEEDBACK).where(FEEDBACK.c.exchange_id == exchange_id).order_by(FEEDBACK.c.id)
+        with self.engine.connect() as connection:
+            return [dict(row) for row in connection.execute(query).mappings()]
 
     def _write_loop(self) -> None:
         while not self._stopping:
@@ -117,7 +151,7 @@ class TraceStore:
 
     def _drain(self) -> None:
         while self._pending:
-            batch = []
+            batch: list[dict[str, Any]] = []
             while self._pending and len(batch) < self._batch_size:
                 batch.append(self._pending.popleft())
             try:
@@ -159,36 +193,74 @@ class TraceStore:
             return [_decoded(row) for row in connection.execute(query).mappings()]
 
     def summary(self) -> dict[str, Any]:
-        """Arm counts, mean reward per (library version, arm), and how often each experience was injected."""
+        """Arm counts, mean reward per (library version, arm) newest version first, and how often each
+        experience was injected."""
         self.flush()
         by_group = sa.select(
             EXCHANGES.c.library_version,
+            EXCHANGES.c.library_hash,
             EXCHANGES.c.arm,
             sa.func.count(),
             sa.func.count(EXCHANGES.c.reward),
             sa.func.avg(EXCHANGES.c.reward),
-        ).group_by(EXCHANGES.c.library_version, EXCHANGES.c.arm)
+            sa.func.min(EXCHANGES.c.created_at),
+        ).group_by(EXCHANGES.c.library_version, EXCHANGES.c.library_hash, EXCHANGES.c.arm)
         usage: Counter[str] = Counter()
         arms: Counter[str] = Counter()
-        versions: dict[int | None, dict[str, Any]] = {}
+        versions: dict[str, dict[str, Any]] = {}
+        first_seen: dict[str, float] = {}
         with self.engine.connect() as connection:
-            for version, arm, count, rewarded, mean in connection.execute(by_group):
+            for version, digest, arm, count, rewarded, mean, first in connection.execute(by_group):
+                label = version_label(version, digest)
                 arms[arm] += count
-                versions.setdefault(version, {})[arm] = {
+                versions.setdefault(label, {})[arm] = {
                     "exchanges": count,
                     "rewarded": rewarded,
                     "mean_reward": None if mean is None else float(mean),
                 }
+                first_seen[label] = min(first_seen.get(label, first), first)
             for (ids,) in connection.execute(sa.select(EXCHANGES.c.injected_ids)):
                 usage.update(json.loads(ids))
-        return {"arms": dict(arms), "versions": versions, "usage": dict(usage)}
+        newest_first = sorted(versions, key=first_seen.__getitem__, reverse=True)
+        return {
+            "arms": dict(arms),
+            "versions": {label: versions[label] for label in newest_first},
+            "usage": dict(usage),
+        }
+
+
+def version_label(version: int | None, digest: str | None) -> str:
+    """How a served library is named: its file version and the start of its content hash ("3 1a2b3c4d5e6f";
+    just "3" for exchanges traced before content hashes were)."""
+    number = "?" if version is None else str(version)
+    return f"{number} {digest[:12]}" if digest else number
 
 
 def _decoded(row: Any) -> dict[str, Any]:
     out = dict(row)
     out["messages"] = json.loads(out["messages"])
     out["injected_ids"] = json.loads(out["injected_ids"])
+    out["treated"] = bool(out["injected_ids"])  # given the library, whatever the arm assigned
+    replies = json.loads(out["replies"]) if out["replies"] else None
+    out["replies"] = replies or ([] if out["reply"] is None else [out["reply"]])
     return out
+
+
+def _add_missing_columns(engine: sa.Engine, table: sa.Table) -> None:
+    """Add the columns a store written by an older version lacks (all nullable, so old rows stay valid)."""
+    present = {column["name"] for column in sa.inspect(engine).get_columns(table.name)}
+    for column in table.columns:
+        if column.name in present:
+            continue
+        if not column.nullable:
+            raise RuntimeError(f"{table.name}.{column.name} is missing and cannot be added to existing rows")
+        kind = column.type.compile(dialect=engine.dialect)
+        try:
+            with engine.begin() as connection:
+                connection.execute(sa.text(f"ALTER TABLE {table.name} ADD COLUMN {column.name} {kind}"))
+        except sa.exc.DBAPIError:  # another process added it meanwhile (several servers, one database)
+            if column.name not in {c["name"] for c in sa.inspect(engine).get_columns(table.name)}:
+                raise
 
 
 def _sqlite_wal(connection: Any, _record: Any) -> None:

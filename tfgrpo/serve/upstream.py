@@ -6,9 +6,10 @@ returns whole completions. So the bytes go through one pooled aiohttp session (m
 added ~1 s at 64 concurrent requests on 2 cores, aiohttp a few ms; benchmarks/serve.py), and the client
 layer's policy is reused piece by piece: its error classification (`map_status_error`: what is
 transient), its Retry-After parsing, tenacity's exponential backoff with jitter, least-busy routing
-over replicas, and its `Accounting` for calls, tokens, latency and failures. A request is retried only
-before any byte reached the client (a 429/5xx/timeout/refused connection); then the last status goes
-back unchanged.
+over replicas, and its `Accounting` for calls, tokens, latency, failures and retries by cause. A request
+is retried only before any byte reached the client (a 429/5xx/timeout/refused connection, or a 2xx whose
+body is not a chat.completion object: truncated, invalid JSON); then the last status goes back unchanged,
+except a bad body, which becomes a 502 (a client must never get a 200 it cannot parse).
 """
 
 from __future__ import annotations
@@ -16,14 +17,15 @@ from __future__ import annotations
 import asyncio
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 from tenacity import RetryCallState, wait_exponential_jitter
 
-from tfgrpo.llm.accounting import Accounting
+from tfgrpo.llm.accounting import RETRY_CAUSES, Accounting
 from tfgrpo.llm.backends.errors_map import map_status_error, parse_retry_after
 from tfgrpo.llm.errors import TransientError
+from tfgrpo.serve.errors import error_bytes
 
 TAG = "serve"
 
@@ -36,14 +38,39 @@ class UpstreamFailure(Exception):
     body: bytes
     headers: dict[str, str] = field(default_factory=dict)
     attempts: int = 1
+    code: str = "upstream_error"  # what the trace's `error` records
 
     def __str__(self) -> str:
         return f"upstream answered {self.status} after {self.attempts} attempt(s)"
 
 
 @dataclass
+class JsonReply:
+    """A whole 2xx chat.completion: the bytes as the upstream sent them, and parsed."""
+
+    status: int
+    content: bytes
+    data: dict[str, Any]
+    url: str
+
+
+@dataclass
+class StreamReply:
+    """A 2xx SSE response whose body is not read yet: the caller streams it, then releases it."""
+
+    response: aiohttp.ClientResponse
+    url: str
+
+
+@dataclass
+class _Retryable(Exception):
+    failure: UpstreamFailure
+    cause: str  # one of the client layer's RETRY_CAUSES
+    retry_after: float | None = None
+
+
+@dataclass
 class RetryCounters:
-    retries: int = 0
     timeouts: int = 0
     by_status: dict[int, int] = field(default_factory=dict)
 
@@ -67,7 +94,9 @@ class Upstream:
         )
         self._timeout_s = timeout_s
         self._max_retries = max_retries
-        self._backoff = wait_exponential_jitter(initial=backoff_s, max=max(backoff_s, 10.0)) if backoff_s > 0 else None
+        self._backoff = (
+            wait_exponential_jitter(multiplier=backoff_s, max=max(backoff_s, 10.0)) if backoff_s > 0 else None
+        )
         self._retry_after_max_s = retry_after_max_s
         self._in_flight = {url: 0 for url in urls}
         self._session: aiohttp.ClientSession | None = None
@@ -88,42 +117,67 @@ class Upstream:
         async with self._client().get(url + path, headers=self._headers) as response:
             return response.status, await response.read()
 
-    async def post(self, path: str, body: bytes) -> tuple[aiohttp.ClientResponse, str]:
-        """A 2xx response, its body not read yet (the caller reads or streams it, then releases it), and its URL."""
+    async def post_json(self, path: str, body: bytes) -> JsonReply:
+        """The whole reply, parsed; retried while it fails transiently or its body is unusable."""
+        return cast(JsonReply, await self._post(path, body, stream=False))  # a StreamReply comes only for streams
+
+    async def post_stream(self, path: str, body: bytes) -> StreamReply | JsonReply:
+        """The SSE response to stream on, or the whole reply when the upstream ignored `stream` and answered
+        JSON."""
+        return await self._post(path, body, stream=True)
+
+    async def _post(self, path: str, body: bytes, *, stream: bool) -> StreamReply | JsonReply:
         attempts = 0
         while True:
             attempts += 1
-            url = min(self.urls, key=self._in_flight.__getitem__)
-            retry_after = None
             try:
-                response = await self._send(url, path, body)
-            except asyncio.TimeoutError:
-                self.counters.timeouts += 1
-                failure = UpstreamFailure(
-                    504, _error_body(f"upstream {url} did not answer within {self._timeout_s:g}s", "timeout")
-                )
-            except aiohttp.ClientError as exc:
-                failure = UpstreamFailure(
-                    502, _error_body(f"upstream {url} unreachable: {type(exc).__name__}", "upstream_unreachable")
-                )
-            else:
-                if response.status < 400:
-                    return response, url
-                failure = await self._failure(response)
-                error = map_status_error(
-                    response.status, failure.body[:500].decode(errors="replace"), response.headers
-                )
-                if not isinstance(error, TransientError):  # the request's own fault: retrying cannot help
-                    failure.attempts = attempts
-                    self.accounting.record_failure(TAG)
-                    raise failure
-                retry_after = parse_retry_after(response.headers)
-            failure.attempts = attempts
-            if attempts > self._max_retries:
+                return await self._attempt(min(self.urls, key=self._in_flight.__getitem__), path, body, stream)
+            except UpstreamFailure as failure:  # the request's own fault: retrying cannot help
+                failure.attempts = attempts
                 self.accounting.record_failure(TAG)
+                raise
+            except _Retryable as retryable:
+                retryable.failure.attempts = attempts
+                if attempts > self._max_retries:
+                    self.accounting.record_failure(TAG)
+                    raise retryable.failure from None
+                self.accounting.record_retry(TAG, retryable.cause)
+                await asyncio.sleep(self._delay(retryable.retry_after, attempts))
+
+    async def _attempt(self, url: str, path: str, body: bytes, stream: bool) -> StreamReply | JsonReply:
+        try:
+            response = await self._send(url, path, body)
+        except asyncio.TimeoutError:
+            self.counters.timeouts += 1
+            message = f"the upstream did not answer within {self._timeout_s:g}s"
+            raise _Retryable(_failure(504, message, "upstream_timeout"), "timeout") from None
+        except aiohttp.ClientError as exc:
+            message = f"upstream unreachable: {type(exc).__name__}"
+            raise _Retryable(_failure(502, message, "upstream_unreachable"), "connection") from None
+        if response.status >= 400:
+            failure = await self._failure(response)
+            error = map_status_error(response.status, failure.body[:500].decode(errors="replace"), response.headers)
+            if not isinstance(error, TransientError):
                 raise failure
-            self.counters.retries += 1
-            await asyncio.sleep(self._delay(retry_after, attempts))
+            cause = "rate_limit" if response.status == 429 else "server_error"
+            raise _Retryable(failure, cause, parse_retry_after(response.headers))
+        if stream and response.content_type == "text/event-stream":
+            return StreamReply(response, url)
+        return await self._whole(response, url)
+
+    async def _whole(self, response: aiohttp.ClientResponse, url: str) -> JsonReply:
+        """The 2xx body read and parsed; a bad body (broken off, not JSON, not a completion) is retryable."""
+        try:
+            content = await response.read()
+            data = json.loads(content)
+        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, RecursionError):
+            data = None
+        finally:
+            response.release()
+        if not isinstance(data, dict) or not isinstance(data.get("choices"), list):
+            message = f"the upstream answered {response.status} with a body that is not a chat.completion object"
+            raise _Retryable(_failure(502, message + " (truncated or invalid JSON)", "bad_upstream_body"), "bad_body")
+        return JsonReply(response.status, content, data, url)
 
     def record(self, *, prompt_tokens: int, completion_tokens: int, latency_s: float) -> None:
         self.accounting.record_call(
@@ -138,7 +192,7 @@ class Upstream:
     def snapshot(self) -> dict[str, Any]:
         totals = self.accounting.snapshot()["total"]
         return totals | {
-            "retries": self.counters.retries,
+            "retries": sum(totals[f"retries_{cause}"] for cause in RETRY_CAUSES),
             "timeouts": self.counters.timeouts,
             "error_statuses": dict(self.counters.by_status),
         }
@@ -154,7 +208,7 @@ class Upstream:
         try:
             body = await response.read()
         except (aiohttp.ClientError, asyncio.TimeoutError):
-            body = _error_body(f"upstream answered {response.status}", "upstream_error")
+            body = error_bytes(502, f"upstream answered {response.status}", "upstream_error")
         finally:
             response.release()
         self.counters.by_status[response.status] = self.counters.by_status.get(response.status, 0) + 1
@@ -176,5 +230,5 @@ class Upstream:
         return self._session
 
 
-def _error_body(message: str, kind: str) -> bytes:
-    return json.dumps({"error": {"message": message, "type": kind}}).encode()
+def _failure(status: int, message: str, code: str) -> UpstreamFailure:
+    return UpstreamFailure(status, error_bytes(status, message, code), code=code)

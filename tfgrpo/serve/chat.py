@@ -1,0 +1,125 @@
+"""`POST /v1/chat/completions`: one exchange, from the client's bytes to the upstream and back, traced.
+
+The client gets the upstream's bytes as they came (a JSON body, or an SSE stream copied chunk by chunk),
+except where they would not be what it asked for: a reply that came whole to a `stream: true` request
+(an `llm:` upstream, or a server that ignores `stream`) is written out as a finished SSE stream. Every
+exchange is traced with the text of every choice, failed ones with their status and error code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from starlette.datastructures import Headers
+from starlette.responses import Response
+
+from tfgrpo.serve.exchange import Exchange, parse_body, prepare
+from tfgrpo.serve.llm_upstream import LLMUpstream, usage_of
+from tfgrpo.serve.passthrough import SSEPassthrough
+from tfgrpo.serve.replies import choice_texts, sse_from_completion, sse_texts, wants_usage
+from tfgrpo.serve.state import ServeState
+from tfgrpo.serve.upstream import JsonReply, Upstream, UpstreamFailure
+
+PATH = "/chat/completions"
+SSE = "text/event-stream"
+
+
+async def chat_completions(state: ServeState, headers: Headers, raw: bytes) -> Response | SSEPassthrough:
+    """The answer to one chat request (RequestRejected for a request that cannot be served)."""
+    config = state.config
+    inject = headers.get("x-tfgrpo-inject")
+    arguments: dict[str, Any] = dict(
+        body=parse_body(raw, max_json_depth=config.max_json_depth),
+        live=state.live,
+        holdout=config.holdout,
+        arm_key=headers.get(config.arm_key_header),
+        inject=inject,
+        default_inject=config.inject,
+        model=config.model,
+    )
+    # topk embeds the query (tens of ms of CPU): off the event loop, so other requests keep flowing
+    topk = (inject or config.inject).strip().lower().startswith("topk")
+    exchange = await asyncio.to_thread(prepare, **arguments) if topk else prepare(**arguments)
+    if isinstance(state.upstream, LLMUpstream):
+        return await _complete_llm(state, state.upstream, exchange)
+    if exchange.stream:
+        return await _stream(state, state.upstream, exchange)
+    return await _complete(state, state.upstream, exchange)
+
+
+async def _complete(state: ServeState, upstream: Upstream, exchange: Exchange) -> Response:
+    try:
+        reply = await upstream.post_json(PATH, exchange.upstream_bytes())
+    except UpstreamFailure as failure:
+        return _failed(state, exchange, failure)
+    _trace_whole(state, exchange, reply)
+    return Response(reply.content, status_code=reply.status, media_type="application/json", headers=exchange.headers())
+
+
+async def _stream(state: ServeState, upstream: Upstream, exchange: Exchange) -> Response | SSEPassthrough:
+    try:
+        reply = await upstream.post_stream(PATH, exchange.upstream_bytes())
+    except UpstreamFailure as failure:
+        return _failed(state, exchange, failure)
+    if isinstance(reply, JsonReply):  # the upstream ignored `stream`: its whole reply, as a finished stream
+        _trace_whole(state, exchange, reply)
+        content = sse_from_completion(reply.data, include_usage=wants_usage(exchange.body))
+        return Response(content, status_code=reply.status, media_type=SSE, headers=exchange.headers())
+
+    def traced(status: int, sent: bytes) -> None:
+        replies, usage = sse_texts(sent)
+        error = None if status < 400 else "upstream_broke_off"
+        _trace(state, exchange, status=status, replies=replies, usage=usage, upstream=reply.url, error=error)
+
+    return SSEPassthrough(reply.response, exchange.headers(), traced)
+
+
+async def _complete_llm(state: ServeState, upstream: LLMUpstream, exchange: Exchange) -> Response:
+    """A whole reply from the client layer, sent as JSON or as a finished SSE stream."""
+    try:
+        completions = await upstream.complete(exchange)
+    except UpstreamFailure as failure:
+        return _failed(state, exchange, failure)
+    data = upstream.completion(exchange, completions)
+    replies = [completion.text for completion in completions]
+    _trace(state, exchange, status=200, replies=replies, usage=usage_of(completions), upstream=upstream.urls[0])
+    if exchange.stream:
+        content, media_type = sse_from_completion(data, include_usage=wants_usage(exchange.body)), SSE
+    else:
+        content, media_type = json.dumps(data, ensure_ascii=False).encode("utf-8"), "application/json"
+    return Response(content, media_type=media_type, headers=exchange.headers())
+
+
+def _trace_whole(state: ServeState, exchange: Exchange, reply: JsonReply) -> None:
+    usage = reply.data.get("usage")
+    _trace(state, exchange, status=reply.status, replies=choice_texts(reply.data), usage=usage, upstream=reply.url)
+
+
+def _trace(
+    state: ServeState,
+    exchange: Exchange,
+    *,
+    status: int,
+    replies: list[str] | None,
+    usage: dict[str, Any] | None,
+    upstream: str | None,
+    error: str | None = None,
+) -> None:
+    # Queued, not written: the trace writer thread stores it, off the request's path.
+    row = exchange.trace_row(status=status, replies=replies, usage=usage, upstream=upstream, error=error)
+    if replies is not None:
+        state.upstream.record(
+            prompt_tokens=row["prompt_tokens"] or 0,
+            completion_tokens=row["completion_tokens"] or 0,
+            latency_s=row["latency_ms"] / 1000,
+        )
+    state.traces.add(row)
+
+
+def _failed(state: ServeState, exchange: Exchange, failure: UpstreamFailure) -> Response:
+    _trace(state, exchange, status=failure.status, replies=None, usage=None, upstream=None, error=failure.code)
+    headers = failure.headers | exchange.headers() | {"x-tfgrpo-attempts": str(failure.attempts)}
+    headers.pop("content-type", None)
+    return Response(failure.body, status_code=failure.status, media_type="application/json", headers=headers)
