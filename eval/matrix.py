@@ -116,6 +116,10 @@ def run_matrix(
 def read_matrix(root: str | Path) -> tuple[dict[str, Any], list[tuple[Path, str]]]:
     """The manifest and its cells as (run dir, 'model / library'), row by row."""
     root = Path(root)
+    if not (root / MATRIX_FILE).is_file():
+        raise RunDirError(
+            f"{root}: not an eval matrix directory (no {MATRIX_FILE}; `tfgrpo eval --matrix` writes one)"
+        )
     try:
         manifest = json.loads((root / MATRIX_FILE).read_text(encoding="utf-8"))
         cells = [

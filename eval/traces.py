@@ -23,12 +23,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import sqlalchemy as sa
 from pydantic import BaseModel, Field
 
+from tfgrpo.core.errors import EvalError
 from tfgrpo.core.metrics import bootstrap_ci
+from tfgrpo.core.secrets import mask_url
 from tfgrpo.core.stats import PairedComparison, compare_paired
 from tfgrpo.serve.arms import CONTROL, LIBRARY
 from tfgrpo.serve.traces import TraceStore, version_label
+
+SQLITE_HEADER = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite database file
 
 ALL_VERSIONS = "all"
 Row = dict[str, Any]
@@ -52,7 +57,7 @@ class VersionComparison(BaseModel):
 
 
 def compare_traces(traces: str | Path, *, seed: int = 0) -> list[VersionComparison]:
-    store = TraceStore(traces)
+    store = _open_store(traces)
     try:
         rows = store.exchanges(with_feedback=True)  # oldest first
     finally:
@@ -64,6 +69,24 @@ def compare_traces(traces: str | Path, *, seed: int = 0) -> list[VersionComparis
     if len(by_version) > 1:
         results.append(_compare(None, rows, seed))
     return results
+
+
+def _open_store(traces: str | Path) -> TraceStore:
+    """The trace store `tfgrpo serve` wrote: a missing file, a file that is not SQLite or a database that cannot
+    be opened is one line, and reading never creates a store."""
+    if "://" not in str(traces):
+        path = Path(traces)
+        if not path.is_file():
+            raise EvalError(f"trace store not found: {path} (the --traces file `tfgrpo serve` wrote)")
+        with path.open("rb") as handle:
+            header = handle.read(len(SQLITE_HEADER))
+        if header and header != SQLITE_HEADER:
+            raise EvalError(f"{path} is not a SQLite database (give the --traces file `tfgrpo serve` wrote)")
+    try:
+        return TraceStore(traces)
+    except sa.exc.SQLAlchemyError as exc:
+        detail = str(getattr(exc, "orig", None) or exc).splitlines()[0]
+        raise EvalError(f"cannot open the trace store {mask_url(str(traces))}: {detail}") from None
 
 
 def _compare(key: tuple[int | None, str | None] | None, rows: list[Row], seed: int) -> VersionComparison:

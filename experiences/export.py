@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from experiences.errors import ImportFormatError, LibraryFileError
-from experiences.model import Experience, Library, Provenance
+from experiences.model import Library, Provenance, experience_or_error
 from experiences.render import render, render_system_prompt
 from tfgrpo.core.atomic import atomic_write_text
 from tfgrpo.core.config import ConfigError, load_yaml_text, yaml_error_line
@@ -102,7 +102,7 @@ def library_from_data(data: Any, *, source: str = "data") -> Library:
         return Library.from_data(data, source=source)
     if isinstance(data, list):
         if all(isinstance(item, str) for item in data):
-            return Library.from_texts(data)
+            return Library.from_texts(data, source=source)
         if all(isinstance(item, dict) for item in data):
             return Library.from_data({"experiences": data}, source=source)
     raise ImportFormatError(
@@ -124,7 +124,9 @@ def library_from_lines(lines: list[str], *, source: str = "text") -> Library:
                 )
             seen[experience_id] = number
             library.experiences.append(
-                Experience(id=experience_id, text=text, provenance=Provenance(operation="import"))
+                experience_or_error(
+                    source, f"line {number}", id=experience_id, text=text, provenance=Provenance(operation="import")
+                )
             )
         try:
             return Library.model_validate(library.model_dump())  # recomputes next_id from the ids read
@@ -138,7 +140,7 @@ def library_from_lines(lines: list[str], *, source: str = "text") -> Library:
         texts.append(_BULLET.sub("", stripped))
     if not texts:
         raise ImportFormatError(f"{source}: no experiences found (expected '[G0]. text' lines or one lesson per line)")
-    return Library.from_texts(texts)
+    return Library.from_texts(texts, source=source)
 
 
 __all__ = [

@@ -198,14 +198,20 @@ class Library(BaseModel):
 
     # -- building ----------------------------------------------------------------------------------
     @classmethod
-    def from_texts(cls, texts: Iterable[str], **fields: Any) -> Library:
-        """A library with fresh ids G0, G1, ... for these lessons (empty lines skipped)."""
+    def from_texts(cls, texts: Iterable[str], *, source: str = "lessons", **fields: Any) -> Library:
+        """A library with fresh ids G0, G1, ... for these lessons (empty lines skipped); a lesson that is not a
+        valid experience (too long, a lone surrogate) is a `LibraryFileError` naming `source` and its number."""
         library = cls(**fields)
-        for text in texts:
+        for number, text in enumerate(texts, start=1):
             if text.strip():
-                library.experiences.append(
-                    Experience(id=library.allocate_id(), text=text, provenance=Provenance(operation="import"))
+                experience = experience_or_error(
+                    source,
+                    f"lesson {number}",
+                    id=library.allocate_id(),
+                    text=text,
+                    provenance=Provenance(operation="import"),
                 )
+                library.experiences.append(experience)
         return library
 
     def allocate_id(self) -> str:
@@ -241,6 +247,8 @@ class Library(BaseModel):
     @classmethod
     def load(cls, path: str | Path) -> Library:
         path = Path(path)
+        if path.is_dir():
+            raise LibraryFileError(f"{path} is a folder; give the library's JSON file")
         if not path.is_file():
             raise LibraryFileError(f"library file not found: {path}")
         text = read_text(path, error=LibraryFileError)
@@ -267,6 +275,14 @@ class Library(BaseModel):
 
 def normalize_text(text: str) -> str:
     return " ".join(text.split()).casefold()
+
+
+def experience_or_error(source: str, where: str, **fields: Any) -> Experience:
+    """`Experience(**fields)`, or one `LibraryFileError` line naming `source` and `where` (e.g. "line 3")."""
+    try:
+        return Experience(**fields)
+    except ValidationError as exc:
+        raise LibraryFileError(f"{source}: {where}: {_problem(exc.errors()[0])}") from None
 
 
 def _describe(error: ValidationError, source: str) -> str:

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from experiences.errors import ExperienceError
 from experiences.model import Experience, Library
+from tfgrpo.core.textfile import read_text
 
 if TYPE_CHECKING:
     from experiences.store import ExperienceStore
@@ -29,7 +30,7 @@ def render(
     shown = list(library.experiences) if experiences is None else list(experiences)
     if not shown:
         return ""
-    text = _compile(_template_source(template)).render(experiences=shown, library=library)
+    text = _render(template, "library.jinja", experiences=shown, library=library)
     return text.strip("\n")
 
 
@@ -44,10 +45,7 @@ def render_system_text(
     rendered: str, *, library: Library | None = None, system_template: str | Path | None = None
 ) -> str:
     """The system message around already rendered experiences: what rollouts send and what export ships."""
-    source = (
-        _template_source(system_template) if system_template is not None else bundled_template("system_prompt.jinja")
-    )
-    return _compile(source).render(rendered=rendered, library=library).strip()
+    return _render(system_template, "system_prompt.jinja", rendered=rendered, library=library).strip()
 
 
 def bundled_template(name: str) -> str:
@@ -55,25 +53,37 @@ def bundled_template(name: str) -> str:
     return resources.files("experiences").joinpath("templates", name).read_text(encoding="utf-8")
 
 
-def _template_source(template: str | Path | None) -> str:
+def _render(template: str | Path | None, bundled: str, **variables: object) -> str:
+    """`template` (source text, a file, or None: the bundled one) rendered; its mistakes (a syntax error, an
+    unknown variable) are one line that names the template."""
+    import jinja2
+
+    name = str(template) if isinstance(template, Path) else "experience template" if template else bundled
+    try:
+        return _compile(_template_source(template, bundled), name).render(**variables)
+    except jinja2.TemplateError as exc:  # StrictUndefined: a misspelt variable fails here, not silently
+        raise ExperienceError(f"bad template {name}: {exc.message or type(exc).__name__}") from None
+
+
+def _template_source(template: str | Path | None, bundled: str) -> str:
     if template is None:
-        return bundled_template("library.jinja")
+        return bundled_template(bundled)
     if isinstance(template, Path):
         if not template.is_file():
             raise ExperienceError(f"template file not found: {template}")
-        return template.read_text(encoding="utf-8")
+        return read_text(template, error=ExperienceError)
     return template
 
 
 @lru_cache(maxsize=32)
-def _compile(source: str):  # -> jinja2.Template; cached because engines render once per prompt
+def _compile(source: str, name: str):  # -> jinja2.Template; cached because engines render once per prompt
     import jinja2
 
     environment = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
     try:
         return environment.from_string(source)
     except jinja2.TemplateSyntaxError as exc:
-        raise ExperienceError(f"bad experience template (line {exc.lineno}): {exc.message}") from None
+        raise ExperienceError(f"bad template {name} (line {exc.lineno}): {exc.message}") from None
 
 
 class Injection(BaseModel):

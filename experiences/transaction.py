@@ -37,6 +37,8 @@ def open_library(
 
     Commit changes with `commit_library` inside the `with` block; the lock is released after it."""
     library_path = Path(library_path)
+    if not library_path.is_file():  # refused before the lock: no `.lock` file (or folder) beside a missing path
+        Library.load(library_path)
     with locked(library_path, timeout_s=timeout_s):
         recover(library_path, history)
         yield Library.load(library_path)

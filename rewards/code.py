@@ -24,6 +24,7 @@ from rewards.base import Reward, Score, column, completion_text
 from rewards.code_sandbox import run_tests
 from rewards.errors import RewardError
 from rewards.isolation import probe_bubblewrap
+from rewards.params import choice, count, flag, number, optional_count
 
 logger = logging.getLogger(__name__)
 
@@ -84,14 +85,12 @@ class CodeReward(Reward):
         sandbox: str = "auto",
     ) -> None:
         super().__init__()
-        if timeout_s <= 0 or memory_mb <= 0:
-            raise RewardError(f"code reward: timeout_s and memory_mb must be > 0 (got {timeout_s}, {memory_mb})")
         self.tests_key = tests_key
-        self.timeout_s = timeout_s
-        self.memory_mb = memory_mb
-        self.all_or_nothing = all_or_nothing
-        self.workers = workers or max(1, min(os.cpu_count() or 1, 8))
-        self.sandbox = sandbox
+        self.timeout_s = number(self.name, "timeout_s", timeout_s)
+        self.memory_mb = count(self.name, "memory_mb", memory_mb)
+        self.all_or_nothing = flag(self.name, "all_or_nothing", all_or_nothing)
+        self.workers = optional_count(self.name, "workers", workers) or max(1, min(os.cpu_count() or 1, 8))
+        self.sandbox = choice(self.name, "sandbox", sandbox, SANDBOXES)  # bubblewrap is probed on first use
         self._resolved_sandbox: str | None = None
 
     def score(self, completions: Sequence[Any], prompts: Sequence[Any] | None = None, **columns: Any) -> list[Score]:

@@ -9,6 +9,7 @@ from typing import Any
 
 from rewards.base import Reward, Score, column, completion_text
 from rewards.extraction import last_answer_line, last_boxed
+from rewards.params import flag
 from tfgrpo.core.answers import normalize_answer
 
 _ARTICLES = re.compile(r"\b(?:a|an|the)\b")
@@ -43,7 +44,7 @@ class ExactMatchReward(Reward):
     def __init__(self, answer_key: str = "answer", *, whole_completion: bool = False) -> None:
         super().__init__()
         self.answer_key = answer_key
-        self.whole_completion = whole_completion
+        self.whole_completion = flag(self.name, "whole_completion", whole_completion)
 
     def score(self, completions: Sequence[Any], prompts: Sequence[Any] | None = None, **columns: Any) -> list[Score]:
         golds = column(columns, self.answer_key, len(completions), reward_name=self.name)

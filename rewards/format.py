@@ -9,6 +9,7 @@ from typing import Any
 from rewards.base import Reward, Score, completion_text
 from rewards.errors import RewardError
 from rewards.extraction import last_boxed
+from rewards.params import flag
 
 _THINK = re.compile(r"<think>(?P<thought>.*?)</think>(?P<rest>.*)", re.DOTALL)
 
@@ -39,10 +40,10 @@ class FormatReward(Reward):
         except re.error as exc:
             raise RewardError(f"format reward: invalid regex {pattern!r}: {exc}") from exc
         self.pattern = pattern
-        self.fullmatch = fullmatch
+        self.fullmatch = flag(self.name, "fullmatch", fullmatch)
         default = pattern is None
-        self.require_think = default if require_think is None else require_think
-        self.require_boxed = default if require_boxed is None else require_boxed
+        self.require_think = default if require_think is None else flag(self.name, "require_think", require_think)
+        self.require_boxed = default if require_boxed is None else flag(self.name, "require_boxed", require_boxed)
 
     def score(self, completions: Sequence[Any], prompts: Sequence[Any] | None = None, **columns: Any) -> list[Score]:
         return [self._one(completion_text(completion)) for completion in completions]

@@ -19,6 +19,7 @@ from typing import Any
 
 from rewards.base import Reward, Score, completion_text
 from rewards.errors import RewardError
+from rewards.params import count
 from rewards.verdict import (
     REPLY_COUNTS,
     VerdictParse,
@@ -88,8 +89,8 @@ class JudgeReward(Reward):
         self.complete = complete
         self.answer_key = answer_key
         self.question_key = question_key
-        self.concurrency = concurrency
-        self.max_response_chars = max_response_chars
+        self.concurrency = count(self.name, "concurrency", concurrency)
+        self.max_response_chars = count(self.name, "max_response_chars", max_response_chars)
         self.on_reply = on_reply
         #: replies, enforced, parsed, repaired, retried, lost over every completion judged so far
         self.reply_counts = dict.fromkeys(REPLY_COUNTS, 0)

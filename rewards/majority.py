@@ -17,6 +17,7 @@ from rewards.base import Reward, Score, completion_text
 from rewards.errors import RewardError
 from rewards.extraction import extract_answer
 from rewards.math import _compare
+from rewards.params import choice, number, optional_count, share
 from rewards.verifier import shared_verifier
 from tfgrpo.core.answers import TieRule, vote_key
 from tfgrpo.core.answers import majority_vote as core_majority_vote
@@ -74,13 +75,12 @@ class MajorityReward(Reward):
         timeout_s: float = 1.0,
     ) -> None:
         super().__init__()
-        if ties not in ("none", "first"):
-            raise RewardError(f"ties must be 'none' or 'first', got {ties!r}")
         self.group_key = group_key
-        self.group_size = group_size
+        self.group_size = optional_count(self.name, "group_size", group_size)
+        choice(self.name, "ties", ties, ("none", "first"))
         self.ties = ties
-        self.min_share = min_share
-        self.timeout_s = timeout_s
+        self.min_share = share(self.name, "min_share", min_share)
+        self.timeout_s = number(self.name, "timeout_s", timeout_s)
 
     def score(self, completions: Sequence[Any], prompts: Sequence[Any] | None = None, **columns: Any) -> list[Score]:
         extracted = [extract_answer(completion_text(c)) for c in completions]

@@ -14,6 +14,7 @@ from typing import Any
 from rewards.base import Reward, Score, column, completion_text
 from rewards.extraction import Source, all_boxes, extract_answer, extract_with_source, is_bare_answer
 from rewards.normalize import as_fraction, canonical_integer, fast_equivalent
+from rewards.params import number, optional_count
 from rewards.verifier import Verdict, Verifier, shared_verifier
 from tfgrpo.core.answers import normalize_answer
 
@@ -124,8 +125,8 @@ class MathReward(Reward):
     ) -> None:
         super().__init__()
         self.answer_key = answer_key
-        self.timeout_s = timeout_s
-        self.workers = workers
+        self.timeout_s = number(self.name, "timeout_s", timeout_s)
+        self.workers = optional_count(self.name, "workers", workers)
         self._verifier = verifier
 
     @property

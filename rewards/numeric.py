@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from rewards.base import Reward, Score, column, completion_text
-from rewards.errors import RewardError
 from rewards.extraction import extract_answer
+from rewards.params import number
 from tfgrpo.core.answers import as_fraction, normalize_answer
 
 
@@ -40,11 +40,9 @@ class NumericReward(Reward):
 
     def __init__(self, answer_key: str = "answer", *, abs_tol: float = 0.0, rel_tol: float = 0.0) -> None:
         super().__init__()
-        if abs_tol < 0 or rel_tol < 0:
-            raise RewardError(f"numeric tolerances must be >= 0 (abs_tol={abs_tol}, rel_tol={rel_tol})")
         self.answer_key = answer_key
-        self.abs_tol = abs_tol
-        self.rel_tol = rel_tol
+        self.abs_tol = number(self.name, "abs_tol", abs_tol, inclusive=True)
+        self.rel_tol = number(self.name, "rel_tol", rel_tol, inclusive=True)
 
     def score(self, completions: Sequence[Any], prompts: Sequence[Any] | None = None, **columns: Any) -> list[Score]:
         golds = column(columns, self.answer_key, len(completions), reward_name=self.name)

@@ -1,10 +1,13 @@
 """Every bad input of the hardening audit (issue 27), one row each, through the real `tfgrpo` entry point.
 
-A refused row must exit non-zero with exactly one `error:` line (at most one more line: a summary), no
-traceback, no request to the model, and nothing written: every file under the test's folder is the same
-before and after (no run folder, no `*.partial`, no cache). A few inputs are accepted on purpose, as the
-docs say: those exit 0 and either say a loud `warning:` or are handled (scored) as they are.
-The categories are listed in docs/security.md ("Bad input"); add a row for every new one.
+A refused row must exit non-zero with exactly one `error:` line (at most one more line: a summary or the
+command's banner), no traceback, no request to the model, and nothing written: every file and folder under
+the test's folder is the same before and after (no run or output folder, no `*.partial`, no cache, no
+`.lock`). A few inputs are accepted on purpose, as the docs say: those exit 0 and either say a loud
+`warning:` or are handled (scored, imported) as they are. Every command is covered: learn, eval, score (each
+reward's parameters), library, export/import, compare, finetune, experiment, chat and serve (its refusals
+come before it binds a port). The categories are listed in docs/reliability.md ("Bad input"); add a row for
+every new one.
 """
 
 from __future__ import annotations
@@ -38,6 +41,27 @@ PYTHON_OPTIONS = "agent:\n  tools: [python]\n  tool_options:\n    python:\n     
 LLM = "LLM"  # stands for the options of the scripted OpenAI-compatible server
 LEARN = ("learn", "--data", "easy_train", "--out", "{out}", LLM)
 EVAL = ("eval", "--data", "easy", "--out", "{out}", LLM)
+
+SCORED = '{"completion": "\\\\boxed{3}", "answer": "3"}\n'
+CODE_SCORED = '{"completion": "```python\\ndef f():\\n    return 1\\n```", "tests": ["assert f() == 1"]}\n'
+PROBLEMS = '{"id": "a", "problem": "What is 1+2?", "answer": "3"}\n'
+HISTORY = "lib.history/snapshots/v0000.json"  # the snapshot of version 0 in LIB's history
+
+
+def samples(*problem_ids: str) -> str:
+    """An eval run's samples.jsonl: one sample per problem, the first correct."""
+    return "".join(
+        json.dumps({"problem_id": pid, "sample_index": 0, "reward": float(i == 0), "correct": i == 0}) + "\n"
+        for i, pid in enumerate(problem_ids)
+    )
+
+
+RUN_A = {"a/samples.jsonl": samples("p1", "p2")}  # a good eval run, the baseline of the compare rows
+COMPARE = ("compare", "{tmp}/a", "{tmp}/b", "--out", "{tmp}/report")
+FINETUNE = ("finetune", "grpo", "--data", "{tmp}/d.jsonl", "--out", "{out}")
+CHAT = ("chat", "hi", LLM)
+UPSTREAM = "http://127.0.0.1:9/v1"  # never reached: every serve row is refused before it binds or connects
+SERVE = ("serve", "--library", "{tmp}/lib.json", "--upstream", UPSTREAM, "--traces", "{tmp}/t.sqlite")
 
 
 @dataclass(frozen=True)
@@ -190,6 +214,517 @@ ROWS = [
         "YAML aliases",
         {"lib.yaml": "experiences:\n  - x\n" + ALIAS_BOMB},
     ),
+    # -- tfgrpo score: reward names and parameters (checked when the reward is built, before any row) ---
+    *(
+        Row(name, ("score", "{tmp}/r.jsonl", *extra), says, {"r.jsonl": rows})
+        for name, extra, says, rows in [
+            ("score-unknown-reward", ("-r", "nosuch"), "unknown reward 'nosuch'", SCORED),
+            ("score-param-unknown-key", ("-p", "bogus=1"), "unexpected keyword argument 'bogus'", SCORED),
+            ("score-param-empty-key", ("-p", "=1"), "--param expects KEY=VALUE", SCORED),
+            (
+                "score-param-bad-yaml",
+                ("-p", "rel_tol=[1"),
+                "--param 'rel_tol=[1': the value is not valid YAML",
+                SCORED,
+            ),
+            ("score-math-timeout-negative", ("-p", "timeout_s=-1"), "math reward: timeout_s must be > 0", SCORED),
+            ("score-math-timeout-text", ("-p", "timeout_s=abc"), "timeout_s must be a finite number > 0", SCORED),
+            ("score-math-workers-0", ("-p", "workers=0"), "math reward: workers must be a whole number", SCORED),
+            ("score-numeric-negative-tol", ("-r", "numeric", "-p", "rel_tol=-1"), "rel_tol must be >= 0", SCORED),
+            ("score-numeric-tol-text", ("-r", "numeric", "-p", "abs_tol=abc"), "abs_tol must be a finite", SCORED),
+            ("score-numeric-tol-nan", ("-r", "numeric", "-p", "rel_tol=.nan"), "got nan", SCORED),
+            ("score-format-bad-regex", ("-r", "format", "-p", "pattern=("), "invalid regex '('", SCORED),
+            ("score-format-flag-text", ("-r", "format", "-p", "fullmatch=maybe"), "true or false", SCORED),
+            ("score-exact-flag-number", ("-r", "exact", "-p", "whole_completion=2"), "true or false, got 2", SCORED),
+            ("score-choice-unknown-param", ("-r", "choice", "-p", "letters=ABC"), "argument 'letters'", SCORED),
+            (
+                "score-code-sandbox-nosuch",
+                ("-r", "code", "-p", "sandbox=nosuch"),
+                "sandbox must be one of",
+                CODE_SCORED,
+            ),
+            (
+                "score-code-timeout-negative",
+                ("-r", "code", "-p", "timeout_s=-1"),
+                "timeout_s must be > 0",
+                CODE_SCORED,
+            ),
+            ("score-code-memory-0", ("-r", "code", "-p", "memory_mb=0"), "memory_mb must be a whole", CODE_SCORED),
+            (
+                "score-code-workers-negative",
+                ("-r", "code", "-p", "workers=-1"),
+                "workers must be a whole",
+                CODE_SCORED,
+            ),
+            ("score-majority-ties-unknown", ("-r", "majority", "-p", "ties=random"), "ties must be one of", SCORED),
+            (
+                "score-majority-share-2",
+                ("-r", "majority", "-p", "min_share=2"),
+                "min_share must be a number in",
+                SCORED,
+            ),
+            ("score-majority-group-0", ("-r", "majority", "-p", "group_size=0"), "group_size must be a whole", SCORED),
+            ("score-judge-concurrency-0", ("-r", "judge", "-p", "concurrency=0", LLM), "concurrency must be", SCORED),
+            ("score-judge-chars-0", ("-r", "judge", "-p", "max_response_chars=0", LLM), "max_response_chars", SCORED),
+            ("score-judge-template-missing", ("-r", "judge", "-p", "template=/none.j2", LLM), "not found", SCORED),
+        ]
+    ),
+    # -- tfgrpo score: input rows and files --------------------------------------------------------------
+    *(
+        Row(name, ("score", "{tmp}/r.jsonl", *extra), says, {"r.jsonl": rows})
+        for name, rows, says, extra in [
+            ("score-row-not-json", '{"completion": "x",\n', "r.jsonl:1: not valid JSON", ()),
+            ("score-row-not-an-object", '["x", "3"]\n', "r.jsonl:1: a row must be a JSON object", ()),
+            ("score-row-missing-completion", '{"answer": "3"}\n', "missing key 'completion'", ()),
+            ("score-row-missing-answer", '{"completion": "3"}\n', "missing key 'answer'", ()),
+            ("score-row-completion-number", '{"completion": 5, "answer": "3"}\n', "must be a string or a list", ()),
+            ("score-completion-key-absent", SCORED, "missing key 'nosuch'", ("--completion-key", "nosuch")),
+            ("score-binary-file", b"\x00\x01\x02\xff\xfe\x89PNG\r\n\x1a\n", "byte 0xff is not valid UTF-8", ()),
+            ("score-empty-file", "", "r.jsonl: no rows to score", ()),
+            ("score-out-same-as-input", SCORED, "is the input file", ("--out", "{tmp}/r.jsonl")),
+            ("score-out-is-a-folder", SCORED, "is a folder; give a file path", ("--out", "{tmp}")),
+        ]
+    ),
+    Row("score-input-is-a-folder", ("score", "{tmp}"), "input file not found"),
+    Row(
+        "score-out-under-a-file",
+        ("score", "{tmp}/r.jsonl", "-o", "{tmp}/f/o.jsonl"),
+        "is a file",
+        {"r.jsonl": SCORED, "f": "x"},
+    ),
+    # -- library files, by every library command --------------------------------------------------------
+    *(
+        Row(name, ("library", "show", "{tmp}/lib.json"), says, {"lib.json": text})
+        for name, text, says in [
+            ("library-top-level-list", "[]", "expected a JSON object with 'version' and 'experiences'"),
+            ("library-empty-file", "", "not valid JSON at line 1"),
+            ("library-binary", b"\x89PNG\r\n\x1a\n\x00\x00", "byte 0x89 is not valid UTF-8"),
+            (
+                "library-experiences-not-a-list",
+                '{"version": 0, "experiences": 5}',
+                "experiences: Input should be a valid list",
+            ),
+            (
+                "library-version-text",
+                '{"version": "one", "experiences": []}',
+                "version: Input should be a valid integer",
+            ),
+            (
+                "library-version-negative",
+                '{"version": -1, "experiences": []}',
+                "version: Input should be greater than",
+            ),
+            (
+                "library-experience-a-string",
+                '{"version": 0, "experiences": ["Add."]}',
+                "experiences[0]: Input should be",
+            ),
+            (
+                "library-experience-no-text",
+                '{"version": 0, "experiences": [{"id": "G0"}]}',
+                "text: required key is missing",
+            ),
+            (
+                "library-text-a-number",
+                '{"version": 0, "experiences": [{"id": "G0", "text": 5}]}',
+                "text: Input should be",
+            ),
+            (
+                "library-unknown-key",
+                '{"version": 0, "experiences": [], "experiencez": []}',
+                "unknown key 'experiencez'",
+            ),
+            (
+                "library-duplicate-ids",
+                json.dumps({"version": 0, "experiences": [{"id": "G0", "text": "a b"}, {"id": "G0", "text": "c d"}]}),
+                "duplicate id 'G0'",
+            ),
+        ]
+    ),
+    *(
+        Row(name, args, says, files)
+        for name, args, says, files in [
+            ("library-show-missing", ("library", "show", "{tmp}/none.json"), "library file not found", {}),
+            ("library-show-a-folder", ("library", "show", "{tmp}"), "is a folder; give the library's JSON file", {}),
+            ("library-history-missing", ("library", "history", "{tmp}/none.json"), "library file not found", {}),
+            (
+                "library-history-ops-not-json",
+                ("library", "history", "{tmp}/lib.json"),
+                "ops.jsonl: line 1 is not valid JSON",
+                {"lib.json": LIB, HISTORY: LIB, "lib.history/ops.jsonl": "{not json\n{}\n"},
+            ),
+            (
+                "library-diff-missing",
+                ("library", "diff", "{tmp}/none.json", "--from", "0"),
+                "library file not found",
+                {},
+            ),
+            (
+                "library-diff-no-version",
+                ("library", "diff", "{tmp}/lib.json", "--from", "7"),
+                "no snapshot of version 7",
+                {"lib.json": LIB},
+            ),
+            (
+                "library-diff-from-text",
+                ("library", "diff", "{tmp}/lib.json", "--from", "abc"),
+                "Invalid value for '--from'",
+                {"lib.json": LIB},
+            ),
+            (
+                "library-diff-snapshot-not-json",
+                ("library", "diff", "{tmp}/lib.json", "--from", "0"),
+                "v0000.json: not valid JSON",
+                {"lib.json": LIB, HISTORY: "{x"},
+            ),
+            (
+                "library-apply-library-missing",
+                ("library", "apply", "{tmp}/none.json", "{tmp}/reply.txt"),
+                "library file not found",
+                {"reply.txt": REPLY},
+            ),
+            (
+                "library-apply-library-not-json",
+                ("library", "apply", "{tmp}/lib.json", "{tmp}/reply.txt"),
+                "not valid JSON",
+                {"lib.json": "{x", "reply.txt": REPLY},
+            ),
+            (
+                "library-apply-reply-missing",
+                ("library", "apply", "{tmp}/lib.json", "{tmp}/none.txt"),
+                "reply file not found",
+                {"lib.json": LIB},
+            ),
+            (
+                "library-apply-reply-binary",
+                ("library", "apply", "{tmp}/lib.json", "{tmp}/reply.txt"),
+                "reply.txt: line 1, column 1: byte 0xff",
+                {"lib.json": LIB, "reply.txt": b"\xff\xfe\x00\x01"},
+            ),
+            (
+                "library-rollback-missing",
+                ("library", "rollback", "{tmp}/none.json", "--to", "0"),
+                "library file not found",
+                {},
+            ),
+            (
+                "library-rollback-no-history",
+                ("library", "rollback", "{tmp}/lib.json", "--to", "0"),
+                "no snapshot of version 0",
+                {"lib.json": LIB},
+            ),
+            (
+                "library-rollback-no-such-version",
+                ("library", "rollback", "{tmp}/lib.json", "--to", "3"),
+                "no snapshot of version 3",
+                {"lib.json": LIB, HISTORY: LIB},
+            ),
+        ]
+    ),
+    *(
+        Row(
+            name, ("library", "check", "{tmp}/lib.json", "--against", *extra), says, {"lib.json": LIB, "d.jsonl": data}
+        )
+        for name, extra, data, says in [
+            ("check-against-missing", ("{tmp}/none.jsonl",), PROBLEMS, "unknown dataset"),
+            ("check-against-unknown", ("no_such_set",), PROBLEMS, "unknown dataset 'no_such_set'"),
+            ("check-against-not-json", ("{tmp}/d.jsonl",), "{x\n", "d.jsonl:1: not valid JSON"),
+            ("check-ngram-0", ("{tmp}/d.jsonl", "--ngram", "0"), PROBLEMS, "ngram must be at least 3"),
+            (
+                "check-threshold-2",
+                ("{tmp}/d.jsonl", "--copy-threshold", "2"),
+                PROBLEMS,
+                "copy_threshold must be in (0, 1]",
+            ),
+        ]
+    ),
+    Row(
+        "check-library-missing", ("library", "check", "{tmp}/none.json", "--against", "easy"), "library file not found"
+    ),
+    # -- tfgrpo export / import --------------------------------------------------------------------------
+    *(
+        Row(name, ("export", "{tmp}/lib.json", "--out", *extra), says, {"lib.json": LIB, **files})
+        for name, extra, says, files in [
+            ("export-unknown-format", ("{tmp}/x.md", "-f", "docx"), "unknown export format 'docx'", {}),
+            ("export-unknown-suffix", ("{tmp}/x.docx",), "cannot tell the format", {}),
+            ("export-template-missing", ("{tmp}/x.md", "--template", "{tmp}/none.j2"), "template file not found", {}),
+            (
+                "export-template-syntax",
+                ("{tmp}/x.md", "--template", "{tmp}/t.j2"),
+                "t.j2 (line 1)",
+                {"t.j2": "{% for %}"},
+            ),
+            (
+                "export-template-undefined",
+                ("{tmp}/x.md", "--template", "{tmp}/t.j2"),
+                "'nosuch' is undefined",
+                {"t.j2": "{{ nosuch.x }}"},
+            ),
+            ("export-out-is-a-folder", ("{tmp}",), "is a folder; give a file path", {}),
+            ("export-out-under-a-file", ("{tmp}/f/x.md",), "is a file, so nothing can be created", {"f": "x"}),
+        ]
+    ),
+    Row("export-library-missing", ("export", "{tmp}/none.json", "--out", "{tmp}/x.md"), "library file not found"),
+    Row(
+        "export-library-not-json",
+        ("export", "{tmp}/lib.json", "--out", "{tmp}/x.md"),
+        "not valid JSON",
+        {"lib.json": "{x"},
+    ),
+    *(
+        Row(name, ("import", "{tmp}/" + file, "--out", "{tmp}/new.json", *extra), says, {file: text} if text else {})
+        for name, file, text, extra, says in [
+            ("import-missing-file", "none.md", None, (), "file not found"),
+            ("import-unknown-format", "a.md", "- a lesson\n", ("-f", "docx"), "unknown import format 'docx'"),
+            ("import-json-not-json", "a.json", "{x", (), "not valid JSON"),
+            (
+                "import-json-wrong-shape",
+                "a.json",
+                '{"experiences": 5}',
+                (),
+                "experiences: Input should be a valid list",
+            ),
+            ("import-empty-file", "a.txt", "\n", (), "no experiences found"),
+            ("import-binary", "a.txt", b"\x89PNG\r\n\x1a\n\xff\x00", (), "byte 0x89 is not valid UTF-8"),
+            ("import-yaml-syntax", "a.yaml", "experiences: [1\n", (), "not valid YAML at line 2"),
+            ("import-yaml-wrong-shape", "a.yaml", "experiences: 5\n", (), "experiences: Input should be a valid list"),
+            (
+                "import-lesson-too-long",
+                "a.txt",
+                "word " * 2_000 + "\n",
+                (),
+                "lesson 1: text: text is 9,999 characters",
+            ),
+            ("import-rendered-too-long", "a.txt", "[G0]. " + "word " * 2_000 + "\n", (), "line 1: text: text is"),
+        ]
+    ),
+    Row(
+        "import-out-exists",
+        ("import", "{tmp}/a.txt", "--out", "{tmp}/lib.json"),
+        "pass --force",
+        {"a.txt": "A.\n", "lib.json": LIB},
+    ),
+    Row(
+        "import-out-is-a-folder",
+        ("import", "{tmp}/a.txt", "--out", "{tmp}", "--force"),
+        "is a folder",
+        {"a.txt": "A.\n"},
+    ),
+    # -- tfgrpo compare ----------------------------------------------------------------------------------
+    *(
+        Row(name, args, says, {**RUN_A, **files})
+        for name, args, says, files in [
+            ("compare-nothing", ("compare",), "give eval run directories", {}),
+            ("compare-without-out", ("compare", "{tmp}/a"), "give eval run directories", {}),
+            ("compare-run-missing", COMPARE, "eval run directory not found", {}),
+            ("compare-not-an-eval-run", COMPARE, "not an eval run", {"b/x.txt": "x"}),
+            ("compare-samples-not-json", COMPARE, "samples.jsonl:1: not valid JSON", {"b/samples.jsonl": "{x\n"}),
+            (
+                "compare-samples-no-problem-id",
+                COMPARE,
+                "row 1 has no 'problem_id'",
+                {"b/samples.jsonl": '{"reward": 1}\n'},
+            ),
+            ("compare-samples-empty", COMPARE, "no scored samples among 0 rows", {"b/samples.jsonl": ""}),
+            ("compare-samples-binary", COMPARE, "byte 0xff is not valid UTF-8", {"b/samples.jsonl": b"\xff\xfe\x00"}),
+            ("compare-metrics-not-json", COMPARE, "metrics.json: not valid JSON", {"b/metrics.json": "{x"}),
+            (
+                "compare-per-problem-bad",
+                COMPARE,
+                "per_problem[0] needs keys",
+                {"b/metrics.json": '{"per_problem": [{"id": 1}]}'},
+            ),
+            (
+                "compare-disjoint-problems",
+                COMPARE,
+                "the runs share no problem",
+                {"b/samples.jsonl": samples("q1", "q2")},
+            ),
+            (
+                "compare-out-is-a-file",
+                ("compare", "{tmp}/a", "--out", "{tmp}/f"),
+                "is a file; give a folder",
+                {"f": "x"},
+            ),
+            ("compare-traces-and-runs", ("compare", "{tmp}/a", "--traces", "{tmp}/t.sqlite"), "either eval run", {}),
+            ("compare-traces-missing", ("compare", "--traces", "{tmp}/none.sqlite"), "trace store not found", {}),
+            (
+                "compare-traces-not-sqlite",
+                ("compare", "--traces", "{tmp}/t.sqlite"),
+                "not a SQLite database",
+                {"t.sqlite": "x"},
+            ),
+            (
+                "compare-learn-run-missing",
+                (*COMPARE[:2], "--out", "{tmp}/r", "--learn-run", "{tmp}/none"),
+                "learn run has no",
+                {},
+            ),
+            (
+                "compare-matrix-missing",
+                ("compare", "--matrix", "{tmp}/none", "--out", "{tmp}/r"),
+                "not an eval matrix",
+                {},
+            ),
+        ]
+    ),
+    # -- tfgrpo finetune: refused before TRL loads a model, and before --out exists -------------------------
+    *(
+        Row(name, (*FINETUNE, *extra), says, {"d.jsonl": data})
+        for name, extra, data, says in [
+            ("finetune-lr-0", ("--lr", "0"), PROBLEMS, "learning_rate must be a number > 0"),
+            ("finetune-lr-negative", ("--learning-rate", "-1"), PROBLEMS, "learning_rate must be a number > 0"),
+            ("finetune-max-steps-0", ("--max-steps", "0"), PROBLEMS, "max_steps must be a whole number >= 1"),
+            ("finetune-max-steps-negative", ("--max-steps", "-1"), PROBLEMS, "max_steps must be a whole number >= 1"),
+            ("finetune-batch-size-0", ("--batch-size", "0"), PROBLEMS, "per_device_train_batch_size must be"),
+            ("finetune-lora-rank-0", ("--lora-r", "0"), PROBLEMS, "lora_r must be >= 1"),
+            ("finetune-lora-alpha-0", ("--lora-alpha", "0"), PROBLEMS, "lora_alpha must be > 0"),
+            ("finetune-unknown-peft", ("--peft", "nosuch"), PROBLEMS, "peft='nosuch' is not one of"),
+            (
+                "finetune-group-size-0",
+                ("--group-size", "0"),
+                PROBLEMS,
+                "num_generations (group size) must be in 1..16",
+            ),
+            ("finetune-unknown-reward", ("--reward", "nosuch"), PROBLEMS, "reward 'nosuch' is neither a reward"),
+            ("finetune-unknown-tool", ("--tools", "nosuch"), PROBLEMS, "unknown tool 'nosuch'"),
+            ("finetune-set-no-value", ("--set", "beta"), PROBLEMS, "--set 'beta': expected KEY=VALUE"),
+            ("finetune-set-bad-yaml", ("--set", "beta=[1"), PROBLEMS, "the value is not valid YAML"),
+            ("finetune-set-unknown-key", ("--set", "bogus=1"), PROBLEMS, "unknown option(s) bogus"),
+            ("finetune-config-missing", ("--config", "{tmp}/none.yaml"), PROBLEMS, "config file not found"),
+            ("finetune-data-not-json", (), "{x\n", "d.jsonl:1: not valid JSON"),
+        ]
+    ),
+    Row(
+        "finetune-unknown-method",
+        ("finetune", "nosuch", "--data", "easy", "--out", "{out}"),
+        "unknown method 'nosuch'",
+    ),
+    Row("finetune-without-data", ("finetune", "grpo", "--out", "{out}"), "finetune needs --data and --out"),
+    Row(
+        "finetune-data-missing",
+        ("finetune", "grpo", "--data", "{tmp}/none.jsonl", "--out", "{out}"),
+        "data file not found",
+    ),
+    Row(
+        "finetune-sft-on-problems",
+        ("finetune", "sft", "--data", "{tmp}/d.jsonl", "--out", "{out}"),
+        "no completions",
+        {"d.jsonl": PROBLEMS},
+    ),
+    Row(
+        "finetune-out-is-a-file",
+        ("finetune", "grpo", "--data", "easy", "--out", "{tmp}/f"),
+        "is a file; give a folder",
+        {"f": "x"},
+    ),
+    # -- tfgrpo experiment -------------------------------------------------------------------------------
+    *(
+        Row(name, ("experiment", recipe, "--out", "{out}", *extra), says, files)
+        for name, recipe, extra, says, files in [
+            ("experiment-unknown-recipe", "nosuch", (), "not a bundled recipe", {}),
+            ("experiment-set-no-value", "quickstart", ("--set", "novalue"), "expected KEY.PATH=VALUE", {}),
+            ("experiment-set-unknown-key", "quickstart", ("--set", "bogus.x=1"), "unknown key 'bogus'", {}),
+            ("experiment-set-bad-yaml", "quickstart", ("--set", "model.model=[1"), "the value is not valid YAML", {}),
+            ("experiment-set-wrong-type", "quickstart", ("--set", "evals.easy.samples=abc"), "evals.easy.samples", {}),
+            ("experiment-recipe-syntax", "{tmp}/r.yaml", (), "not valid YAML at line 2", {"r.yaml": "learn: [1\n"}),
+            ("experiment-recipe-a-list", "{tmp}/r.yaml", (), "the top level must be a mapping", {"r.yaml": "- a\n"}),
+            ("experiment-budget-0", "quickstart", ("--budget-usd", "0"), "--budget-usd must be a number > 0", {}),
+            (
+                "experiment-budget-negative",
+                "quickstart",
+                ("--budget-usd", "-1"),
+                "--budget-usd must be a number > 0",
+                {},
+            ),
+        ]
+    ),
+    Row(
+        "experiment-out-is-a-file",
+        ("experiment", "quickstart", "--out", "{tmp}/f", "--dry-run"),
+        "is a file",
+        {"f": "x"},
+    ),
+    # -- tfgrpo chat -------------------------------------------------------------------------------------
+    *(
+        Row(name, args, says, files)
+        for name, args, says, files in [
+            ("chat-temperature-negative", (*CHAT, "--temperature", "-1"), "sampling.temperature: Input should be", {}),
+            ("chat-top-p-2", (*CHAT, "--top-p", "2"), "sampling.top_p: Input should be less than", {}),
+            ("chat-max-tokens-0", (*CHAT, "--max-tokens", "0"), "sampling.max_tokens: Input should be greater", {}),
+            ("chat-timeout-0", (*CHAT, "--timeout", "0"), "llm.timeout_s: Input should be greater than 0", {}),
+            ("chat-structured-output-bad", (*CHAT, "--structured-output", "maybe"), "llm.structured_output", {}),
+            ("chat-missing-prompt", ("chat",), "Missing argument 'prompt'", {}),
+            ("chat-config-missing", (*CHAT, "--config", "{tmp}/none.yaml"), "config file not found", {}),
+            (
+                "chat-config-unknown-key",
+                (*CHAT, "--config", "{tmp}/c.yaml"),
+                "unknown key 'temprature'",
+                {"c.yaml": "temprature: 1\n"},
+            ),
+            (
+                "chat-base-url-credentials",
+                ("chat", "hi", "--base-url", "http://u:p@127.0.0.1:9/v1"),
+                "may not carry credentials",
+                {},
+            ),
+            (
+                "chat-base-url-not-a-url",
+                ("chat", "hi", "--backend", "openai", "--base-url", "localhost:9/v1"),
+                "not an http(s) URL",
+                {},
+            ),
+            ("chat-adapter-missing", ("chat", "hi", "--adapter", "{tmp}/none"), "adapter directory not found", {}),
+        ]
+    ),
+    # -- tfgrpo serve: refused before it binds a port or opens the trace store -----------------------------
+    *(
+        Row(name, args, says, {"lib.json": LIB, **files})
+        for name, args, says, files in [
+            ("serve-nothing", ("serve",), "--library and --upstream are required", {}),
+            ("serve-library-missing", (*SERVE[:1], "--library", "{tmp}/none.json", *SERVE[3:]), "none.json", {}),
+            ("serve-library-not-json", SERVE, "not valid JSON", {"lib.json": "{x"}),
+            ("serve-upstream-not-a-url", (*SERVE[:3], "--upstream", "notaurl"), "neither an http(s) URL nor llm:", {}),
+            ("serve-upstream-ftp", (*SERVE[:3], "--upstream", "ftp://h/v1"), "neither an http(s) URL nor llm:", {}),
+            (
+                "serve-upstream-credentials",
+                (*SERVE[:3], "--upstream", "http://u:p@h/v1"),
+                "may not carry credentials",
+                {},
+            ),
+            (
+                "serve-upstream-unknown-backend",
+                (*SERVE[:3], "--upstream", "llm:nosuch"),
+                "backend 'nosuch' is not one of",
+                {},
+            ),
+            ("serve-port-negative", (*SERVE, "--port", "-1"), "port: Input should be greater than or equal to 0", {}),
+            (
+                "serve-port-too-big",
+                (*SERVE, "--port", "70000"),
+                "port: Input should be less than or equal to 65535",
+                {},
+            ),
+            ("serve-port-text", (*SERVE, "--port", "abc"), "Invalid value for '--port'", {}),
+            ("serve-holdout-2", (*SERVE, "--holdout", "2"), "holdout: Input should be less than or equal to 1", {}),
+            ("serve-inject-topk-0", (*SERVE, "--inject", "topk:0"), "bad injection 'topk:0'", {}),
+            ("serve-timeout-0", (*SERVE, "--timeout-s", "0"), "timeout_s: Input should be greater than 0", {}),
+            ("serve-retries-negative", (*SERVE, "--max-retries", "-1"), "max_retries: Input should be greater", {}),
+            (
+                "serve-reload-interval-0",
+                (*SERVE, "--reload-interval-s", "0"),
+                "reload_interval_s: Input should be",
+                {},
+            ),
+            ("serve-config-missing", ("serve", "--config", "{tmp}/none.yaml"), "config file not found", {}),
+            (
+                "serve-config-unknown-key",
+                ("serve", "--config", "{tmp}/s.yaml"),
+                "unknown key 'holdot'",
+                {"s.yaml": f"library: lib.json\nupstream: {UPSTREAM}\nholdot: 0.1\n"},
+            ),
+        ]
+    ),
     # -- accepted on purpose (documented) ----------------------------------------------------------------
     Row(
         "eval-large-library-warned",
@@ -203,6 +738,13 @@ ROWS = [
         ("learn", "--data", "{tmp}/d.jsonl", "--out", "{out}", "-G", "2", "--epochs", "1", "--dedup", "off", LLM),
         "2 rollouts (0 failed calls, 0 unscored)",
         {"d.jsonl": json.dumps({"id": "a", "problem": "What is 1+2?", "answer": BIG}) + "\n"},
+        outcome="handled",
+    ),
+    Row(
+        "import-unknown-suffix-read-as-lines",
+        ("import", "{tmp}/lessons.list", "--out", "{tmp}/new.json"),
+        "wrote",
+        {"lessons.list": "Check the carry.\nRe-read the question.\n"},
         outcome="handled",
     ),
 ]
@@ -223,10 +765,10 @@ def _expand(args: tuple[str, ...], tmp: Path, base_url: str) -> list[str]:
 
 
 def _snapshot(folder: Path) -> dict[str, str]:
+    """Every file (by content) and folder under `folder`: an empty run folder left behind counts."""
     return {
-        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "folder"
         for p in folder.rglob("*")
-        if p.is_file()
     }
 
 
@@ -234,6 +776,7 @@ def _snapshot(folder: Path) -> dict[str, str]:
 @pytest.mark.parametrize("row", ROWS, ids=[row.id for row in ROWS])
 def test_bad_input(row: Row, tmp_path: Path, capsys, server) -> None:
     for name, content in row.files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_bytes(content if isinstance(content, bytes) else content.encode("utf-8"))
     before, requests = _snapshot(tmp_path), len(server.bodies)
     code = run_cli(*_expand(row.args, tmp_path, server.base_url))

@@ -179,6 +179,8 @@ def _values(model: type, option: options.Flag) -> tuple[Any, Any]:
         "base_url": (["http://127.0.0.1:1/v1"], ["http://127.0.0.1:2/v1", "http://127.0.0.1:3/v1"]),
         "upstream": (["http://127.0.0.1:1/v1"], ["http://127.0.0.1:2/v1"]),
         "tools": (["python"], ["web_search", "python"]),  # tool names are checked with the config
+        "peft": ("lora", "dora"),  # so is the adapter kind (finetune, before TRL loads)
+        "data": ("easy", "easy_train"),  # and finetune's data: a bundled set, or a file that exists
     }
     if leaf in special:
         return special[leaf]
@@ -232,6 +234,8 @@ def _run(monkeypatch, tmp_path, command: str, yaml_data: dict[str, Any] | None, 
     """Run the command until its settings are built; return them (a config model, or finetune's options)."""
     words, _, module = RUNS[command]
     captured: dict[str, Any] = {}
+    monkeypatch.chdir(tmp_path)  # the input files score and finetune check for before they build anything
+    (tmp_path / "rows.jsonl").write_text('{"completion": "3", "answer": "3"}\n')
     if module is not None:
 
         def spy(model, config, overrides):

@@ -84,7 +84,7 @@ def test_numeric_is_exact_by_default_and_tolerance_is_explicit():
 def test_numeric_unscorable_and_errors():
     reward = NumericReward()
     assert reward(completions=["\\boxed{x}", "\\boxed{4}"], answer=["4", "four"]) == [0.0, None]
-    with pytest.raises(RewardError, match="tolerances"):
+    with pytest.raises(RewardError, match="abs_tol must be >= 0"):
         NumericReward(abs_tol=-1)
 
 

@@ -38,8 +38,11 @@ def register(app: typer.Typer) -> None:
         ] = None,
     ) -> None:
         """Compare eval runs: Mean@K with CIs, pass@k, maj@k, paired differences vs the first run, cost table."""
+        from tfgrpo.core.atomic import folder_target
         from tfgrpo.core.config import ConfigError
 
+        if out is not None:
+            folder_target(out, ConfigError)  # before any run is read: a report folder that cannot be made
         if traces is not None:
             if run_dirs:
                 raise ConfigError("--traces compares served arms; give either eval run directories or --traces")

@@ -32,7 +32,10 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Write LIB as md, txt, json, yaml or a ready system prompt (exactly the text injected while learning)."""
         from experiences import Library, export_library
+        from experiences.errors import ExperienceError
+        from tfgrpo.core.atomic import file_target
 
+        file_target(out, ExperienceError)
         library = Library.load(library_path)
         path = export_library(library, out, fmt, template=template, system_template=system_template)
         typer.echo(f"wrote {path} ({len(library)} experiences, version {library.version})")
@@ -52,8 +55,9 @@ def register(app: typer.Typer) -> None:
         """Read experiences from md / txt / json / yaml / system-prompt files or a plain list of lines into a library."""
         from experiences import import_library
         from experiences.errors import ExperienceError
+        from tfgrpo.core.atomic import file_target
 
-        if out.exists() and not force:
+        if file_target(out, ExperienceError).exists() and not force:
             raise ExperienceError(f"{out} exists; pass --force to overwrite it")
         library = import_library(source, fmt)
         library.save(out)

@@ -8,7 +8,7 @@ import typer
 
 from finetune.adapters import AdapterArguments
 from tfgrpo.cli import options as opt
-from tfgrpo.core.config import ConfigError, deep_merge, drop_unset, read_yaml
+from tfgrpo.core.config import ConfigError, deep_merge, drop_unset, read_yaml, yaml_error_line
 
 METHOD_HELP = "sft | dpo | ipo | cdpo | kto | orpo | ppo | grpo | gspo"
 
@@ -22,7 +22,10 @@ def _parse_sets(items: list[str] | None) -> dict[str, Any]:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise ConfigError(f"--set {item!r}: expected KEY=VALUE")
-        parsed[key.strip().replace("-", "_")] = yaml.safe_load(value)
+        try:
+            parsed[key.strip().replace("-", "_")] = yaml.safe_load(value)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"--set {item!r}: the value is {yaml_error_line(exc)}") from None
     return parsed
 
 
@@ -71,7 +74,7 @@ def register(app: typer.Typer) -> None:
         from rich.console import Console
 
         from finetune.errors import FinetuneError
-        from finetune.run import load_method, run_finetune
+        from finetune.run import DATA_OPTIONS, check_inputs, load_method, run_finetune
 
         file_options = read_yaml(config) if config else {}
         options = deep_merge(deep_merge(file_options, drop_unset(overrides)), _parse_sets(set_))
@@ -80,7 +83,11 @@ def register(app: typer.Typer) -> None:
             raise ConfigError("finetune needs --data and --out (or `data:` and `out:` in --config)")
         console = Console(stderr=True, soft_wrap=True)
         try:
-            load_method(method)  # an unknown method or a missing finetune extra fails before anything is printed
+            # bad options, data or --out, an unknown method or a missing finetune extra: before anything is printed
+            check_inputs(
+                method, data=data, out=out, options={k: v for k, v in options.items() if k not in DATA_OPTIONS}
+            )
+            load_method(method)
             console.print(f"[bold]finetune {method}[/] model={model or 'embedded SmolLM2'} data={data} out={out}")
             summary = run_finetune(method, data=data, out=out, model=model, options=options)
         except FinetuneError as exc:  # the user's input: one line, no traceback

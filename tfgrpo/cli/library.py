@@ -111,9 +111,13 @@ def history(
     from rich.console import Console
     from rich.table import Table
 
+    from experiences import Library
+
     history = _history(library_path, history_dir)
     console = Console()
     versions = history.versions()
+    if not versions and not library_path.is_file():
+        Library.load(library_path)  # a mistyped path is an error, not "no history yet"
     if not versions:
         console.print(
             f"no history for {library_path} (expected {history.directory}); `tfgrpo library apply` creates one."
@@ -165,9 +169,12 @@ def rollback(
     history_dir: HistoryOpt = None,
 ) -> None:
     """Restore an old version's experiences as a NEW version (history is never rewritten; ids are not reused)."""
+    from experiences import Library
     from experiences.transaction import commit_version, open_library
 
     history = _history(library_path, history_dir)
+    Library.load(library_path)  # a missing or unreadable library and an unknown version: refused before the lock
+    history.load(to_version)
     with open_library(library_path, history) as current:
         restored = history.rollback(to_version, current=current)
         commit_version(library_path, history, restored)
@@ -253,20 +260,24 @@ def apply(
 ) -> None:
     """Parse a raw reply, apply the valid operations, save LIB as the next version; print applied and rejected.
     Exit code 1 when the reply had operations and every one was rejected (nothing to save is not success)."""
+    from experiences import Library
     from experiences.errors import ExperienceError
     from experiences.transaction import open_library
+    from tfgrpo.core.textfile import read_text
 
+    Library.load(library_path)  # a missing or unreadable library or reply: refused before the lock (no .lock file)
     if not reply_path.is_file():
         raise ExperienceError(f"reply file not found: {reply_path}")
+    reply = read_text(reply_path, error=ExperienceError)
     # the whole read-modify-write under the library's lock: a concurrent apply waits, no update is lost
     with open_library(library_path, _history(library_path, history_dir)) as library:
-        _apply_reply(library_path, library, reply_path, max_words, max_items, max_tokens, step, dry_run, history_dir)
+        _apply_reply(library_path, library, reply, max_words, max_items, max_tokens, step, dry_run, history_dir)
 
 
 def _apply_reply(
     library_path: Path,
     library,
-    reply_path: Path,
+    reply: str,
     max_words,
     max_items,
     max_tokens,
@@ -275,10 +286,8 @@ def _apply_reply(
     history_dir: Path | None,
 ) -> None:
     from experiences import Budget, apply_operations, parse_operations
-    from experiences.errors import ExperienceError
-    from tfgrpo.core.textfile import read_text
 
-    parsed = parse_operations(read_text(reply_path, error=ExperienceError), library, max_words=max_words)
+    parsed = parse_operations(reply, library, max_words=max_words)
     limited = max_items is not None or max_tokens is not None
     budget = Budget(max_items=max_items, max_prompt_tokens=max_tokens) if limited else None
     result = apply_operations(

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 import typer
 
 from tfgrpo.cli import options as opt
-from tfgrpo.core.config import build_config
+from tfgrpo.core.config import build_config, yaml_error_line
 from tfgrpo.llm.config import LLMConfig
 
 
@@ -22,7 +22,10 @@ def _parse_params(pairs: list[str] | None) -> dict[str, object]:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
             raise RewardError(f"--param expects KEY=VALUE, got {pair!r}")
-        params[key.strip()] = yaml.safe_load(value)
+        try:
+            params[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError as exc:
+            raise RewardError(f"--param {pair!r}: the value is {yaml_error_line(exc)}") from None
     return params
 
 
@@ -55,32 +58,41 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Score each row of a JSONL file. Malformed rows are reported by line number; the rest are scored.
         Exit code 1 when any row was malformed."""
+        import itertools
         import json
         import sys
         from pathlib import Path
 
         from rich.console import Console
 
-        from rewards import get_reward
+        from rewards import JudgeReward, get_reward
         from rewards.errors import RewardError
         from rewards.jsonl import ScoreSummary, score_lines
+        from tfgrpo.core.atomic import file_target
         from tfgrpo.core.textfile import iter_lines
 
         params = _parse_params(param)
-        if reward_name == "judge" and "complete" not in params:
-            params["complete"] = _judge_callable(overrides)
-        reward = get_reward(reward_name, **params)
         source = Path(input_path)
         if not source.is_file():
             raise RewardError(f"input file not found: {input_path}")
+        if out and file_target(out, RewardError).exists() and Path(out).samefile(source):
+            raise RewardError(f"--out {out} is the input file; write the scores to another file")
+        judge = reward_name == "judge" and "complete" not in params
+        reward = get_reward(reward_name, **({**params, "complete": _judge_pending} if judge else params))
+        if judge and isinstance(reward, JudgeReward):  # its parameters are checked: now open the model's client
+            reward.complete = _judge_callable(overrides)
         console = Console(stderr=True, soft_wrap=True)
         summary = ScoreSummary()
         lines = (line for _number, line in iter_lines(source, error=RewardError))  # bad bytes / huge rows: one line
+        rows = score_lines(
+            lines, reward, source=input_path, completion_key=completion_key, answer_key=answer_key, summary=summary
+        )
+        first = next(rows, None)  # an empty input is refused before --out is created
+        if first is None and not summary.malformed:
+            raise RewardError(f"{input_path}: no rows to score")
         sink = open(out, "w", encoding="utf-8") if out else sys.stdout  # noqa: SIM115
         try:
-            for row in score_lines(
-                lines, reward, source=input_path, completion_key=completion_key, answer_key=answer_key, summary=summary
-            ):
+            for row in itertools.chain([first] if first is not None else [], rows):
                 sink.write(json.dumps(row, ensure_ascii=False) + "\n")
         finally:
             if out:
@@ -90,6 +102,11 @@ def register(app: typer.Typer) -> None:
         console.print(f"{reward.name}: {summary.line()}" + (f" -> {out}" if out else ""), highlight=False)
         if summary.malformed:
             raise typer.Exit(1)
+
+
+def _judge_pending(messages: list[dict[str, str]]) -> str:
+    """Stands in for the judge's client while the reward's parameters are checked (never called)."""
+    raise RuntimeError("the judge's client was not set")
 
 
 def _judge_callable(overrides: dict[str, Any]):  # type: ignore[no-untyped-def]

@@ -9,6 +9,8 @@ Read-modify-write of a shared file goes through `locked(path)`: an advisory lock
 library) on `<path>.lock`, so a second writer waits (or fails with a clear message) instead of losing
 an update. `remove_stale_temps` deletes the temp files a killed writer left (call it under the lock).
 `removed_on_failure(folder)` deletes a folder a failed command created, so bad input leaves nothing behind.
+`file_target` / `folder_target` refuse, before any work, an output path that cannot be written: a file where a
+folder is needed, a folder where a file is, or a file among its parents.
 
 `crash_point()` is fault injection for tests: with TFGRPO_TEST_CRASH_AT=N in the environment the
 process exits (os._exit) at the N-th crash point it passes, so a test can kill a commit at every step.
@@ -150,6 +152,32 @@ def removed_on_failure(folder: str | Path) -> Iterator[None]:
         if not existed:
             shutil.rmtree(created, ignore_errors=True)
         raise
+
+
+def file_target(path: str | Path, error: type[Exception]) -> Path:
+    """`path` can be written as a file: it is not a folder and no parent of it is a file; else `error`."""
+    path = Path(path)
+    if path.is_dir():
+        raise error(f"{path} is a folder; give a file path")
+    _no_file_above(path, error)
+    return path
+
+
+def folder_target(path: str | Path, error: type[Exception]) -> Path:
+    """`path` is, or can be created as, a folder: neither it nor a parent of it is a file; else `error`."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise error(f"{path} is a file; give a folder (an existing one or a new name)")
+    _no_file_above(path, error)
+    return path
+
+
+def _no_file_above(path: Path, error: type[Exception]) -> None:
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise error(f"{path}: {parent} is a file, so nothing can be created under it")
+            return
 
 
 def _fsync_directory(directory: Path) -> None:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from tfgrpo.core.secrets import CredentialFreeUrl, SecretKey
+from tfgrpo.core.secrets import CredentialFreeUrl, SecretKey, mask_url
 
 BackendName = Literal["transformers", "llamacpp", "openai", "litellm", "vllm"]
 
@@ -85,4 +86,15 @@ class LLMConfig(BaseModel):
     def _one_or_many(cls, value: Any) -> Any:
         if isinstance(value, str):
             return [value]
+        return value
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_urls(cls, value: list[str]) -> list[str]:
+        # Refused with the config: a URL without its scheme (`localhost:8000/v1`) or a typo was retried as a
+        # connection error six times before failing.
+        for url in value:
+            parts = urlsplit(url)
+            if parts.scheme not in ("http", "https") or not parts.netloc:
+                raise ValueError(f"{mask_url(url)!r} is not an http(s) URL (e.g. http://127.0.0.1:8000/v1)")
         return value
