@@ -1,3 +1,5 @@
 from tfgrpo.cli.app import main
 
-main()
+# The guard: vLLM's engine starts in a spawned process, which imports this module again.
+if __name__ == "__main__":
+    main()

@@ -1,4 +1,4 @@
-"""A stand-in `vllm` module's classes: they record what VLLMBackend gives them (vLLM needs CUDA)."""
+"""A stand-in `vllm` module's classes: they record what VLLMBackend gives them (fast; the real engine: test_vllm_cpu.py)."""
 
 from __future__ import annotations
 

