@@ -11,9 +11,12 @@ it does not come back 200 with the whole body (a stream must end with `data: [DO
     python benchmarks/serve.py --latency-ms 200 --concurrency 64 --arrivals staggered  # independent clients
     python benchmarks/serve.py --latency-ms 0 --concurrency 256 --modes json     # capacity: req/s one worker proxies
     python benchmarks/serve.py --concurrency 64 --modes json --profile prof.txt  # + py-spy profile of the proxy
+    python benchmarks/serve.py --latency-ms 200 --concurrency 64 --workers 2     # two worker processes
 
-"proxy req/s" is the proxied run's throughput (requests / wall time); "proxy CPU / request" is the proxy
-process's own user+system CPU time per request, so 1000 / that is what one fully busy core could proxy.
+"proxy req/s" is the proxied run's throughput (requests / wall time); "proxy CPU / request" is the user+system
+CPU time of the proxy's processes (all workers and their supervisor) per request, and "req/s per core"
+1000 / that: what one fully busy core could proxy. "load" is the 1-minute load average when the cell ended.
+The proxy runs as deployed: access log on (to a file), SQLite traces; `--proxy-args '--no-access-log'` to compare.
 """
 
 from __future__ import annotations
@@ -71,19 +74,26 @@ def proxy_cpu_seconds(pid: int) -> float:
     return cpu_seconds(pid) + reaped + sum(cpu_seconds(kid) for kid in kids)
 
 
-def wait_ready(url: str, process: subprocess.Popen, timeout_s: float = 60.0) -> None:
+def wait_ready(url: str, process: subprocess.Popen, log: Path, *, workers: int = 0, timeout_s: float = 60.0) -> None:
+    """Until `url` answers and, for a proxy, `workers` workers logged their start (`log`: the server's stderr)."""
     import urllib.request
 
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"server exited: {process.stderr.read().decode() if process.stderr else ''}")
+            raise RuntimeError(f"server exited: {log.read_text()[-3000:]}")
         try:
             urllib.request.urlopen(url, timeout=1)
-            return
+            if log.read_text().count('"event": "worker_started"') >= workers:
+                return
         except OSError:
-            time.sleep(0.1)
-    raise RuntimeError(f"{url} did not answer")
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"{url} did not answer: {log.read_text()[-3000:]}")
+
+
+def load_average() -> float:
+    return float(Path("/proc/loadavg").read_text().split()[0])
 
 
 async def one(session: aiohttp.ClientSession, url: str, body: bytes, stream: bool) -> float | None:
@@ -178,6 +188,8 @@ def one_cell(
         "o99": p99 - d99,
         "rate": requests / wall_s,
         "cpu_ms": cpu_ms,
+        "per_core": 1000.0 / cpu_ms if cpu_ms else float("nan"),
+        "load": load_average(),
         "lost": lost,
         "lost_direct": lost_direct,
     }
@@ -204,8 +216,9 @@ def main() -> None:
     parser.add_argument(
         "--profile", default=None, help="Write a py-spy profile (raw format) of the proxied runs here."
     )
+    parser.add_argument("--workers", type=int, default=1, help="`tfgrpo serve --workers N`: worker processes.")
     parser.add_argument(
-        "--proxy-args", default="", help="Extra `tfgrpo serve` options, e.g. '--workers 2' (one string)."
+        "--proxy-args", default="", help="Extra `tfgrpo serve` options, e.g. '--no-access-log' (one string)."
     )
     args = parser.parse_args()
     print(
@@ -221,6 +234,7 @@ def main() -> None:
             ],
         ).save(library)
         up_port, proxy_port = free_port(), free_port()
+        up_log, proxy_log = Path(scratch) / "upstream.log", Path(scratch) / "proxy.log"
         upstream = subprocess.Popen(
             [
                 sys.executable,
@@ -228,7 +242,7 @@ def main() -> None:
                 UPSTREAM_CODE.format(tests=str(ROOT / "tests"), latency=args.latency_ms / 1000, port=up_port),
             ],
             env=env,
-            stderr=subprocess.PIPE,
+            stderr=up_log.open("w"),
         )
         proxy = subprocess.Popen(
             [
@@ -244,21 +258,23 @@ def main() -> None:
                 str(proxy_port),
                 "--traces",
                 str(Path(scratch) / "traces.sqlite"),
+                "--workers",
+                str(args.workers),
                 *args.proxy_args.split(),
             ],
             env=env,
-            stderr=subprocess.PIPE,
+            stderr=proxy_log.open("w"),  # the access log: one line per request, never a pipe nobody reads
         )
         try:
-            wait_ready(f"http://127.0.0.1:{up_port}/v1/models", upstream)
-            wait_ready(f"http://127.0.0.1:{proxy_port}/health", proxy)
+            wait_ready(f"http://127.0.0.1:{up_port}/v1/models", upstream, up_log)
+            wait_ready(f"http://127.0.0.1:{proxy_port}/health", proxy, proxy_log, workers=args.workers)
             print(
                 f"upstream latency {args.latency_ms:g} ms; library of 20 experiences injected; traces in SQLite; "
-                f"clients start {args.arrivals}\n"
+                f"clients start {args.arrivals}; {args.workers} worker(s)\n"
             )
-            header = "| clients | mode | requests | direct p50 | direct p99 | proxy p50 | proxy p99 | overhead p50 | overhead p99 | proxy req/s | proxy CPU / request | lost |"
+            header = "| clients | mode | requests | direct p50 | direct p99 | proxy p50 | proxy p99 | overhead p50 | overhead p99 | proxy req/s | proxy CPU / request | req/s per core | lost | load |"
             print(header)
-            print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+            print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
             for concurrency in args.concurrency:
                 for mode in args.modes:
                     requests = args.requests or (200 if concurrency == 1 else 2000)
@@ -271,9 +287,9 @@ def main() -> None:
                     print(
                         f"| {concurrency} | {mode} | {requests} | {cell['d50']:.2f} ms | {cell['d99']:.2f} ms | "
                         f"{cell['p50']:.2f} ms | {cell['p99']:.2f} ms | {cell['o50']:+.2f} ms | {cell['o99']:+.2f} ms | "
-                        f"{cell['rate']:.0f} | {cell['cpu_ms']:.2f} ms | {lost:.0f}"
+                        f"{cell['rate']:.0f} | {cell['cpu_ms']:.2f} ms | {cell['per_core']:.0f} | {lost:.0f}"
                         + (f" (direct lost {lost_direct:.0f})" if lost_direct else "")
-                        + " |",
+                        + f" | {cell['load']:.1f} |",
                         flush=True,
                     )
         finally:

@@ -1,9 +1,12 @@
-"""Test servers for `tfgrpo serve`: a scripted OpenAI-compatible upstream, and a way to run any ASGI app.
+"""Test servers for `tfgrpo serve`: a scripted OpenAI-compatible upstream, a way to run any ASGI app, and
+`tfgrpo serve` itself as a subprocess (its log in a file, read while it runs).
 
     upstream = ScriptedUpstream(latency_s=0.0)         # raw ASGI: chat completions (JSON and SSE), /v1/models
     upstream.push(Fault(status=429, headers={"retry-after": "0"}))
     with running(upstream) as base, running(create_app(config)) as proxy:
         OpenAI(base_url=proxy + "/v1", api_key="x").chat.completions.create(...)
+    with serve_cli(tmp_path / "serve.log", "--library", LIB, "--upstream", base + "/v1", workers=2) as url:
+        events(tmp_path / "serve.log", "access")            # the JSON log lines of one event
 
 The reply text comes from `responder(messages, k)`, k counting identical requests (sample k of a group).
 Written as a bare ASGI callable so the benchmark's fixed latency is the upstream's only cost.
@@ -14,14 +17,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+import httpx
 import uvicorn
+
+from tests.helpers.servers import free_port
 
 
 @dataclass
@@ -41,9 +51,11 @@ class ScriptedUpstream:
         responder: Callable[[list[dict[str, Any]], int], str] | None = None,
         record: bool = True,
         ignores_stream: bool = False,
+        reply_headers: dict[str, str] | None = None,
     ):
         self.latency_s = latency_s
         self.ignores_stream = ignores_stream  # answer JSON even to `stream: true`, as some servers do
+        self.reply_headers = reply_headers or {}  # sent with every whole (JSON) reply, e.g. a set-cookie
         self.responder = responder or (lambda messages, k: "scripted reply")
         self.script: deque[Fault] = deque()
         self.bodies: list[dict[str, Any]] = []
@@ -133,6 +145,7 @@ class ScriptedUpstream:
                     "choices": choices,
                     "usage": usage,
                 },
+                self.reply_headers,
             )
 
 
@@ -201,3 +214,44 @@ def running(app: Any, *, timeout_s: float = 30.0) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(timeout=timeout_s)
+
+
+@contextlib.contextmanager
+def serve_cli(log: Path, *args: str, workers: int = 1, timeout_s: float = 120.0) -> Iterator[str]:
+    """`python -m tfgrpo serve ARGS --port FREE --workers N`, its stderr in `log`; yield its base URL once
+    every worker has started; stop it with SIGINT (graceful: traces written) afterwards."""
+    port = free_port()
+    command = [sys.executable, "-m", "tfgrpo", "serve", *args, "--port", str(port), "--workers", str(workers)]
+    with open(log, "w") as stderr:
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while len(events(log, "worker_started")) < workers:
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"tfgrpo serve did not start:\n{log.read_text()[-3000:]}")
+            time.sleep(0.1)
+        base = f"http://127.0.0.1:{port}"
+        httpx.get(base + "/health", timeout=30).raise_for_status()
+        yield base
+    finally:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def events(log: Path, event: str) -> list[dict[str, Any]]:
+    """The JSON lines of `log` whose "event" is `event`, in order (other lines skipped)."""
+    found = []
+    for line in log.read_text().splitlines():
+        if not line.startswith("{"):
+            continue
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if entry.get("event") == event:
+            found.append(entry)
+    return found

@@ -97,7 +97,7 @@ def test_scripted_backend_json_and_stream_with_library_arms_headers_and_traces(t
         models = httpx.get(url + "/v1/models").json()
         assert models["data"][0]["id"] == "scripted"
         health = httpx.get(url + "/health").json()
-        assert health["upstreams"] == ["llm:openai:scripted"] and health["upstream_calls"]["calls"] == 4
+        assert health["upstreams"] == 1 and health["upstream_calls"]["calls"] == 4  # how many, never where
 
 
 def test_holdout_arm_is_served_without_the_library(tmp_path):

@@ -1,5 +1,5 @@
 """What the upstream answers, as the client sees it and as it is traced: unusable 200 bodies, a JSON answer
-to a stream request, several choices, and error messages that do not name the upstream."""
+to a stream request, several choices, error messages that do not name the upstream, and no cookie kept."""
 
 from __future__ import annotations
 
@@ -137,3 +137,18 @@ def test_error_messages_do_not_name_the_upstream(tmp_path):
         for response in (_chat(url), _chat(url, stream=True), httpx.get(url + "/v1/models")):
             assert response.status_code == 502 and _is_openai_error(response)
             assert str(port) not in response.text and "127.0.0.1" not in response.text
+
+
+def test_cookies_the_upstream_sets_are_not_kept_for_the_next_client(tmp_path):
+    """A proxy holds no cookie jar: one client's session cookie must not travel with another's request
+    (aiohttp's default jar keeps cookies of named hosts, not of IP addresses: hence `localhost`)."""
+    upstream = ScriptedUpstream(reply_headers={"set-cookie": "session=client-a; Path=/"})
+    with running(upstream) as base:
+        config = ServeConfig(
+            library=write_library(tmp_path / "library.json"),
+            upstream=[base.replace("127.0.0.1", "localhost") + "/v1"],
+            traces=str(tmp_path / "t.sqlite"),
+        )
+        with running(create_app(config)) as url:
+            assert _chat(url).status_code == 200 and _chat(url).status_code == 200
+    assert len(upstream.headers) == 2 and all("cookie" not in headers for headers in upstream.headers)

@@ -1,4 +1,4 @@
-"""`tfgrpo serve`: a learned library behind an OpenAI-compatible endpoint (thin over `tfgrpo.serve.app`)."""
+"""`tfgrpo serve`: a learned library behind an OpenAI-compatible endpoint (thin over `tfgrpo.serve.runner`)."""
 
 from __future__ import annotations
 
@@ -8,30 +8,35 @@ import typer
 
 from tfgrpo.cli import options as opt
 from tfgrpo.core.config import ConfigError, build_config
-from tfgrpo.core.secrets import mask_url
 from tfgrpo.serve.config import ServeConfig
 
 FLAGS = [
-    opt.flag(name)
-    for name in (
-        "library",
-        "upstream",
-        "port",
-        "host",
-        "model",
-        "api_key",
-        "inject",
-        "store_dir",
-        "holdout",
-        "arm_key_header",
-        "traces",
-        "reward",
-        "reward_min",
-        "reward_max",
-        "timeout_s",
-        "max_retries",
-        "reload_interval_s",
-    )
+    *(
+        opt.flag(name)
+        for name in (
+            "library",
+            "upstream",
+            "port",
+            "host",
+            "workers",
+            "model",
+            "api_key",
+            "inject",
+            "store_dir",
+            "holdout",
+            "arm_key_header",
+            "traces",
+            "reward",
+            "reward_min",
+            "reward_max",
+            "timeout_s",
+            "max_retries",
+            "reload_interval_s",
+            "client_keys",
+        )
+    ),
+    opt.flag("forward_client_auth_header", "--forward-client-auth-header/--no-forward-client-auth-header"),
+    opt.flag("access_log", "--access-log/--no-access-log"),
 ]
 
 
@@ -46,27 +51,11 @@ def register(app: typer.Typer) -> None:
             raise ConfigError("--library and --upstream are required (or --config serve.yaml)")
         settings = build_config(ServeConfig, config, overrides)
         try:
-            import uvicorn
-
-            from tfgrpo.serve.app import create_app
+            from tfgrpo.serve.runner import serve
         except ImportError as exc:
             raise ConfigError(
-                f"serving needs FastAPI and uvicorn: pip install 'tfgrpo[serve]' ({exc.name} is missing)"
+                f"serving needs FastAPI, uvicorn and prometheus_client: pip install 'tfgrpo[serve]' "
+                f"({exc.name} is missing)"
             ) from None
-        server_app = create_app(settings)
-        state = server_app.state.serve
-        Console(stderr=True, soft_wrap=True).print(
-            f"serving library v{state.live.current.version} ({len(state.live.current.library)} experiences) "
-            f"on http://{settings.host}:{settings.port}/v1 -> {', '.join(settings.upstream)}; "
-            f"traces: {mask_url(settings.traces)}",
-            highlight=False,
-        )
-        uvicorn.run(
-            server_app,
-            host=settings.host,
-            port=settings.port,
-            log_level="warning",
-            access_log=False,
-            timeout_graceful_shutdown=30,
-            proxy_headers=False,  # nothing reads the client address: its middleware was ~2% of CPU per request
-        )
+        console = Console(stderr=True, soft_wrap=True)
+        serve(settings, announce=lambda line: console.print(line, highlight=False))

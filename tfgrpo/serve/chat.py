@@ -3,7 +3,9 @@
 The client gets the upstream's bytes as they came (a JSON body, or an SSE stream copied chunk by chunk),
 except where they would not be what it asked for: a reply that came whole to a `stream: true` request
 (an `llm:` upstream, or a server that ignores `stream`) is written out as a finished SSE stream. Every
-exchange is traced with the text of every choice, failed ones with their status and error code.
+exchange is traced with the text of every choice, failed ones with their status and error code, and
+reported to the request's `RequestRecord` (arm, library, upstream attempts, error) for the access log.
+With `forward_client_auth_header`, the client's own Authorization header goes upstream instead of the server's key.
 """
 
 from __future__ import annotations
@@ -15,8 +17,10 @@ from typing import Any
 from starlette.datastructures import Headers
 from starlette.responses import Response
 
+from tfgrpo.serve.errors import RequestRejected
 from tfgrpo.serve.exchange import Exchange, parse_body, prepare
 from tfgrpo.serve.llm_upstream import LLMUpstream, usage_of
+from tfgrpo.serve.observe import RequestRecord
 from tfgrpo.serve.passthrough import SSEPassthrough
 from tfgrpo.serve.replies import choice_texts, sse_from_completion, sse_texts, wants_usage
 from tfgrpo.serve.state import ServeState
@@ -26,9 +30,19 @@ PATH = "/chat/completions"
 SSE = "text/event-stream"
 
 
-async def chat_completions(state: ServeState, headers: Headers, raw: bytes) -> Response | SSEPassthrough:
+async def chat_completions(
+    state: ServeState, headers: Headers, raw: bytes, record: RequestRecord
+) -> Response | SSEPassthrough:
     """The answer to one chat request (RequestRejected for a request that cannot be served)."""
     config = state.config
+    authorization = headers.get("authorization") if config.forward_client_auth_header else None
+    if config.forward_client_auth_header and not authorization:
+        raise RequestRejected(
+            401,
+            "this server forwards your own key upstream: send Authorization: Bearer YOUR_UPSTREAM_KEY",
+            "missing_api_key",
+            headers={"www-authenticate": "Bearer"},
+        )
     inject = headers.get("x-tfgrpo-inject")
     arguments: dict[str, Any] = dict(
         body=parse_body(raw, max_json_depth=config.max_json_depth),
@@ -42,27 +56,34 @@ async def chat_completions(state: ServeState, headers: Headers, raw: bytes) -> R
     # topk embeds the query (tens of ms of CPU): off the event loop, so other requests keep flowing
     topk = (inject or config.inject).strip().lower().startswith("topk")
     exchange = await asyncio.to_thread(prepare, **arguments) if topk else prepare(**arguments)
+    record.exchange = exchange
     if isinstance(state.upstream, LLMUpstream):
-        return await _complete_llm(state, state.upstream, exchange)
+        return await _complete_llm(state, state.upstream, exchange, record)
     if exchange.stream:
-        return await _stream(state, state.upstream, exchange)
-    return await _complete(state, state.upstream, exchange)
+        return await _stream(state, state.upstream, exchange, record, authorization)
+    return await _complete(state, state.upstream, exchange, record, authorization)
 
 
-async def _complete(state: ServeState, upstream: Upstream, exchange: Exchange) -> Response:
+async def _complete(
+    state: ServeState, upstream: Upstream, exchange: Exchange, record: RequestRecord, authorization: str | None
+) -> Response:
     try:
-        reply = await upstream.post_json(PATH, exchange.upstream_bytes())
+        reply = await upstream.post_json(PATH, exchange.upstream_bytes(), authorization=authorization)
     except UpstreamFailure as failure:
-        return _failed(state, exchange, failure)
+        return _failed(state, exchange, failure, record)
+    record.attempts = reply.attempts
     _trace_whole(state, exchange, reply)
     return Response(reply.content, status_code=reply.status, media_type="application/json", headers=exchange.headers())
 
 
-async def _stream(state: ServeState, upstream: Upstream, exchange: Exchange) -> Response | SSEPassthrough:
+async def _stream(
+    state: ServeState, upstream: Upstream, exchange: Exchange, record: RequestRecord, authorization: str | None
+) -> Response | SSEPassthrough:
     try:
-        reply = await upstream.post_stream(PATH, exchange.upstream_bytes())
+        reply = await upstream.post_stream(PATH, exchange.upstream_bytes(), authorization=authorization)
     except UpstreamFailure as failure:
-        return _failed(state, exchange, failure)
+        return _failed(state, exchange, failure, record)
+    record.attempts = reply.attempts
     if isinstance(reply, JsonReply):  # the upstream ignored `stream`: its whole reply, as a finished stream
         _trace_whole(state, exchange, reply)
         content = sse_from_completion(reply.data, include_usage=wants_usage(exchange.body))
@@ -71,17 +92,22 @@ async def _stream(state: ServeState, upstream: Upstream, exchange: Exchange) -> 
     def traced(status: int, sent: bytes) -> None:
         replies, usage = sse_texts(sent)
         error = None if status < 400 else "upstream_broke_off"
+        if error is not None:
+            record.error = error
+            state.observer.upstream_failed(error, status, reply.attempts, exchange.id)
         _trace(state, exchange, status=status, replies=replies, usage=usage, upstream=reply.url, error=error)
 
     return SSEPassthrough(reply.response, exchange.headers(), traced)
 
 
-async def _complete_llm(state: ServeState, upstream: LLMUpstream, exchange: Exchange) -> Response:
+async def _complete_llm(
+    state: ServeState, upstream: LLMUpstream, exchange: Exchange, record: RequestRecord
+) -> Response:
     """A whole reply from the client layer, sent as JSON or as a finished SSE stream."""
     try:
         completions = await upstream.complete(exchange)
     except UpstreamFailure as failure:
-        return _failed(state, exchange, failure)
+        return _failed(state, exchange, failure, record)
     data = upstream.completion(exchange, completions)
     replies = [completion.text for completion in completions]
     _trace(state, exchange, status=200, replies=replies, usage=usage_of(completions), upstream=upstream.urls[0])
@@ -118,7 +144,9 @@ def _trace(
     state.traces.add(row)
 
 
-def _failed(state: ServeState, exchange: Exchange, failure: UpstreamFailure) -> Response:
+def _failed(state: ServeState, exchange: Exchange, failure: UpstreamFailure, record: RequestRecord) -> Response:
+    record.attempts, record.error = failure.attempts, failure.code
+    state.observer.upstream_failed(failure.code, failure.status, failure.attempts, exchange.id)
     _trace(state, exchange, status=failure.status, replies=None, usage=None, upstream=None, error=failure.code)
     headers = failure.headers | exchange.headers() | {"x-tfgrpo-attempts": str(failure.attempts)}
     headers.pop("content-type", None)

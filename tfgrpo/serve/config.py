@@ -76,6 +76,42 @@ class ServeConfig(BaseModel):
     )
     reward_min: float = Field(0.0, description="Smallest reward /v1/feedback accepts (a gold answer is scored).")
     reward_max: float = Field(1.0, description="Largest reward /v1/feedback accepts.")
+    feedback_wait_s: float = Field(
+        1.0,
+        ge=0,
+        description="Seconds /v1/feedback keeps looking for an exchange id it cannot find yet (another worker or "
+        "replica may have served it and not written its trace yet: trace writers write every 0.1 s); then 404.",
+    )
+    workers: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="Worker processes sharing the port. Arms stay sticky (a hash of the user key), every worker "
+        "hot-reloads the library, /metrics adds up all workers; /health and /ready answer for the worker asked.",
+    )
+    metrics_dir: Path | None = Field(
+        None,
+        description="With workers > 1: the folder for prometheus_client's per-process metric files (its "
+        "*.db files are removed at start; default: a temporary folder, removed at exit).",
+    )
+    access_log: bool = Field(
+        True,
+        description="One JSON line per request on stderr (route, status, latency, arm, library version and hash, "
+        "exchange id, upstream attempts); never a key, an Authorization header or a message.",
+    )
+    ready_timeout_s: float = Field(
+        2.0, gt=0, description="Seconds /ready (and /health) wait for the upstream and the trace store to answer."
+    )
+    client_keys: Path | None = Field(
+        None,
+        description="File of client API keys, one per line: the key itself or sha256:HEX of it ('#' starts a "
+        "comment). Set: every /v1/ route needs `Authorization: Bearer KEY` (else 401).",
+    )
+    forward_client_auth_header: bool = Field(
+        False,
+        description="Send each client's own Authorization header upstream instead of the server's key (never "
+        "logged or traced); a request without one gets 401.",
+    )
     llm: LLMConfig | None = Field(
         None,
         description="More client-layer settings of an llm: upstream (base_url, concurrency, prices, dtype, ...); "
@@ -116,6 +152,23 @@ class ServeConfig(BaseModel):
     def _reward_bounds_in_order(self) -> ServeConfig:
         if self.reward_min >= self.reward_max:
             raise ValueError(f"reward_min ({self.reward_min:g}) must be below reward_max ({self.reward_max:g})")
+        return self
+
+    @model_validator(mode="after")
+    def _one_way_to_authenticate(self) -> ServeConfig:
+        if not self.forward_client_auth_header:
+            return self
+        if self.client_keys is not None:
+            raise ValueError(
+                "client_keys and forward_client_auth_header both read the client's Authorization header: choose one "
+                "(client keys authenticate clients to this server; forwarding lets the upstream authenticate them)"
+            )
+        if self.api_key is not None:
+            raise ValueError(
+                "forward_client_auth_header sends each client's own key upstream, so api_key would never be used"
+            )
+        if self.llm_spec is not None:
+            raise ValueError("forward_client_auth_header needs an HTTP upstream: an llm: upstream holds its own key")
         return self
 
     @model_validator(mode="after")

@@ -14,7 +14,13 @@ from collections.abc import Mapping
 
 from starlette.responses import JSONResponse
 
+from tfgrpo.core.config import ConfigError
+
 URL = re.compile(r"\b[a-z][a-z0-9+.-]*://[^\s'\"]+", re.IGNORECASE)
+
+
+class ServeStartupError(ConfigError):
+    """serve cannot start (trace store unreachable, port in use, unreadable client keys): one line, exit 2."""
 
 
 class RequestRejected(Exception):

@@ -2,7 +2,8 @@
 
 A request takes `LiveLibrary.current` once, at its start, and uses that snapshot to the end; a reload
 builds a new snapshot off the event loop and swaps the reference. A file that does not load (half
-written, invalid) keeps the old version serving and is counted in `/health`.
+written, invalid) keeps the old version serving and is counted in `/health`. Both are reported to
+`on_reload` / `on_reload_error` (serve logs and counts them).
 
 A snapshot is identified by its content hash, not only by the file's `version`: editing a lesson without
 bumping `version` serves different text, so it must be a different version in traces and comparisons.
@@ -14,6 +15,7 @@ import asyncio
 import hashlib
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +24,8 @@ from experiences.errors import ExperienceError
 from experiences.render import render, render_system_text
 from experiences.store import ExperienceStore
 from tfgrpo.rollout.injection import Injector
+
+MISSING = (-1, -1)  # the stamp of a file that is not there
 
 
 @dataclass(frozen=True)
@@ -45,12 +49,22 @@ class Snapshot:
 
 
 class LiveLibrary:
-    def __init__(self, path: Path, *, store_dir: Path | None = None):
+    def __init__(
+        self,
+        path: Path,
+        *,
+        store_dir: Path | None = None,
+        on_reload: Callable[[Snapshot], None] | None = None,
+        on_reload_error: Callable[[str], None] | None = None,
+    ):
         self.path = path
         self.store_dir = store_dir
+        self.on_reload = on_reload
+        self.on_reload_error = on_reload_error
         self.current = Snapshot.load(path)
         self.reloads = 0
         self.reload_errors: list[str] = []
+        self._failed_stamp: tuple[int, int] | None = None
         self._store_lock = threading.Lock()
         self._store: ExperienceStore | None = None  # built at the first topk request (loads an embedding model)
 
@@ -70,17 +84,24 @@ class LiveLibrary:
         try:
             stamp = _stamp(self.path)
         except OSError as exc:
-            self._note_error(f"{self.path}: {exc.strerror or exc}")
+            if self._failed_stamp != MISSING:  # noted once, until the file is back
+                self._failed_stamp = MISSING
+                self._note_error(f"{self.path}: {exc.strerror or exc}")
             return False
-        if stamp == self.current.stamp:
+        if self._failed_stamp == MISSING:
+            self._failed_stamp = None
+        if stamp in (self.current.stamp, self._failed_stamp):  # a file that failed is tried again once changed
             return False
         try:
             snapshot = Snapshot.load(self.path)
         except (ExperienceError, OSError, ValueError) as exc:
+            self._failed_stamp = stamp
             self._note_error(str(exc).splitlines()[0])
             return False
         self.current = snapshot
         self.reloads += 1
+        if self.on_reload is not None:
+            self.on_reload(snapshot)
         return True
 
     async def watch(self, interval_s: float) -> None:
@@ -95,6 +116,8 @@ class LiveLibrary:
 
     def _note_error(self, message: str) -> None:
         self.reload_errors = (self.reload_errors + [message])[-10:]
+        if self.on_reload_error is not None:
+            self.on_reload_error(message)
 
 
 def _stamp(path: Path) -> tuple[int, int]:

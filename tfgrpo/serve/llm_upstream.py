@@ -57,7 +57,8 @@ class LLMUpstream:
     async def aclose(self) -> None:
         await self.client.aclose()
 
-    async def get(self, path: str) -> tuple[int, bytes]:
+    async def get(self, path: str, *, authorization: str | None = None) -> tuple[int, bytes]:
+        """`authorization` is refused with an llm: upstream (config), so never given."""
         if path != "/models":
             return 404, error_bytes(404, f"{path} is not served by an llm: upstream", "unknown_route")
         model = {"id": self.model_name, "object": "model", "created": 0, "owned_by": "tfgrpo"}

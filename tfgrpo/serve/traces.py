@@ -9,6 +9,9 @@ an API key or an Authorization header. Feedback is appended to its own table (ev
 in order); the exchange row holds the latest, which is what comparisons use.
 
 A store written by an older version is upgraded in place on open: missing (nullable) columns are added.
+A store that cannot be opened (server down, bad URL, no driver) is a `TraceStoreError`, one line naming the
+URL without its password. Several processes may share a store: PostgreSQL as it is, a SQLite file in WAL
+mode with a 30 s busy timeout (writers wait for each other's short batch transactions; local disk only).
 """
 
 from __future__ import annotations
@@ -17,10 +20,14 @@ import json
 import threading
 import time
 from collections import Counter, deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
+
+from tfgrpo.core.config import ConfigError
+from tfgrpo.core.secrets import mask_url
 
 #: the longest exchange id the store can hold (ids it hands out are 32 hex characters)
 ID_CHARS = 40
@@ -63,6 +70,17 @@ FEEDBACK = sa.Table(
 )
 
 
+#: seconds to wait for PostgreSQL to accept a connection, and for a locked SQLite file
+CONNECT_TIMEOUT_S = 10
+SQLITE_BUSY_TIMEOUT_S = 30
+#: called (from the writer thread) for each row the store refused: the row, and why
+OnDrop = Callable[[dict[str, Any], BaseException], None]
+
+
+class TraceStoreError(ConfigError):
+    """The trace store cannot be opened: one line naming it (password masked) and the database's reason."""
+
+
 def database_url(traces: str | Path) -> str:
     """A SQLAlchemy URL as given, or `sqlite:///PATH` for a plain file path."""
     text = str(traces)
@@ -70,13 +88,21 @@ def database_url(traces: str | Path) -> str:
 
 
 class TraceStore:
-    def __init__(self, traces: str | Path, *, batch_size: int = 512, interval_s: float = 0.1):
+    def __init__(
+        self, traces: str | Path, *, batch_size: int = 512, interval_s: float = 0.1, on_drop: OnDrop | None = None
+    ):
         url = database_url(traces)
-        self.engine = sa.create_engine(url, pool_pre_ping=not url.startswith("sqlite"))
-        if url.startswith("sqlite"):
-            sa.event.listen(self.engine, "connect", _sqlite_wal)
-        METADATA.create_all(self.engine)
-        _add_missing_columns(self.engine, EXCHANGES)
+        try:
+            self.engine = _engine(url)
+            METADATA.create_all(self.engine)
+            _add_missing_columns(self.engine, EXCHANGES)
+        except (sa.exc.SQLAlchemyError, ImportError) as exc:
+            reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+            raise TraceStoreError(
+                f"trace store {mask_url(url)}: cannot open it "
+                f"({type(exc).__name__}: {mask_url(reason[0]) if reason else ''})"
+            ) from None
+        self.on_drop = on_drop
         # A deque, not a queue.Queue: append/popleft are atomic and take no lock, so `add` costs the request
         # nothing but an append; the writer wakes every `interval_s` (or at once for `flush`).
         self._pending: deque[dict[str, Any]] = deque()
@@ -121,6 +147,16 @@ class TraceStore:
             self._writer = None
         self._drain()
         self.engine.dispose()
+
+    @property
+    def pending(self) -> int:
+        """Rows queued and not written yet."""
+        return len(self._pending)
+
+    def ping(self) -> None:
+        """Raise unless the database answers a query (readiness)."""
+        with self.engine.connect() as connection:
+            connection.execute(sa.text("SELECT 1"))
 
     def set_feedback(self, exchange_id: str, *, reward: float, gold: str | None = None) -> bool:
         """Append a reward (and the gold answer it came from) to the exchange's history and make it the
@@ -174,8 +210,10 @@ class TraceStore:
             try:
                 with self.engine.begin() as connection:
                     connection.execute(EXCHANGES.insert(), [row])
-            except Exception:  # noqa: BLE001 - a database outage must not kill serving; counted in /health
+            except Exception as exc:  # noqa: BLE001 - a database outage must not kill serving; counted, logged
                 self.write_errors += 1
+                if self.on_drop is not None:
+                    self.on_drop(row, exc)
 
     # ------------------------------------------------------------------ reading
     def exchange(self, exchange_id: str) -> dict[str, Any] | None:
@@ -261,6 +299,16 @@ def _add_missing_columns(engine: sa.Engine, table: sa.Table) -> None:
         except sa.exc.DBAPIError:  # another process added it meanwhile (several servers, one database)
             if column.name not in {c["name"] for c in sa.inspect(engine).get_columns(table.name)}:
                 raise
+
+
+def _engine(url: str) -> sa.Engine:
+    if url.startswith("sqlite"):
+        engine = sa.create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S})
+        sa.event.listen(engine, "connect", _sqlite_wal)
+        return engine
+    # libpq's connect_timeout: an unreachable host fails in seconds, not after the OS's TCP timeout
+    arguments = {"connect_timeout": CONNECT_TIMEOUT_S} if url.startswith("postgresql") else {}
+    return sa.create_engine(url, pool_pre_ping=True, connect_args=arguments)
 
 
 def _sqlite_wal(connection: Any, _record: Any) -> None:

@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 import aiohttp
 from tenacity import RetryCallState, wait_exponential_jitter
+from yarl import URL
 
 from tfgrpo.llm.accounting import RETRY_CAUSES, Accounting
 from tfgrpo.llm.backends.errors_map import map_status_error, parse_retry_after
@@ -52,6 +54,7 @@ class JsonReply:
     content: bytes
     data: dict[str, Any]
     url: str
+    attempts: int = 1
 
 
 @dataclass
@@ -60,6 +63,7 @@ class StreamReply:
 
     response: aiohttp.ClientResponse
     url: str
+    attempts: int = 1
 
 
 @dataclass
@@ -85,10 +89,13 @@ class Upstream:
         max_retries: int,
         backoff_s: float,
         retry_after_max_s: float = 60.0,
+        on_retry: Callable[[str], None] | None = None,
     ):
+        """`on_retry(cause)`: called for each attempt retried (serve counts them)."""
         self.urls = urls
         self.accounting = Accounting()
         self.counters = RetryCounters()
+        self.on_retry = on_retry
         self._headers = {"content-type": "application/json"} | (
             {"authorization": f"Bearer {api_key}"} if api_key else {}
         )
@@ -99,39 +106,70 @@ class Upstream:
         )
         self._retry_after_max_s = retry_after_max_s
         self._in_flight = {url: 0 for url in urls}
+        self._targets: dict[tuple[str, str], URL] = {}  # parsed once: yarl parses a str URL on every request
         self._session: aiohttp.ClientSession | None = None
 
     async def open(self) -> None:
         # No total deadline (a stream may run long); a timeout is `timeout_s` without a byte from the upstream.
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=self._timeout_s, sock_read=self._timeout_s)
+        # No cookie jar: a proxy must not keep one client's Set-Cookie for the next (and skipping it saves
+        # ~15% of aiohttp's CPU per request, measured).
         self._session = aiohttp.ClientSession(
-            timeout=timeout, connector=aiohttp.TCPConnector(limit=0), auto_decompress=False
+            timeout=timeout,
+            connector=aiohttp.TCPConnector(limit=0),
+            auto_decompress=False,
+            cookie_jar=aiohttp.DummyCookieJar(),
         )
 
     async def aclose(self) -> None:
         if self._session is not None:
             await self._session.close()
 
-    async def get(self, path: str) -> tuple[int, bytes]:
+    async def get(self, path: str, *, authorization: str | None = None) -> tuple[int, bytes]:
         url = min(self.urls, key=self._in_flight.__getitem__)
-        async with self._client().get(url + path, headers=self._headers) as response:
+        async with self._client().get(url + path, headers=self._with(authorization)) as response:
             return response.status, await response.read()
 
-    async def post_json(self, path: str, body: bytes) -> JsonReply:
-        """The whole reply, parsed; retried while it fails transiently or its body is unusable."""
-        return cast(JsonReply, await self._post(path, body, stream=False))  # a StreamReply comes only for streams
+    async def probe(self, timeout_s: float) -> list[tuple[bool, str]]:
+        """Each upstream's `GET /models`: (answered below 500, what happened), in `urls` order, without URLs."""
 
-    async def post_stream(self, path: str, body: bytes) -> StreamReply | JsonReply:
+        async def one(url: str) -> tuple[bool, str]:
+            try:
+                timeout = aiohttp.ClientTimeout(total=timeout_s)
+                async with self._client().get(url + "/models", headers=self._headers, timeout=timeout) as response:
+                    return response.status < 500, f"answered {response.status}"
+            except asyncio.TimeoutError:
+                return False, f"no answer within {timeout_s:g}s"
+            except aiohttp.ClientError as exc:
+                return False, f"unreachable: {type(exc).__name__}"
+
+        return list(await asyncio.gather(*(one(url) for url in self.urls)))
+
+    async def post_json(self, path: str, body: bytes, *, authorization: str | None = None) -> JsonReply:
+        """The whole reply, parsed; retried while it fails transiently or its body is unusable.
+        `authorization`: the client's own header, sent instead of the server's key."""
+        reply = await self._post(path, body, stream=False, headers=self._with(authorization))
+        return cast(JsonReply, reply)  # a StreamReply comes only for streams
+
+    async def post_stream(
+        self, path: str, body: bytes, *, authorization: str | None = None
+    ) -> StreamReply | JsonReply:
         """The SSE response to stream on, or the whole reply when the upstream ignored `stream` and answered
         JSON."""
-        return await self._post(path, body, stream=True)
+        return await self._post(path, body, stream=True, headers=self._with(authorization))
 
-    async def _post(self, path: str, body: bytes, *, stream: bool) -> StreamReply | JsonReply:
+    def _with(self, authorization: str | None) -> dict[str, str]:
+        return self._headers if authorization is None else self._headers | {"authorization": authorization}
+
+    async def _post(self, path: str, body: bytes, *, stream: bool, headers: dict[str, str]) -> StreamReply | JsonReply:
         attempts = 0
         while True:
             attempts += 1
             try:
-                return await self._attempt(min(self.urls, key=self._in_flight.__getitem__), path, body, stream)
+                url = min(self.urls, key=self._in_flight.__getitem__)
+                reply = await self._attempt(url, path, body, stream, headers)
+                reply.attempts = attempts
+                return reply
             except UpstreamFailure as failure:  # the request's own fault: retrying cannot help
                 failure.attempts = attempts
                 self.accounting.record_failure(TAG)
@@ -142,11 +180,15 @@ class Upstream:
                     self.accounting.record_failure(TAG)
                     raise retryable.failure from None
                 self.accounting.record_retry(TAG, retryable.cause)
+                if self.on_retry is not None:
+                    self.on_retry(retryable.cause)
                 await asyncio.sleep(self._delay(retryable.retry_after, attempts))
 
-    async def _attempt(self, url: str, path: str, body: bytes, stream: bool) -> StreamReply | JsonReply:
+    async def _attempt(
+        self, url: str, path: str, body: bytes, stream: bool, headers: dict[str, str]
+    ) -> StreamReply | JsonReply:
         try:
-            response = await self._send(url, path, body)
+            response = await self._send(url, path, body, headers)
         except asyncio.TimeoutError:
             self.counters.timeouts += 1
             message = f"the upstream did not answer within {self._timeout_s:g}s"
@@ -197,10 +239,10 @@ class Upstream:
             "error_statuses": dict(self.counters.by_status),
         }
 
-    async def _send(self, url: str, path: str, body: bytes) -> aiohttp.ClientResponse:
+    async def _send(self, url: str, path: str, body: bytes, headers: dict[str, str]) -> aiohttp.ClientResponse:
         self._in_flight[url] += 1
         try:
-            return await self._client().post(url + path, data=body, headers=self._headers)
+            return await self._client().post(self._target(url, path), data=body, headers=headers)
         finally:
             self._in_flight[url] -= 1
 
@@ -223,6 +265,12 @@ class Upstream:
         state = RetryCallState(retry_object=None, fn=None, args=(), kwargs={})  # type: ignore[arg-type]
         state.attempt_number = attempt
         return self._backoff(state)
+
+    def _target(self, url: str, path: str) -> URL:
+        target = self._targets.get((url, path))
+        if target is None:
+            target = self._targets[(url, path)] = URL(url + path)
+        return target
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None:
