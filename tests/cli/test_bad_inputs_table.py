@@ -717,6 +717,10 @@ ROWS = [
                 {},
             ),
             ("serve-config-missing", ("serve", "--config", "{tmp}/none.yaml"), "config file not found", {}),
+            ("serve-reward-unknown", (*SERVE, "--reward", "nosuch"), "unknown reward 'nosuch'", {}),
+            ("serve-traces-under-a-file", (*SERVE[:5], "--traces", "{tmp}/f/t.sqlite"), "is a file, so", {"f": "x"}),
+            ("serve-traces-unknown-scheme", (*SERVE[:5], "--traces", "nosuchdb://x"), "use a SQLite file path", {}),
+            ("serve-traces-a-folder", (*SERVE[:5], "--traces", "{tmp}"), "is a folder", {}),
             (
                 "serve-config-unknown-key",
                 ("serve", "--config", "{tmp}/s.yaml"),

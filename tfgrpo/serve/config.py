@@ -148,6 +148,32 @@ class ServeConfig(BaseModel):
             refuse_url_credentials(url)  # the key goes in api_key; traces and /health name the upstream URL
         return [url.rstrip("/") for url in value]
 
+    @field_validator("reward")
+    @classmethod
+    def _known_reward(cls, value: str) -> str:
+        from rewards.registry import REWARD_NAMES  # here: the config module stays light to import
+
+        if value not in REWARD_NAMES:
+            raise ValueError(f"unknown reward {value!r}; choose one of: {', '.join(REWARD_NAMES)}")
+        return value
+
+    @field_validator("traces")
+    @classmethod
+    def _usable_trace_store(cls, value: str) -> str:
+        """A SQLite path whose folder can hold it, or a SQLAlchemy URL of a database we have a driver for."""
+        if "://" in value:
+            scheme = value.split("://", 1)[0].split("+", 1)[0]
+            if scheme not in ("sqlite", "postgresql"):
+                raise ValueError(f"traces {mask_url(value)!r}: use a SQLite file path or a postgresql+psycopg:// URL")
+            return value
+        path = Path(value)
+        if path.is_dir():
+            raise ValueError(f"traces {value!r} is a folder; give the trace store a file path")
+        blocking = next((parent for parent in path.parents if parent.exists()), None)
+        if blocking is not None and not blocking.is_dir():
+            raise ValueError(f"traces {value!r}: {blocking} is a file, so the trace store cannot go under it")
+        return value
+
     @model_validator(mode="after")
     def _reward_bounds_in_order(self) -> ServeConfig:
         if self.reward_min >= self.reward_max:
