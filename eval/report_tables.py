@@ -35,6 +35,8 @@ def build_tables(comparison: Comparison) -> list[Table]:
         tables.append(_learn_table(comparison))
     if comparison.learn_experiences:
         tables.append(_experiences_table(comparison.learn_experiences))
+    if any(system.provenance.get("finetune_method") for system in comparison.systems):
+        tables.append(_finetune_table(comparison.systems))
     tables.extend(_selection_tables(comparison.learn_selection))
     if comparison.seed_sets:
         tables.append(_seed_table(comparison.seed_sets))
@@ -164,6 +166,53 @@ def _experiences_table(experiences: list[dict[str, Any]]) -> Table:
         headers=["Id", "Experience", "Provenance"],
         rows=[[e["id"], e["text"], _provenance(e.get("provenance") or {})] for e in experiences],
         note="The library the library arm was evaluated with (the learn run's library.json).",
+    )
+
+
+def _finetune_table(systems: list[SystemSummary]) -> Table:
+    def count(value: Any) -> str:
+        return "–" if value is None else f"{int(value):,}"
+
+    rows = []
+    for system in systems:
+        provenance = system.provenance
+        if not provenance.get("finetune_method"):
+            continue
+        groups = provenance.get("finetune_groups") or {}
+        batches = provenance.get("finetune_rl_batches")
+        rows.append(
+            [
+                system.name,
+                f"{provenance['finetune_method']} ({provenance.get('finetune_peft') or 'full'})",
+                str(provenance.get("adapter") or "–"),
+                count(provenance.get("train_samples")),
+                count(provenance.get("finetune_steps")),
+                count(provenance.get("finetune_tokens_processed")),
+                count(provenance.get("finetune_tokens_in_loss")),
+                f"{groups['filtered']} of {groups['total']}" if groups else "–",
+                f"{provenance.get('finetune_rl_batches_nothing_to_learn', 0)} of {batches}" if batches else "–",
+                _duration(provenance.get("finetune_wall_s")),
+            ]
+        )
+    return Table(
+        key="finetune",
+        title="Fine-tuned baselines: what the training did",
+        headers=[
+            "System",
+            "Method",
+            "Adapter",
+            "Training samples",
+            "Optimizer steps",
+            "Tokens processed",
+            "Tokens in the loss",
+            "Groups filtered (equal rewards)",
+            "Batches with nothing to learn",
+            "Time",
+        ],
+        rows=rows,
+        note="From each adapter's finetune_summary.json. Tokens processed: through the model in training (prompt "
+        "included; RL: the generated batches). Tokens in the loss: SFT: the completion tokens; RL: the completion "
+        "tokens of the groups kept, whose advantage can be non-zero.",
     )
 
 

@@ -265,5 +265,12 @@ def _finetune_provenance(adapter: str | None) -> dict[str, Any]:
                 "finetune_peft": data.get("peft"),
                 "finetune_wall_s": data.get("wall_time_s"),
                 "train_samples": data.get("samples"),
+                # what the training did (finetune.run.learning_signal): the per-set report's training table
+                "finetune_steps": data.get("steps"),
+                "finetune_tokens_processed": data.get("tokens_processed"),
+                "finetune_tokens_in_loss": data.get("tokens_in_loss"),
+                "finetune_groups": data.get("groups"),
+                "finetune_rl_batches": data.get("rl_batches"),
+                "finetune_rl_batches_nothing_to_learn": data.get("rl_batches_nothing_to_learn"),
             }
     return {}

@@ -159,6 +159,10 @@ class LearningSignalMixin:
 
     batches_generated = 0
     batches_with_nothing_to_learn = 0
+    #: training totals over every generation batch (all processes): what `finetune_summary.json` reports
+    tokens_in_loss_total = 0
+    groups_total = 0
+    groups_filtered_total = 0
 
     def _record_learning_signal(self, output: dict[str, Any], mode: str, groups_filtered: int | None) -> None:
         loss_mask = output["completion_mask"] * output.get("tool_mask", 1)
@@ -175,6 +179,8 @@ class LearningSignalMixin:
         if mode != "train":
             return
         self.batches_generated += 1
+        self.tokens_in_loss_total += int(tokens)
+        self.groups_filtered_total += groups_filtered or 0
         if learnable == 0:
             self.batches_with_nothing_to_learn += 1
             why = (
@@ -205,6 +211,8 @@ class GroupFilteredGRPOTrainer(LearningSignalMixin, trl.GRPOTrainer):
         local_slice = slice(self.accelerator.process_index * local, (self.accelerator.process_index + 1) * local)
 
         groups_filtered = None
+        if mode == "train":
+            self.groups_total += rewards.numel() // group_size
         if group_size == 1:
             advantages = rewards - torch.nanmean(rewards)
             if self.scale_rewards != "none" and rewards.numel() > 1:

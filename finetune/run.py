@@ -3,7 +3,8 @@
 `run_finetune("grpo", model=..., data=..., out=...)` is what `tfgrpo finetune` calls. The output folder
 holds the adapter (`adapter_config.json` + `adapter_model.safetensors`, a standard peft adapter) or the
 full model, the tokenizer, `metrics.jsonl` (one line per logging step) and `finetune_summary.json`
-(method, base model, wall time, samples, steps) for `tfgrpo compare`'s cost table.
+(method, base model, wall time, samples, steps, tokens processed and in the loss, RL groups filtered) for
+`tfgrpo compare`'s cost and training tables.
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ from finetune.models import (
     load_tokenizer,
     resolve_model_source,
 )
+from rewards import REWARD_NAMES
+from tfgrpo.core.atomic import folder_target
+from tfgrpo.rollout.tools import BUILTIN_TOOLS, parse_tool_names
 
 logger = logging.getLogger(__name__)
 
@@ -88,8 +92,62 @@ def load_method(method: str) -> tuple[type, Any]:
     return getattr(module, spec.config_class), getattr(module, spec.builder)
 
 
+def check_inputs(method: str, *, data: str | Path, out: str | Path, options: dict[str, Any]) -> Path:
+    """What can be refused before TRL is imported or anything is written, in one line each: the method, an
+    output folder that cannot be made, `check_options`, and data that is neither a file, a learn run nor a
+    bundled set. Returns `out` as a Path."""
+    method_spec(method)
+    out = folder_target(out, FinetuneError)
+    check_options(method, options)
+    if data_builders.bundled_dataset_name(data) is None:
+        data_builders.resolve_data_file(data)
+    return out
+
+
+def check_options(method: str, options: dict[str, Any]) -> None:
+    """Options TRL would take without a word or fail on deep inside torch (learning_rate 0 trains nothing, a
+    batch size of 0), the adapter settings, and an RL method's reward and tools (else found only after the
+    model has loaded), checked without importing TRL."""
+    spec = method_spec(method)
+    for key, minimum in (("learning_rate", 0.0), ("num_train_epochs", 0.0)):
+        value = options.get(key)
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int | float) or not value > minimum
+        ):
+            hint = " (YAML reads 1e-4 as text: write 1.0e-4)" if isinstance(value, str) else ""
+            raise FinetuneError(f"{method}: {key} must be a number > {minimum:g} (got {value!r}){hint}")
+    for key in ("per_device_train_batch_size", "gradient_accumulation_steps", "max_steps"):
+        value = options.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            hint = "; leave it out to train for num_train_epochs" if key == "max_steps" else ""
+            raise FinetuneError(f"{method}: {key} must be a whole number >= 1 (got {value!r}){hint}")
+    adapter_fields = {f.name for f in dataclasses.fields(adapters.AdapterArguments)}
+    try:
+        adapters.AdapterArguments(
+            **{k: v for k, v in options.items() if k in adapter_fields}
+        ).check_adapter_arguments()
+    except (ValueError, TypeError) as exc:
+        raise FinetuneError(f"{method} config: {exc}") from None
+    if spec.data != "prompts":
+        return
+    reward = options.get("reward")
+    if isinstance(reward, str) and reward not in REWARD_NAMES and not Path(reward).is_dir():
+        raise FinetuneError(
+            f"{method}: reward {reward!r} is neither a reward ({', '.join(REWARD_NAMES)}) nor a reward-model folder"
+        )
+    unknown = [
+        name for name in parse_tool_names(options.get("tools")) if name not in BUILTIN_TOOLS and ":" not in name
+    ]
+    if unknown:
+        raise FinetuneError(
+            f"{method}: unknown tool '{unknown[0]}'; available: {', '.join(sorted(BUILTIN_TOOLS))} "
+            "(or 'package.module:ClassName' for your own)"
+        )
+
+
 def build_method_config(method: str, options: dict[str, Any]) -> Any:
     """The method's config from `options` (YAML + command line); unknown keys and bad values name the key."""
+    check_options(method, options)
     config_class, _ = load_method(method)
     known = {f.name for f in dataclasses.fields(config_class)}
     unknown = sorted(set(options) - known)
@@ -187,18 +245,18 @@ def run_finetune(
     """Train `method` on `data`, save into `out`, return the summary written to finetune_summary.json."""
     started = time.perf_counter()
     spec = method_spec(method)
-    _, builder = load_method(method)  # also checks that trl / peft / datasets are installed
     _refuse_fsdp_on_cpu()
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     options = dict(options or {})
     data_options = {key: options.pop(key) for key in DATA_OPTIONS if key in options}
+    out = check_inputs(method, data=data, out=out, options=options)  # before TRL loads
     if spec.module != "grpo" and any(options.get(key) for key in ("tools", "tool_options", "max_turns")):
         raise FinetuneError(f"{method}: tools (multi-turn rollouts) work with grpo and gspo only")
 
     rows = build_dataset_rows(spec.data, data, data_options)  # bad data fails before any model loads
+    _, builder = load_method(method)  # also checks that trl / peft / datasets are installed
     source = resolve_model_source(model)
     config, quantization = _training_config(method, options, source, out)
+    out.mkdir(parents=True, exist_ok=True)  # every option and the data are checked: nothing is written before
     tokenizer = load_tokenizer(source)
     quantization_config = adapters.bnb_quantization_config(quantization) if quantization else None
     policy = load_model(source, quantization_config=quantization_config)
@@ -235,9 +293,11 @@ def run_finetune(
 def _refuse_fsdp_on_cpu() -> None:
     """`accelerate launch --use_fsdp` sets ACCELERATE_USE_FSDP for every process; on CPU accelerate keeps the
     processes plain DDP (MULTI_CPU) and would ignore FSDP without a word, so say it instead."""
+    if os.environ.get("ACCELERATE_USE_FSDP", "").lower() not in ("1", "true"):
+        return
     import torch
 
-    if os.environ.get("ACCELERATE_USE_FSDP", "").lower() in ("1", "true") and not torch.cuda.is_available():
+    if not torch.cuda.is_available():
         raise FinetuneError(
             "FSDP needs GPUs: accelerate runs CPU processes as plain DDP; drop --use_fsdp (DDP) or run on GPUs"
         )
@@ -345,13 +405,27 @@ def finish_longlora(model: Any, config: Any) -> dict[str, int] | None:
 
 
 def learning_signal(trainer: Any) -> dict[str, Any]:
-    """RL methods: generation batches and those with nothing to learn (see finetune.grpo.LearningSignalMixin)."""
-    if not hasattr(trainer, "batches_with_nothing_to_learn"):
-        return {}
-    return {
-        "rl_batches": trainer.batches_generated,
-        "rl_batches_nothing_to_learn": trainer.batches_with_nothing_to_learn,
-    }
+    """What the training saw: `tokens_processed` (TRL's count of tokens through the model), `tokens_in_loss`
+    (SFT: the completion tokens the loss is computed on; RL: the completion tokens of groups kept, per
+    generation batch), and for RL methods the generation batches, those with nothing to learn and the
+    groups filtered for equal rewards (see finetune.grpo.LearningSignalMixin)."""
+    import torch
+
+    signal: dict[str, Any] = {}
+    seen = [entry["num_tokens"] for entry in trainer.state.log_history if entry.get("num_tokens") is not None]
+    if seen:
+        signal["tokens_processed"] = int(seen[-1])
+    if hasattr(trainer, "batches_with_nothing_to_learn"):  # RL: counted on every process over all of them
+        signal["tokens_in_loss"] = int(trainer.tokens_in_loss_total)
+        signal.update(
+            rl_batches=trainer.batches_generated, rl_batches_nothing_to_learn=trainer.batches_with_nothing_to_learn
+        )
+        if getattr(trainer, "groups_total", 0):
+            signal["groups"] = {"total": trainer.groups_total, "filtered": trainer.groups_filtered_total}
+    elif hasattr(trainer, "tokens_in_loss_total"):  # SFT: each process counted its own batches
+        local = torch.tensor([trainer.tokens_in_loss_total], device=trainer.accelerator.device)
+        signal["tokens_in_loss"] = int(trainer.accelerator.gather(local).sum().item())
+    return signal
 
 
 def check_something_learned(method: str, config: Any, summary: dict[str, Any]) -> None:

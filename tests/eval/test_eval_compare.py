@@ -90,7 +90,14 @@ def test_compare_writes_a_report_that_renders(tmp_path):
         tmp_path / "tuned",
         synthetic_samples(WEAK, seed=1),
         label="lora",
-        provenance={"finetune_method": "sft", "finetune_wall_s": 7200},
+        provenance={
+            "finetune_method": "sft",
+            "finetune_peft": "lora",
+            "finetune_wall_s": 7200,
+            "finetune_steps": 200,
+            "finetune_tokens_processed": 123456,
+            "finetune_tokens_in_loss": 65432,
+        },
     )
     learn = tmp_path / "learn"
     learn.mkdir()
@@ -113,11 +120,12 @@ def test_compare_writes_a_report_that_renders(tmp_path):
     assert "| library | +" in markdown and "better" in markdown and "no significant difference" in markdown
     assert "$0.1800" in markdown and "learn 50.0 min" in markdown and "fine-tune 2.0 h" in markdown
     assert "![Accuracy with 95% CI](accuracy.png)" in markdown
+    assert "| lora | sft (lora) | – | – | 200 | 123,456 | 65,432 | – | – | 2.0 h |" in markdown  # what training did
 
     parser = _HTMLCollector()
     parser.feed(files["html"].read_text(encoding="utf-8"))
     parser.close()
-    assert parser.tags.count("table") == 5  # accuracy, paired, cost, per-problem, learn run
+    assert parser.tags.count("table") == 6  # accuracy, paired, cost, per-problem, learn run, fine-tuned training
     assert len(parser.images) == 3
     for src in parser.images:
         assert src.startswith("data:image/png;base64,")

@@ -307,12 +307,109 @@ def test_bundled_recipes_plan(name, tmp_path):
     recipe = load_recipe(name)
     plan = build_plan(recipe, tmp_path)
     assert plan[-1].id == "report" and len({s.fingerprint for s in plan}) == len(plan)
-    if name == "baselines-local":
+    if recipe.finetunes:
         from finetune.models import device_training_defaults
         from finetune.run import build_method_config
 
-        assert {s.id for s in plan} >= {"finetune/sft", "finetune/grpo", "eval/amc23/sft", "eval/amc23/grpo"}
+        evals = {f"eval/{set_name}/{name}" for set_name in recipe.evals for name in ("sft", "grpo")}
+        assert {s.id for s in plan} >= {"finetune/sft", "finetune/grpo", *evals}
         for spec in recipe.finetunes.values():  # the options are valid TRL configs, as `tfgrpo finetune` builds them
             build_method_config(
                 spec.method, {**device_training_defaults(), "output_dir": str(tmp_path), **spec.options}
             )
+
+
+def test_quickstart_baselines_evaluates_all_four_rows_on_one_engine_and_trains_on_the_learn_run(tmp_path):
+    recipe = load_recipe("quickstart-baselines")
+    plan = {step.id: step for step in build_plan(recipe, tmp_path / "qb")}
+    assert plan["learn/seed-42"].config.llm.backend == "llamacpp"  # learning: the fast local path
+    llms = {name: plan[f"eval/easy/{name}"].config.llm for name in ("base", "library-seed-42", "sft", "grpo")}
+    assert {llm.backend for llm in llms.values()} == {"transformers"}  # every row decoded by the same engine
+    assert llms["base"].adapter is None and llms["sft"].adapter == str(tmp_path / "qb" / "finetune" / "sft")
+    settings = {
+        (plan[f"eval/easy/{name}"].config.sampling.model_dump_json(), plan[f"eval/easy/{name}"].config.samples)
+        for name in llms
+    }
+    assert (
+        len(settings) == 1 and plan["eval/easy/base"].config.sampling.seed == 0
+    )  # same K, sampling, seed for all four
+    for name in ("sft", "grpo"):  # both baselines on the learn run's problems (SFT: its successful rollouts)
+        assert plan[f"finetune/{name}"].deps == ["learn/seed-42"]
+    overridden = load_recipe("quickstart-baselines", ["finetunes.grpo.options.max_steps=5"])
+    changed = {s.id for s in build_plan(overridden, tmp_path / "qb") if s.fingerprint != plan[s.id].fingerprint}
+    assert changed == {"finetune/grpo", "eval/easy/grpo", "report"}  # --set reaches a baseline's settings
+
+
+def test_the_time_estimate_follows_the_timed_speeds(tmp_path):
+    from tfgrpo.experiment.timing import Speed, speed_key, step_llms, step_seconds
+
+    batched = Speed("transformers", load_s=1.0, prompt_tps=100.0, step_s=0.1, row_s=0.01, batch=32)
+    # 40 replies of 10 tokens: a batch of 32 (10 steps of 0.1 + 31 x 0.01) then one of 8 (10 steps of 0.1 + 7 x 0.01)
+    assert batched.decode_s(40, 10) == pytest.approx(10 * 0.41 + 10 * 0.17)
+    copies = Speed("llamacpp x2", load_s=0.5, prompt_tps=100.0, step_s=0.05, streams=2.0)
+    assert copies.decode_s(4, 10) == pytest.approx(4 * 10 * 0.05 / 2) and copies.prefill_s(400) == 2.0
+
+    recipe = load_recipe("quickstart-baselines")
+    plan = build_plan(recipe, tmp_path / "qb")
+    speeds = {speed_key(step_llms(recipe, step)): copies for step in plan if step.kind == "learn"}
+    speeds.update({speed_key(step_llms(recipe, step)): batched for step in plan if step.kind in ("eval", "finetune")})
+    assert len(speeds) == 2  # one llama.cpp, one transformers: timed once each
+    seconds = {step.id: step_seconds(recipe, step, speeds) for step in plan}
+    # an eval: load, 32 prompts, then 32 replies of 96 tokens in one batch
+    calls = estimate_step(next(s for s in plan if s.id == "eval/easy/base"), recipe.estimate)
+    assert seconds["eval/easy/base"] == pytest.approx(
+        1.0 + calls.prompt_tokens / 100.0 + 96 * (0.1 + 31 * 0.01), rel=1e-3
+    )
+    assert seconds["finetune/grpo"] > seconds["finetune/sft"] > 1.0  # GRPO also generates its groups
+    assert all(value is not None and value > 0 for value in seconds.values())
+    twice_as_slow = {key: Speed(**{**vars(speed), "step_s": 2 * speed.step_s}) for key, speed in speeds.items()}
+    assert step_seconds(recipe, plan[0], twice_as_slow) > seconds[plan[0].id]
+    assert step_seconds(load_recipe("paper-math"), build_plan(load_recipe("paper-math"), tmp_path)[0], {}) is None
+
+
+def test_a_failed_baseline_keeps_the_other_rows_marks_its_own_and_is_tried_again(tmp_path):
+    from tests.helpers.tiny_models import tiny_model_dir
+
+    tiny = str(tiny_model_dir(tmp_path / "tiny", "qwen2"))
+    options = {"peft": "lora", "max_steps": 1, "per_device_train_batch_size": 2}
+    finetunes = {
+        "sft": {"method": "sft", "model": tiny, "data": "learn", "options": options},
+        # no rollout reaches reward 2: no SFT data, a `tfgrpo finetune` error before any model loads
+        "broken": {"method": "sft", "model": tiny, "data": "learn", "options": {**options, "success_threshold": 2}},
+    }
+    out = tmp_path / "exp"
+    with WorldServer(World()) as server:
+        recipe = write_recipe(tmp_path, server.base_url, seeds=(1,), finetunes=finetunes)
+        result = run(recipe, "--out", out, "--set", "estimate.calibrate=false")
+        assert result.exit_code == 0, result.output
+        assert "finetune/broken failed" in result.output and "no usable sft examples" in result.output
+        actions = last_actions(out)
+        assert actions["finetune/broken"] == actions["eval/arith/broken"] == "failed"
+        assert actions["finetune/sft"] == actions["eval/arith/sft"] == actions["report"] == "ran"
+        table = json.loads((out / "report" / "table.json").read_text())
+        assert [row[0] for row in table["rows"]] == ["base", "library seed 1", "broken (sft)", "sft"]
+        broken = table["rows"][2]
+        assert broken[1].startswith("failed: learn/seed-1/rollouts.jsonl: no usable sft examples")  # path relative
+        assert broken[2:] == ["–", "–", "–", "–", "–"]
+        assert all(row[1][0].isdigit() for index, row in enumerate(table["rows"]) if index != 2)
+        assert "failed: " in (out / "report" / "report.md").read_text()
+        assert state(out)["steps"]["finetune/broken"]["status"] == "failed"
+
+        again = run(recipe, "--out", out, "--set", "estimate.calibrate=false")
+        assert again.exit_code == 0, again.output
+        actions = last_actions(out)
+        assert actions["finetune/broken"] == "failed" and actions["report"] == "ran"  # tried again, redrawn
+        assert {actions[k] for k in actions if "broken" not in k and k != "report"} == {"skipped"}
+
+        fixed = run(
+            recipe,
+            "--out",
+            out,
+            "--set",
+            "estimate.calibrate=false",
+            "--set",
+            "finetunes.broken.options.success_threshold=1",
+        )
+        assert fixed.exit_code == 0, fixed.output
+        rows = json.loads((out / "report" / "table.json").read_text())["rows"]
+        assert rows[2][1][0].isdigit() and last_actions(out)["finetune/broken"] == "ran"

@@ -136,6 +136,10 @@ def test_sft_adapter_is_evaluated_with_its_provenance(tiny_dir, problems_file, s
     assert provenance["finetune_method"] == "sft"
     assert provenance["finetune_wall_s"] == summary["wall_time_s"] > 0
     assert provenance["train_samples"] == summary["samples"] == 8
+    # what the training did, for the report's training table: the loss is on the completions only
+    assert provenance["finetune_steps"] == summary["steps"] > 0
+    assert provenance["finetune_tokens_in_loss"] == summary["tokens_in_loss"]
+    assert 0 < summary["tokens_in_loss"] < summary["tokens_processed"] == provenance["finetune_tokens_processed"]
     assert metrics["num_problems"] == len(PROBLEMS) and metrics["k"] == 2
     samples = [json.loads(line) for line in (tmp_path / "eval" / "samples.jsonl").read_text().splitlines()]
     assert len(samples) == 2 * len(PROBLEMS)

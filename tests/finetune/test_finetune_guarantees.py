@@ -293,6 +293,7 @@ def test_grpo_run_that_learns_nothing_fails_unless_allowed(tiny_dir, tmp_path, c
     assert "nothing to learn: all 2 groups filtered" in caplog.text
     summary = json.loads((tmp_path / "a" / "finetune_summary.json").read_text())  # the work is still written
     assert summary["rl_batches"] == summary["rl_batches_nothing_to_learn"] == 2
+    assert summary["tokens_in_loss"] == 0 and summary["groups"] == {"total": 4, "filtered": 4}
     logs = [json.loads(line) for line in (tmp_path / "a" / "metrics.jsonl").read_text().splitlines()]
     steps = [entry for entry in logs if "tokens_in_loss" in entry]
     assert len(steps) == 2
@@ -326,6 +327,8 @@ def test_grpo_step_with_signal_reports_its_tokens(tokenizer, tmp_path):
     assert trainer.batches_generated == 1 and trainer.batches_with_nothing_to_learn == 0
     entry = next(h for h in trainer.state.log_history if "tokens_in_loss" in h)
     assert entry["tokens_in_loss"] > 0 and entry["groups_filtered"] == 0 and entry["nothing_to_learn"] == 0
+    assert trainer.tokens_in_loss_total == entry["tokens_in_loss"]  # the run's total, for finetune_summary.json
+    assert (trainer.groups_total, trainer.groups_filtered_total) == (2, 0)
 
 
 # --- 5. config errors are one line; eval of a full fine-tune; eval label --------------------------------------

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from tfgrpo.cli import options as opt
-from tfgrpo.experiment.recipe import Recipe
+from tfgrpo.experiment.recipe import BUNDLED_RECIPES, Recipe
 
 EXIT_BUDGET = 3
 EXIT_INTERRUPTED = 130
@@ -19,7 +19,7 @@ def register(app: typer.Typer) -> None:
     def experiment_command(
         recipe: Annotated[
             str,
-            typer.Argument(help="A recipe YAML file, or a bundled one: paper-math | quickstart | baselines-local."),
+            typer.Argument(help=f"A recipe YAML file, or a bundled one: {' | '.join(BUNDLED_RECIPES)}."),
         ],
         out: Annotated[
             str,
@@ -38,7 +38,11 @@ def register(app: typer.Typer) -> None:
             float | None, typer.Option("--budget-usd", help="Cap on the whole experiment's spend, in USD.")
         ] = None,
         dry_run: Annotated[
-            bool, typer.Option("--dry-run", help="Print the plan and the cost estimate; spend nothing.")
+            bool,
+            typer.Option(
+                "--dry-run",
+                help="Print the plan and the cost and time estimates (local backends timed); spend nothing.",
+            ),
         ] = False,
         api_key: Annotated[
             str | None, typer.Option("--api-key", help=opt.option_help(Recipe, opt.flag("model.api_key")))

@@ -136,13 +136,19 @@ def _llm_of(step: Step) -> LLMConfig | None:
     return getattr(step.config, "llm", None)
 
 
+def step_calls(step: Step, est: EstimateSpec) -> list[Calls]:
+    """The LLM calls of a learn or eval step, by kind (none for fine-tuning and the report)."""
+    if step.kind == "learn":
+        return _learn_calls(step, est)
+    if step.kind == "eval":
+        return _eval_calls(step, est)
+    return []
+
+
 def estimate_step(step: Step, est: EstimateSpec) -> StepEstimate:
     """Calls, tokens and USD of one step (fine-tuning and the report are local: $0)."""
-    if step.kind == "learn":
-        calls = _learn_calls(step, est)
-    elif step.kind == "eval":
-        calls = _eval_calls(step, est)
-    else:
+    calls = step_calls(step, est)
+    if not calls:
         return StepEstimate()
     llm = _llm_of(step)
     pricing = resolve_pricing(
@@ -166,4 +172,4 @@ def estimate_step(step: Step, est: EstimateSpec) -> StepEstimate:
     )
 
 
-__all__ = ["StepEstimate", "estimate_step"]
+__all__ = ["Calls", "StepEstimate", "estimate_step", "step_calls"]

@@ -179,15 +179,16 @@ def finetune_steps(recipe: Recipe, out: Path) -> list[Step]:
 def _eval_systems(recipe: Recipe, out: Path) -> list[tuple[str, str, dict[str, Any], list[str]]]:
     """(system, label, eval overrides, deps) for every system of the table, in row order."""
     systems = []
+    frozen = _llm_dict(recipe.eval_model or recipe.model)
     if recipe.baseline:
-        systems.append(("base", "base", {"llm": _llm_dict(recipe.model)}, []))
+        systems.append(("base", "base", {"llm": frozen}, []))
     for seed in recipe.learn.seeds if recipe.learn else []:
         library = out / "learn" / f"seed-{seed}" / "library.json"
         systems.append(
             (
                 f"library-seed-{seed}",
                 f"library seed {seed}",
-                {"library": str(library), "llm": _llm_dict(recipe.model)},
+                {"library": str(library), "llm": frozen},
                 [f"learn/seed-{seed}"],
             )
         )

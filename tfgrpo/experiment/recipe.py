@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from tfgrpo.core.config import ConfigError, format_validation_error, load_yaml_text, read_yaml, yaml_error_line
 from tfgrpo.llm.config import LLMConfig
 
-BUNDLED_RECIPES = ("paper-math", "quickstart", "baselines-local")
+BUNDLED_RECIPES = ("paper-math", "quickstart", "quickstart-baselines", "baselines-local")
 
 
 class LearnSpec(BaseModel):
@@ -82,6 +82,11 @@ class EstimateSpec(BaseModel):
     tool_turns: float = Field(
         3.0, ge=1, description="Average model turns of a trajectory with tools (ceiling: max_turns)."
     )
+    calibrate: bool = Field(
+        True,
+        description="Time each local backend for a few seconds before the run (tokens/s) and print the "
+        "experiment's expected wall time; API backends get no time estimate.",
+    )
 
 
 class ReportSpec(BaseModel):
@@ -99,7 +104,13 @@ class Recipe(BaseModel):
     name: str = Field("experiment", description="Shown in the report title.")
     description: str = Field("", description="What the experiment reproduces.")
     model: LLMConfig = Field(
-        default_factory=LLMConfig, description="The frozen model: learn runs and base/library evals."
+        default_factory=LLMConfig,
+        description="The frozen model: learn runs, and base/library evals unless eval_model.",
+    )
+    eval_model: LLMConfig | None = Field(
+        None,
+        description="The frozen model as the base and library evals run it; None = `model`. Set it to the "
+        "fine-tuned adapters' engine (e.g. {backend: transformers}) so every row is decoded the same way.",
     )
     learn: LearnSpec | None = Field(None, description="Training-Free GRPO runs; None = no library rows.")
     baseline: bool = Field(True, description="Evaluate the base model (the table's reference row).")

@@ -19,6 +19,7 @@ th{background:#f2f2f2}p.note{color:#555;font-size:.85rem}img{max-width:100%}</st
 {% for row in table.rows %}<tr>{% for cell in row %}<td>{{ cell }}</td>{% endfor %}</tr>{% endfor %}
 </tbody></table><p class="note">{{ table.note }}</p>
 <p>Full compare report per eval set: {% for name in sets %}<a href="{{ name }}/report.html">{{ name }}</a> {% endfor %}</p>
+{% if prompts %}<p>The learned library as the system prompt to ship: {% for name in prompts %}<a href="{{ name }}">{{ name }}</a> {% endfor %}</p>{% endif %}
 <img alt="Mean@K by system" src="data:image/png;base64,{{ image }}"></body></html>
 """
 
@@ -27,7 +28,7 @@ def _md_cell(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def render_markdown(table: Table, description: str, sets: list[str]) -> str:
+def render_markdown(table: Table, description: str, sets: list[str], prompts: list[str] | None = None) -> str:
     lines = [f"# {table.title}", ""]
     if description:
         lines += [description, ""]
@@ -40,6 +41,13 @@ def render_markdown(table: Table, description: str, sets: list[str]) -> str:
         "",
         "Full compare report per eval set: " + ", ".join(f"[{s}]({s}/report.md)" for s in sets),
         "",
+    ]
+    if prompts:
+        lines += [
+            "The learned library as the system prompt to ship: " + ", ".join(f"[{p}]({p})" for p in prompts),
+            "",
+        ]
+    lines += [
         "![Mean@K by system](accuracy.png)",
         "",
     ]
@@ -52,15 +60,17 @@ def plot_systems(comparisons: dict[str, Comparison], path: Path) -> Path:
     from matplotlib.figure import Figure
 
     sets = list(comparisons)
-    names = [system.name for system in comparisons[sets[0]].systems]
+    names = list(dict.fromkeys(system.name for s in sets for system in comparisons[s].systems))
+    by_name = {s: {system.name: system for system in comparisons[s].systems} for s in sets}
     figure = Figure(figsize=(max(5.0, 1.0 + 0.9 * len(sets) * len(names)), 4.0), dpi=120)
     FigureCanvasAgg(figure)
     axes = figure.add_subplot()
     width = 0.8 / len(names)
     for index, name in enumerate(names):
-        means = [100 * comparisons[s].systems[index].mean_at_k for s in sets]
-        lower = [m - 100 * comparisons[s].systems[index].ci95[0] for m, s in zip(means, sets, strict=False)]
-        upper = [100 * comparisons[s].systems[index].ci95[1] - m for m, s in zip(means, sets, strict=False)]
+        found = [by_name[s].get(name) for s in sets]  # None: the system failed on that set (no bar)
+        means = [100 * system.mean_at_k if system else 0.0 for system in found]
+        lower = [m - 100 * system.ci95[0] if system else 0.0 for m, system in zip(means, found, strict=True)]
+        upper = [100 * system.ci95[1] - m if system else 0.0 for m, system in zip(means, found, strict=True)]
         positions = [i + (index - (len(names) - 1) / 2) * width for i in range(len(sets))]
         axes.bar(
             positions,
@@ -81,20 +91,27 @@ def plot_systems(comparisons: dict[str, Comparison], path: Path) -> Path:
 
 
 def write_table_report(
-    table: Table, comparisons: dict[str, Comparison], out: Path, *, title: str, description: str
+    table: Table,
+    comparisons: dict[str, Comparison],
+    out: Path,
+    *,
+    title: str,
+    description: str,
+    prompts: list[Path] | None = None,
 ) -> dict[str, Path]:
     import jinja2
 
     sets = list(comparisons)
+    names = [path.name for path in prompts or []]
     png = plot_systems(comparisons, out / "accuracy.png")
     markdown, html = out / "report.md", out / "report.html"
-    atomic_write_text(markdown, render_markdown(table, description, sets))
+    atomic_write_text(markdown, render_markdown(table, description, sets, names))
     image = base64.b64encode(png.read_bytes()).decode("ascii")
     environment = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
     atomic_write_text(
         html,
         environment.from_string(_HTML).render(
-            title=title, description=description, table=table, sets=sets, image=image
+            title=title, description=description, table=table, sets=sets, image=image, prompts=names
         ),
     )
     return {"markdown": markdown, "html": html, "png": png}

@@ -1,7 +1,9 @@
 """`experiment.json`: which steps finished with which fingerprint, what each cost and how long it took.
 
 Written atomically after every change, so a kill -9 at any moment leaves either the old or the new file.
-A step counts as complete only when it is recorded `done` with the fingerprint the plan has now.
+A step counts as complete only when it is recorded `done` with the fingerprint the plan has now. A fine-tuned
+baseline that could not be trained or evaluated is recorded `failed` with the reason: the table marks its
+row, and the next run of the command tries it again.
 """
 
 from __future__ import annotations
@@ -19,9 +21,11 @@ STATE_FILE = "experiment.json"
 
 class StepRecord(BaseModel):
     fingerprint: str
-    status: str  # started | done
+    status: str  # started | done | failed
     cost_usd: float = 0.0
     wall_s: float = 0.0
+    cpu_s: float | None = None  # CPU time of this process (all its threads) while the step ran
+    message: str = ""  # why a failed step failed
     started: str = ""
     finished: str | None = None
 
@@ -62,9 +66,21 @@ class ExperimentState(BaseModel):
         record = self.steps[step_id]
         record.cost_usd = cost_usd if cumulative else record.cost_usd + cost_usd
 
-    def mark_done(self, step_id: str, *, wall_s: float) -> None:
+    def mark_done(self, step_id: str, *, wall_s: float, cpu_s: float | None = None) -> None:
         record = self.steps[step_id]
-        record.status, record.wall_s, record.finished = "done", wall_s, _now()
+        record.status, record.wall_s, record.cpu_s, record.finished = "done", wall_s, cpu_s, _now()
+
+    def mark_failed(self, step_id: str, message: str, *, wall_s: float, cpu_s: float | None = None) -> None:
+        record = self.steps[step_id]
+        record.status, record.message, record.wall_s, record.cpu_s = "failed", message, wall_s, cpu_s
+        record.finished = _now()
+
+    def failure(self, step_id: str) -> str | None:
+        """Why the step failed in its last attempt, or None when it did not."""
+        record = self.steps.get(step_id)
+        if record is None or record.status != "failed":
+            return None
+        return record.message or "failed"
 
     def spent_usd(self, steps: list[str], *, excluding: str | None = None) -> float:
         """Spend of these steps as they stand (a step rerun with new settings starts again from $0)."""

@@ -118,13 +118,17 @@ def read_json(path: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def training_numbers(step: Step) -> tuple[float | None, float | None]:
-    """(cost USD, wall seconds) of a finished learn or finetune step, from its own run directory."""
+def training_numbers(step: Step) -> tuple[float | None, float | None, int | None]:
+    """(cost USD, wall seconds, tokens) of a finished learn or finetune step, from its own run directory.
+
+    Tokens: a learn run's prompt + completion tokens over all its calls; a fine-tune's tokens through the
+    model in training (TRL's count: prompts included, for RL methods the generated batches)."""
     if step.kind == "learn":
         totals = read_json(step.out / "metrics.json").get("totals") or {}
-        return totals.get("cost_usd"), totals.get("wall_time_s")
+        tokens = (totals.get("prompt_tokens") or 0) + (totals.get("completion_tokens") or 0) if totals else None
+        return totals.get("cost_usd"), totals.get("wall_time_s"), tokens
     summary = read_json(step.out / SUMMARY_FILE)
-    return 0.0, summary.get("wall_time_s")
+    return (0.0 if summary else None), summary.get("wall_time_s"), summary.get("tokens_processed")
 
 
 __all__ = ["StepOutcome", "run_eval_step", "run_finetune_step", "run_learn_step", "training_numbers"]

@@ -2,8 +2,11 @@
 
 Rows are systems (base, the library of each seed, the seeds pooled, each fine-tuned baseline); for each
 eval set the columns are Mean@K with its 95% CI and the paired difference against the base with its
-p-value, then training cost, eval cost and wall time. The statistics come from `eval.compare` (one
-`Comparison` per eval set, also written as that set's full compare report under `report/SET/`).
+p-value, then training tokens, training cost, eval cost and wall time. The statistics come from
+`eval.compare` (one `Comparison` per eval set, also written as that set's full compare report under
+`report/SET/`). A fine-tuned baseline that failed keeps its row, marked with the reason; the statistics are
+those of the systems that ran. Each learn run's library is also exported as the system prompt to ship
+(`report/system_prompt-seed-S.txt`).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import Any
 
 from eval.compare import Comparison, EvalRun, build_comparison, load_eval_run
 from eval.report import Table, write_report
+from experiences import Library, export_library
 from tfgrpo.core.atomic import atomic_write_text
 from tfgrpo.experiment.plan import Step
 from tfgrpo.experiment.recipe import Recipe
@@ -30,8 +34,11 @@ class SystemRow:
     label: str
     training_cost: float | None = None
     training_wall: float | None = None
+    training_tokens: int | None = None
     eval_cost: float = 0.0
     eval_wall: float = 0.0
+    failed: dict[str, str] | None = None  # eval set -> why this system has no result there
+    position: dict[str, int] | None = None  # eval set -> index among that set's compared systems
 
 
 def pooled_run(runs: list[EvalRun], label: str) -> EvalRun:
@@ -75,7 +82,7 @@ def _system_rows(recipe: Recipe, plan: list[Step]) -> list[SystemRow]:
             continue
         row = SystemRow(step.system or "", str(step.config.label))
         for dep in step.deps:
-            row.training_cost, row.training_wall = training_numbers(by_id[dep])
+            row.training_cost, row.training_wall, row.training_tokens = training_numbers(by_id[dep])
         rows.append(row)
         seeds = [r for r in rows if r.system.startswith("library-seed-")]
         if (
@@ -90,23 +97,36 @@ def _system_rows(recipe: Recipe, plan: list[Step]) -> list[SystemRow]:
                     f"library pooled ({len(seeds)} seeds)",
                     sum(r.training_cost or 0.0 for r in seeds),
                     sum(r.training_wall or 0.0 for r in seeds),
+                    sum(r.training_tokens or 0 for r in seeds),
                 )
             )
     return rows
 
 
-def build_comparisons(recipe: Recipe, plan: list[Step], rows: list[SystemRow], out: Path) -> dict[str, Comparison]:
-    """One comparison per eval set (systems in row order), each written as a full compare report."""
+def build_comparisons(
+    recipe: Recipe, plan: list[Step], rows: list[SystemRow], out: Path, failures: dict[str, str] | None = None
+) -> dict[str, Comparison]:
+    """One comparison per eval set (systems in row order, failed ones left out), each written as a full
+    compare report. `failures`: step id -> why, for the steps that failed."""
+    failures = failures or {}
     comparisons = {}
     for set_name in recipe.evals:
         steps = {step.system: step for step in plan if step.kind == "eval" and step.eval_set == set_name}
         runs: list[EvalRun] = []
         for row in rows:
+            row.position = {**(row.position or {}), set_name: len(runs)}
             if row.system == POOLED:
                 seeds = [run for run in runs if Path(run.path).name.startswith("library-seed-")]
                 runs.append(pooled_run(seeds, row.label))
                 continue
-            run = load_eval_run(steps[row.system].out, name=row.label, seed=recipe.report.seed)
+            step = steps[row.system]
+            reason = failures.get(step.id)
+            if reason is not None:
+                # the fine-tune's own error says more than "its eval was not run"
+                reason = next((failures[dep] for dep in step.deps if dep in failures), reason)
+                row.failed = {**(row.failed or {}), set_name: reason}
+                continue
+            run = load_eval_run(step.out, name=row.label, seed=recipe.report.seed)
             row.eval_cost += float(run.metrics.get("cost_usd") or 0.0)
             row.eval_wall += float(run.metrics.get("wall_time_s") or 0.0)
             runs.append(run)
@@ -137,16 +157,27 @@ def _duration(seconds: float | None) -> str:
     )
 
 
+def _tokens(value: int | None) -> str:
+    if value is None:
+        return "–"
+    return f"{value / 1e6:.1f}M" if value >= 1e6 else f"{value / 1e3:.1f}k" if value >= 1e3 else str(value)
+
+
 def paper_table(recipe: Recipe, rows: list[SystemRow], comparisons: dict[str, Comparison]) -> Table:
     headers = ["System"]
     for set_name, comparison in comparisons.items():
         k = recipe.evals[set_name].samples
         headers += [f"{set_name} Mean@{k} [95% CI]", f"{set_name} Δ vs {comparison.baseline} (p)"]
-    headers += ["Training cost", "Eval cost", "Wall time"]
+    headers += ["Training tokens", "Training cost", "Eval cost", "Wall time"]
     table_rows = []
-    for index, row in enumerate(rows):
+    for row in rows:
         cells = [row.label]
-        for comparison in comparisons.values():
+        for set_name, comparison in comparisons.items():
+            failed = (row.failed or {}).get(set_name)
+            if failed is not None:
+                cells += [f"failed: {failed}", "–"]
+                continue
+            index = (row.position or {})[set_name]
             system = comparison.systems[index]
             cells.append(f"{100 * system.mean_at_k:.1f} [{100 * system.ci95[0]:.1f}, {100 * system.ci95[1]:.1f}]")
             if index == 0:
@@ -154,23 +185,48 @@ def paper_table(recipe: Recipe, rows: list[SystemRow], comparisons: dict[str, Co
             else:
                 paired = comparison.paired[index - 1].result
                 cells.append(f"{100 * paired.diff:+.1f} (p={paired.p_value:.3g})")
-        wall = (row.training_wall or 0.0) + row.eval_wall
-        cells += [_usd(row.training_cost), _usd(row.eval_cost), _duration(wall)]
+        evaluated = len(row.failed or {}) < len(comparisons)  # on at least one set
+        wall = None if row.training_wall is None and not evaluated else (row.training_wall or 0.0) + row.eval_wall
+        eval_cost = _usd(row.eval_cost) if evaluated else "–"
+        cells += [_tokens(row.training_tokens), _usd(row.training_cost), eval_cost, _duration(wall)]
         table_rows.append(cells)
     note = (
         "Mean@K in %, 95% CI: percentile bootstrap over problems. Δ: paired difference in percentage points "
         "against the first row, p: two-sided paired sign-flip permutation test. Pooled: every seed's samples of a "
-        "problem together. Wall time: training (learn or fine-tune) plus evals."
+        "problem together. Training tokens: the learn run's prompt + completion tokens; a fine-tune's tokens "
+        "through the model in training (prompts included; RL: the generated batches). Training cost: API spend "
+        "(local models: $0). Wall time: training (learn or fine-tune) plus evals."
     )
+    if any(row.failed for row in rows):
+        note += (
+            " A failed row has no result: the reason is in its cell, and every statistic is over the rows that ran."
+        )
     return Table(key="paper", title=f"{recipe.name}: Mean@K by system", headers=headers, rows=table_rows, note=note)
 
 
-def write_experiment_report(recipe: Recipe, plan: list[Step], out: Path) -> dict[str, Path]:
-    """The per-set compare reports, then the paper table as report.md / report.html / accuracy.png / table.json."""
+def export_prompts(plan: list[Step], out: Path) -> list[Path]:
+    """Each learn run's library as the system prompt to ship (what `tfgrpo export --format system-prompt` writes)."""
+    written = []
+    for step in plan:
+        library = step.out / "library.json"
+        if step.kind == "learn" and library.is_file():
+            path = out / f"system_prompt-seed-{step.seed}.txt"
+            written.append(export_library(Library.load(library), path, "system-prompt"))
+    return written
+
+
+def write_experiment_report(
+    recipe: Recipe, plan: list[Step], out: Path, *, failures: dict[str, str] | None = None
+) -> dict[str, Path]:
+    """The per-set compare reports, then the paper table as report.md / report.html / accuracy.png / table.json,
+    and the exported system prompts. `failures`: step id -> why, for the baselines' steps that failed."""
     rows = _system_rows(recipe, plan)
-    comparisons = build_comparisons(recipe, plan, rows, out)
+    comparisons = build_comparisons(recipe, plan, rows, out, failures)
     table = paper_table(recipe, rows, comparisons)
-    files = write_table_report(table, comparisons, out, title=table.title, description=recipe.description)
+    prompts = export_prompts(plan, out)
+    files = write_table_report(
+        table, comparisons, out, title=table.title, description=recipe.description, prompts=prompts
+    )
     files["json"] = out / "table.json"
     atomic_write_text(files["json"], json.dumps(table.model_dump(), indent=2, ensure_ascii=False))
     return files
