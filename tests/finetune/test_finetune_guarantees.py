@@ -86,11 +86,12 @@ def one_error_line(capsys):
 # --- 1. PiSSA / OLoRA: saved as a plain LoRA delta on the unmodified base -----------------------------------
 @pytest.mark.parametrize("peft_name", ["pissa", "olora"])
 def test_fresh_base_changing_adapter_reloaded_on_the_base_is_the_base(tiny_dir, sft_data, tmp_path, peft_name):
-    """Trained with learning rate 0 (the adapter stays at its init), the saved adapter on the base = the base."""
+    """Trained with a vanishing learning rate (the adapter stays at its init; 0 itself is refused as a
+    run that trains nothing), the saved adapter on the base = the base."""
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    out = finetune_sft(tiny_dir, sft_data, tmp_path / "out", peft=peft_name, lora_r=4, learning_rate=0.0)
+    out = finetune_sft(tiny_dir, sft_data, tmp_path / "out", peft=peft_name, lora_r=4, learning_rate=1e-30)
     ids = torch.tensor([[5, 17, 230, 41, 99, 3, 250]])
     base = AutoModelForCausalLM.from_pretrained(tiny_dir).eval()
     with torch.no_grad():
