@@ -181,6 +181,7 @@ def _values(model: type, option: options.Flag) -> tuple[Any, Any]:
         "tools": (["python"], ["web_search", "python"]),  # tool names are checked with the config
         "peft": ("lora", "dora"),  # so is the adapter kind (finetune, before TRL loads)
         "data": ("easy", "easy_train"),  # and finetune's data: a bundled set, or a file that exists
+        "reward": ("exact", "numeric"),  # reward names are checked with the config (serve)
     }
     if leaf in special:
         return special[leaf]
