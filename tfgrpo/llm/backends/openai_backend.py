@@ -76,7 +76,7 @@ class ChatCompletionsBackend(Backend):
         #: what this endpoint accepts: from the model name, corrected by the server's refusals
         self.profile: ProviderProfile = profile_for(model, endpoint)
         #: index into RESPONSE_FORMATS of the form this server takes (raised on each refusal)
-        self.format_level = self.profile.first_response_format
+        self.format_level = RESPONSE_FORMATS.index(self.profile.first_response_format)
         self._warned_sampling = False
 
     @abc.abstractmethod

@@ -34,8 +34,8 @@ class ProviderProfile:
     token_limit_field: TokenLimitField = "max_tokens"
     #: temperature and top_p are sent (False: the provider refuses or ignores any non-default value)
     sends_sampling: bool = True
-    #: index into RESPONSE_FORMATS of the first form tried
-    first_response_format: int = 0
+    #: the first form of the openai backend's RESPONSE_FORMATS tried for a structured reply
+    first_response_format: str = "json_schema"
     learned: tuple[str, ...] = ()
 
     def describe(self) -> str:
@@ -46,7 +46,6 @@ class ProviderProfile:
 
 
 _OPENAI_REASONING = re.compile(r"^(o\d+(-.*)?|gpt-5(?!-chat)(-.*|\.\d.*)?)$")
-_JSON_OBJECT_ONLY = 2  # RESPONSE_FORMATS.index("json_object")
 
 
 def profile_for(model: str, base_url: str) -> ProviderProfile:
@@ -58,9 +57,9 @@ def profile_for(model: str, base_url: str) -> ProviderProfile:
     if on_openai:
         return ProviderProfile("openai", "max_completion_tokens")
     if name == "deepseek-reasoner":
-        return ProviderProfile("deepseek-reasoner", sends_sampling=False, first_response_format=_JSON_OBJECT_ONLY)
+        return ProviderProfile("deepseek-reasoner", sends_sampling=False, first_response_format="json_object")
     if name == "deepseek-chat":
-        return ProviderProfile("deepseek-chat", first_response_format=_JSON_OBJECT_ONLY)
+        return ProviderProfile("deepseek-chat", first_response_format="json_object")
     return ProviderProfile()
 
 
