@@ -24,6 +24,7 @@ from tfgrpo import __version__
 from tfgrpo.serve.app import create_app
 from tfgrpo.serve.arms import assign_arm
 from tfgrpo.serve.config import ServeConfig
+from tfgrpo.serve.live_library import LiveLibrary
 
 QUESTION = [{"role": "user", "content": "What is 2+2?"}]
 
@@ -119,6 +120,24 @@ def test_the_access_log_names_each_request_and_no_secret(tmp_path, monkeypatch):
     for secret in ("SECRET", "Bearer", "authorization", "alice", "hunter2"):
         assert secret not in text, secret
     assert text.count("serving library v3") == 1
+
+
+def test_a_library_file_caught_mid_write_is_one_failure_line(tmp_path):
+    """The watcher can stat a file while it is being written (truncated, then filled): the same broken
+    content seen under two stamps is one error line; a different failure, or one after a good reload, is new."""
+    path = write_library(tmp_path / "library.json")
+    errors: list[str] = []
+    live = LiveLibrary(path, on_reload_error=errors.append)
+    path.write_text("{ half written", encoding="utf-8")
+    assert live.reload_if_changed() is False and len(errors) == 1
+    os.utime(path, ns=(time.time_ns(), time.time_ns() + 10**9))  # a new stamp, the same content
+    assert live.reload_if_changed() is False and len(errors) == 1
+    path.write_text("[1, 2", encoding="utf-8")  # broken another way: a new line
+    assert live.reload_if_changed() is False and len(errors) == 2
+    write_library(path, {"G5": "Read twice."}, version=4)
+    assert live.reload_if_changed() is True and live.current.version == 4
+    path.write_text("{ half written", encoding="utf-8")  # after a good reload the first failure is news again
+    assert live.reload_if_changed() is False and len(errors) == 3
 
 
 def test_every_failure_and_reload_leaves_one_log_line(tmp_path, caplog, monkeypatch):

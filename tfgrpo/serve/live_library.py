@@ -65,6 +65,7 @@ class LiveLibrary:
         self.reloads = 0
         self.reload_errors: list[str] = []
         self._failed_stamp: tuple[int, int] | None = None
+        self._last_error: str | None = None  # a file caught mid-write fails twice the same way: one line
         self._store_lock = threading.Lock()
         self._store: ExperienceStore | None = None  # built at the first topk request (loads an embedding model)
 
@@ -99,6 +100,7 @@ class LiveLibrary:
             self._note_error(str(exc).splitlines()[0])
             return False
         self.current = snapshot
+        self._last_error = None
         self.reloads += 1
         if self.on_reload is not None:
             self.on_reload(snapshot)
@@ -115,6 +117,9 @@ class LiveLibrary:
         return self._store
 
     def _note_error(self, message: str) -> None:
+        if message == self._last_error:
+            return
+        self._last_error = message
         self.reload_errors = (self.reload_errors + [message])[-10:]
         if self.on_reload_error is not None:
             self.on_reload_error(message)
