@@ -122,6 +122,28 @@ def test_the_access_log_names_each_request_and_no_secret(tmp_path, monkeypatch):
     assert text.count("serving library v3") == 1
 
 
+def test_serve_lines_follow_stderr_after_the_stream_they_started_on_is_closed(monkeypatch):
+    """An in-process `serve` under a capture (the bad-input table) configures logging on the capture's
+    stream; once that stream is closed and swapped back, later lines go to the stderr of the moment."""
+    import io
+
+    from tfgrpo.serve.observe import LOGGER, configure_logging, log_event
+
+    saved = (LOGGER.handlers[:], LOGGER.level, LOGGER.propagate)
+    try:
+        first = io.StringIO()
+        monkeypatch.setattr("sys.stderr", first)
+        configure_logging()
+        log_event("first")
+        first.close()
+        second = io.StringIO()
+        monkeypatch.setattr("sys.stderr", second)
+        log_event("second")
+        assert json.loads(second.getvalue())["event"] == "second"
+    finally:
+        LOGGER.handlers[:], LOGGER.level, LOGGER.propagate = saved
+
+
 def test_a_library_file_caught_mid_write_is_one_failure_line(tmp_path):
     """The watcher can stat a file while it is being written (truncated, then filled): the same broken
     content seen under two stamps is one error line; a different failure, or one after a good reload, is new."""

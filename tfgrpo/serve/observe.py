@@ -38,9 +38,18 @@ ROUTES = {
 NO_ARM = "-"
 
 
+class _CurrentStderr(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever `sys.stderr` is when a line is written: a handler bound to the stream of the moment
+    would write into a closed one once that stream is swapped back (an in-process run under a capture)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.stream = sys.stderr  # emit runs under the handler's lock
+        super().emit(record)
+
+
 def configure_logging() -> None:
     """Send serve's lines to stderr, one JSON object each (called once per serving process)."""
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _CurrentStderr()
     handler.setFormatter(logging.Formatter("%(message)s"))
     LOGGER.handlers[:] = [handler]
     LOGGER.setLevel(logging.INFO)
