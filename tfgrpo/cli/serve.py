@@ -31,8 +31,10 @@ FLAGS = [
             "reward_max",
             "timeout_s",
             "max_retries",
+            "backoff_s",
             "reload_interval_s",
             "client_keys",
+            "cors_origins",
         )
     ),
     opt.flag("forward_client_auth_header", "--forward-client-auth-header/--no-forward-client-auth-header"),

@@ -19,6 +19,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
+from starlette.middleware.cors import CORSMiddleware
 
 from rewards.registry import get_reward
 from tfgrpo.llm.client import LLMClient
@@ -36,6 +37,14 @@ from tfgrpo.serve.state import ServeState
 CHAT_PATH = "/v1/chat/completions"
 #: the routes a client key guards (service routes stay open to probes and scrapers)
 GUARDED_PREFIX = "/v1/"
+#: headers of ours a browser script may read from a cross-origin answer
+EXPOSED_HEADERS = [
+    "x-tfgrpo-arm",
+    "x-tfgrpo-library-version",
+    "x-tfgrpo-library-hash",
+    "x-tfgrpo-exchange-id",
+    "x-tfgrpo-attempts",
+]
 #: where the request's RequestRecord travels in the ASGI scope, for FastAPI's error handlers
 RECORD = "tfgrpo.record"
 
@@ -67,7 +76,7 @@ def create_app(
     _add_error_handlers(app, state)
     _add_openai_routes(app, state)
     _add_service_routes(app, state)
-    return ServeApp(app)
+    return ServeApp(app, cors_origins=config.cors_origins)
 
 
 class ServeApp:
@@ -79,9 +88,21 @@ class ServeApp:
     answers its own errors and catches the unexpected. Lifespan and all other routes stay FastAPI's.
     """
 
-    def __init__(self, api: FastAPI):
+    def __init__(self, api: FastAPI, *, cors_origins: list[str] | None = None):
         self.api = api
         self.state = api.state  # `app.state.serve`, as on the FastAPI app
+        # Starlette's CORS middleware in front of everything (preflights never reach the key check); none
+        # at all without origins, so the hot path pays nothing
+        self._entry: Any = self._serve_scope
+        if cors_origins:
+            self._entry = CORSMiddleware(
+                self._serve_scope,
+                allow_origins=cors_origins,
+                allow_methods=["GET", "POST", "OPTIONS"],
+                allow_headers=["*"],
+                expose_headers=EXPOSED_HEADERS,
+                max_age=600,
+            )
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -96,13 +117,16 @@ class ServeApp:
             await send(message)
 
         try:
-            await self._serve(state, scope, receive, send_recorded, record)
+            await self._entry(scope, receive, send_recorded)
         except Exception:
             if not record.status:  # nothing answered yet: uvicorn answers 500 and logs it
                 raise
             # FastAPI answered its 500 (and the handler logged it), then re-raised: nothing more to say
         finally:
             state.observer.request(record)
+
+    async def _serve_scope(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await self._serve(self.state.serve, scope, receive, send, scope[RECORD])
 
     async def _serve(
         self, state: ServeState, scope: dict[str, Any], receive: Any, send: Any, record: RequestRecord

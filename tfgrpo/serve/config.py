@@ -112,6 +112,12 @@ class ServeConfig(BaseModel):
         description="Send each client's own Authorization header upstream instead of the server's key (never "
         "logged or traced); a request without one gets 401.",
     )
+    cors_origins: list[str] = Field(
+        [],
+        description="Browser origins allowed to call the API cross-origin (CORS), e.g. https://app.example.com; "
+        "'*' allows any. Empty (default): no CORS headers, so browsers on other origins are refused. Preflight "
+        "OPTIONS requests are answered before the client-key check (a browser sends no key with them).",
+    )
     llm: LLMConfig | None = Field(
         None,
         description="More client-layer settings of an llm: upstream (base_url, concurrency, prices, dtype, ...); "
@@ -147,6 +153,19 @@ class ServeConfig(BaseModel):
                 raise ValueError(f"upstream {mask_url(url)!r} is neither an http(s) URL nor llm:BACKEND[:MODEL]")
             refuse_url_credentials(url)  # the key goes in api_key; traces and /health name the upstream URL
         return [url.rstrip("/") for url in value]
+
+    @field_validator("cors_origins", mode="before")
+    @classmethod
+    def _one_or_many_origins(cls, value: object) -> object:
+        return [value] if isinstance(value, str) else value
+
+    @field_validator("cors_origins")
+    @classmethod
+    def _origins(cls, value: list[str]) -> list[str]:
+        for origin in value:
+            if origin != "*" and (not origin.startswith(("http://", "https://")) or origin.rstrip("/").count("/") > 2):
+                raise ValueError(f"cors origin {origin!r} is not '*' or scheme://host[:port] (no path)")
+        return [origin.rstrip("/") for origin in value]
 
     @field_validator("reward")
     @classmethod
