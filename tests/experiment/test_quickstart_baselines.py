@@ -51,6 +51,12 @@ def mean_at_k_from_samples(run: Path) -> float:
     return sum(sum(v) / len(v) for v in rewards.values()) / len(rewards)
 
 
+def tokens_in(cell: str) -> float:
+    """A table's token count back as a number ("6.4k" -> 6400, "1.2M" -> 1.2e6, "355" -> 355)."""
+    scale = {"k": 1e3, "M": 1e6}.get(cell[-1], 1.0)
+    return float(cell.rstrip("kM")) * scale
+
+
 def test_quickstart_baselines_makes_the_four_rows_applies_the_adapters_skips_on_rerun_and_marks_a_failure(tmp_path):
     pytest.importorskip("llama_cpp", reason="needs the llamacpp extra (CI installs it)")
     pytest.importorskip("peft", reason="needs the finetune extra (CI installs it)")
@@ -63,17 +69,28 @@ def test_quickstart_baselines_makes_the_four_rows_applies_the_adapters_skips_on_
     assert [row[0] for row in table["rows"]] == ROWS
     assert table["headers"][1:3] == ["easy Mean@1 [95% CI]", "easy Δ vs base (p)"]
 
-    # every number is the runs' own: the eval's metrics, recomputed from its samples
+    # every number is the runs' own: the eval's metrics, recomputed from its samples; Δ against the base row
+    means = {}
     for row, system in zip(table["rows"], ["base", "library-seed-42", "sft", "grpo"], strict=True):
         run = out / "eval" / "easy" / system
         metrics = json.loads((run / "metrics.json").read_text())
+        means[system] = metrics["mean_at_k"]
         assert metrics["mean_at_k"] == pytest.approx(mean_at_k_from_samples(run))
         assert row[1].startswith(f"{100 * metrics['mean_at_k']:.1f} [")
         assert metrics["num_problems"] == 4 and metrics["k"] == 1
+        if system != "base":
+            delta = float(row[2].split(" (p=")[0])
+            assert delta == pytest.approx(100 * (means[system] - means["base"]), abs=0.05)
+        assert row[-1] != "–" and any(ch.isdigit() for ch in row[-1])  # wall time: training plus evals
     sft_summary = json.loads((out / "finetune" / "sft" / "finetune_summary.json").read_text())
     grpo_summary = json.loads((out / "finetune" / "grpo" / "finetune_summary.json").read_text())
     learn_totals = json.loads((out / "learn" / "seed-42" / "metrics.json").read_text())["totals"]
-    assert table["rows"][1][3].rstrip("k") and learn_totals["prompt_tokens"] > 0
+    # training tokens: the learn run's prompt + completion tokens, each fine-tune's tokens through the model
+    learned = learn_totals["prompt_tokens"] + learn_totals["completion_tokens"]
+    for row, tokens in zip(
+        table["rows"][1:], [learned, sft_summary["tokens_processed"], grpo_summary["tokens_processed"]], strict=True
+    ):
+        assert tokens > 0 and tokens_in(row[3]) == pytest.approx(tokens, rel=0.05, abs=0.5)
     # each baseline really trained: SFT on >= 1 successful rollout, GRPO with a non-zero advantage in some step
     assert sft_summary["samples"] >= 1 and sft_summary["steps"] == 1 and sft_summary["tokens_in_loss"] > 0
     assert grpo_summary["steps"] == 3 and grpo_summary["rl_batches_nothing_to_learn"] < grpo_summary["rl_batches"]
@@ -94,9 +111,15 @@ def test_quickstart_baselines_makes_the_four_rows_applies_the_adapters_skips_on_
     # the per-set report: the adapters' training summaries (and the library's experiences, if it learned any)
     per_set = (out / "report" / "easy" / "report.md").read_text()
     assert "Fine-tuned baselines: what the training did" in per_set
+    grpo_line = next(line for line in per_set.splitlines() if line.startswith("| grpo | grpo (lora) |"))
+    groups = grpo_summary["groups"]
+    assert f"| {groups['filtered']} of {groups['total']} |" in grpo_line  # groups filtered (equal rewards)
+    assert f"| {grpo_summary['tokens_in_loss']:,} |" in grpo_line and f"| {grpo_summary['steps']} |" in grpo_line
     library = json.loads((out / "learn" / "seed-42" / "library.json").read_text())
     for experience in library["experiences"]:
         assert experience["text"] in per_set
+    count = len(library["experiences"])  # the learned library's table, with its size (none when nothing was learned)
+    assert (f"## Learned experiences ({count})" in per_set) == (count > 0)
     assert (out / "report" / "system_prompt-seed-42.txt").is_file()
     for name in ("report.md", "report.html", "accuracy.png"):
         assert (out / "report" / name).is_file()
