@@ -5,9 +5,12 @@ The program runs in a fresh `python -I` process, in an empty temporary directory
 wall time, CPU time, address space, file size and processes, in its own session (so a fork bomb's
 children die with it); the tests run in a second process that calls the program's functions over a pipe
 and gets plain values back. With `sandbox="auto"` (default) or `"bubblewrap"` it runs under bubblewrap (`rewards.isolation`):
-its own /proc and PID namespace, no network, a read-only view of only Python, no home or run directory.
-`sandbox="process"` (or auto where bwrap is missing, with a warning) is a plain process: it contains
-mistakes of an honest policy, not hostile code. docs/security.md has the threat model.
+its own /proc and PID namespace, no network, a read-only view of only Python, no home or run directory,
+and a total disk cap (`max_disk_mb`: its work dir is a tmpfs of that size, nothing else writable; bwrap
+>= 0.7, probed). `sandbox="process"` (or auto where bwrap is missing, with a warning) is a plain process:
+16 MiB per file and no total cap; it contains mistakes of an honest policy, not hostile code. The first
+batch of a reward removes the folders of runs that died (`rewards.sandbox_folders`). docs/security.md has
+the threat model.
 """
 
 from __future__ import annotations
@@ -21,10 +24,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from rewards.base import Reward, Score, column, completion_text
-from rewards.code_sandbox import run_tests
+from rewards.code_sandbox import MAX_DISK_MB, run_tests
 from rewards.errors import RewardError
 from rewards.isolation import probe_bubblewrap
 from rewards.params import choice, count, flag, number, optional_count
+from rewards.sandbox_folders import CODE_FOLDER_PREFIX, remove_stale_folders
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +55,20 @@ def resolve_sandbox(sandbox: str) -> str:
     return "process"
 
 
+def resolve_disk_quota(sandbox: str, max_disk_mb: int) -> int | None:
+    """`max_disk_mb` where `sandbox` (resolved) can enforce it, else None with a warning (bwrap < 0.7)."""
+    if sandbox != "bubblewrap":
+        return None
+    reason = probe_bubblewrap(sys.executable, os.geteuid() != 0, disk_quota=True)
+    if reason is None:
+        return max_disk_mb
+    logger.warning(
+        "code reward: bwrap gives no disk quota here (%s); max_disk_mb is not enforced, only 16 MiB per file",
+        reason,
+    )
+    return None
+
+
 def extract_code(text: str) -> str:
     """The last fenced code block (python or unlabelled), else the whole completion."""
     blocks = [(lang.lower(), body) for lang, body in _FENCE.findall(text)]
@@ -70,6 +88,8 @@ class CodeReward(Reward):
         workers: candidates run at once (threads waiting on subprocesses).
         sandbox: "auto" (bubblewrap when it works here, else a plain process with a warning),
             "bubblewrap" (required), or "process".
+        max_disk_mb: all a candidate may write under bubblewrap (a tmpfs in RAM: `workers` candidates may
+            hold that much each); a plain process has only the 16 MiB per-file limit.
     """
 
     name = "code"
@@ -83,6 +103,7 @@ class CodeReward(Reward):
         all_or_nothing: bool = False,
         workers: int | None = None,
         sandbox: str = "auto",
+        max_disk_mb: int = MAX_DISK_MB,
     ) -> None:
         super().__init__()
         self.tests_key = tests_key
@@ -91,12 +112,16 @@ class CodeReward(Reward):
         self.all_or_nothing = flag(self.name, "all_or_nothing", all_or_nothing)
         self.workers = optional_count(self.name, "workers", workers) or max(1, min(os.cpu_count() or 1, 8))
         self.sandbox = choice(self.name, "sandbox", sandbox, SANDBOXES)  # bubblewrap is probed on first use
+        self.max_disk_mb = count(self.name, "max_disk_mb", max_disk_mb)
         self._resolved_sandbox: str | None = None
+        self._disk_quota_mb: int | None = None
 
     def score(self, completions: Sequence[Any], prompts: Sequence[Any] | None = None, **columns: Any) -> list[Score]:
         tests_per_row = column(columns, self.tests_key, len(completions), reward_name=self.name)
-        if self._resolved_sandbox is None:
+        if self._resolved_sandbox is None:  # the first batch: folders of runs that died go now
+            remove_stale_folders(prefix=CODE_FOLDER_PREFIX)
             self._resolved_sandbox = resolve_sandbox(self.sandbox)
+            self._disk_quota_mb = resolve_disk_quota(self._resolved_sandbox, self.max_disk_mb)
         with ThreadPoolExecutor(max_workers=self.workers) as pool:
             return list(pool.map(self._one, completions, tests_per_row))
 
@@ -114,6 +139,7 @@ class CodeReward(Reward):
             timeout_s=self.timeout_s,
             memory_mb=self.memory_mb,
             sandbox=self._resolved_sandbox or "process",
+            max_disk_mb=self._disk_quota_mb,
         )
         fraction = min(passed, len(tests)) / len(tests)  # in [0, 1] by construction; kept so by the bound
         value = float(passed == len(tests)) if self.all_or_nothing else fraction
@@ -123,4 +149,4 @@ class CodeReward(Reward):
         return Score(value, code, reason)
 
 
-__all__ = ["CodeReward", "extract_code", "resolve_sandbox", "run_tests"]  # run_tests re-exported
+__all__ = ["CodeReward", "extract_code", "resolve_disk_quota", "resolve_sandbox", "run_tests"]  # run_tests re-exported

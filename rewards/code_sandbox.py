@@ -7,7 +7,10 @@ the program cannot reach.
 
 Under bubblewrap each runs in a sandbox of its own (own PID namespace: neither sees the other); the
 candidate has a private working directory, RLIMIT_NPROC (`max_processes`) and, when we are root, a
-private uid. As a plain process (`sandbox="process"`), the harness turns off its dumpable flag so a
+private uid. Its disk: a file-size limit of 16 MiB per file everywhere, and under bubblewrap a total cap
+(`max_disk_mb`): its work dir is a tmpfs of that size and nothing else is writable, so the host folder
+stays empty; a plain process writes into the host folder with the per-file limit only. Both folders are
+`rewards.sandbox_folders` claims: a killed run's are removed by the next run's first batch. As a plain process (`sandbox="process"`), the harness turns off its dumpable flag so a
 process of the same uid cannot open its pipes or memory. A verdict line with the wrong nonce or out of
 order voids the row (0 tests passed); a harness that dies leaves its remaining tests failed.
 """
@@ -20,25 +23,29 @@ import secrets
 import signal
 import subprocess
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 from rewards.isolation import bwrap_command
+from rewards.sandbox_folders import CODE_FOLDER_PREFIX, SandboxFolder
 
 _HERE = Path(__file__).parent
 _SCRIPTS = {name: _HERE / name for name in ("_code_harness.py", "_code_candidate.py", "_code_wire.py")}
 _INSIDE = "/opt/tfgrpo"
 #: processes the candidate may run at once (the python tool's default cap too)
 MAX_PROCESSES = 32
+#: all the candidate may write under bubblewrap, MiB (its work dir's tmpfs, held in RAM)
+MAX_DISK_MB = 64
+HARNESS_FOLDER_PREFIX = CODE_FOLDER_PREFIX + "tests-"
 
 
 def _read_only_scripts() -> dict[str, str]:
     return {str(path): f"{_INSIDE}/{name}" for name, path in _SCRIPTS.items()}
 
 
-def _script(name: str, sandbox: str) -> str:
-    return f"{_INSIDE}/{name}" if sandbox == "bubblewrap" else str(_SCRIPTS[name])
+def _python_script(name: str, sandbox: str) -> list[str]:
+    """Our interpreter running one of the scripts, at the path it has where it runs."""
+    return [sys.executable, "-I", f"{_INSIDE}/{name}" if sandbox == "bubblewrap" else str(_SCRIPTS[name])]
 
 
 def _private_uid(sandbox: str) -> int | None:
@@ -49,6 +56,8 @@ def _private_uid(sandbox: str) -> int | None:
 
 
 def _spawn(command: list[str], cwd: str, fds: tuple[int, ...], stdin: int, stdout: int, stderr: int):
+    # HOME and TMPDIR are the work dir: caches and temporary files count against its cap, and go with it
+    env = {"PATH": os.environ.get("PATH", os.defpath), "LANG": "C.UTF-8", "HOME": cwd, "TMPDIR": cwd}
     return subprocess.Popen(
         command,
         cwd=cwd,
@@ -56,7 +65,7 @@ def _spawn(command: list[str], cwd: str, fds: tuple[int, ...], stdin: int, stdou
         stdout=stdout,
         stderr=stderr,
         pass_fds=fds,
-        env={"PATH": os.environ.get("PATH", os.defpath), "LANG": "C.UTF-8"},
+        env=env,
         start_new_session=True,
     )
 
@@ -86,50 +95,51 @@ def _read_verdicts(output: str, nonce: str, count: int) -> tuple[int, list[str]]
 
 
 def run_tests(
-    code: str, tests: Sequence[str], *, timeout_s: float = 5.0, memory_mb: int = 512, sandbox: str = "process"
+    code: str,
+    tests: Sequence[str],
+    *,
+    timeout_s: float = 5.0,
+    memory_mb: int = 512,
+    sandbox: str = "process",
+    max_disk_mb: int | None = MAX_DISK_MB,
 ) -> tuple[int, list[str]]:
     """(tests passed, failure lines) of `code` against `tests` (each a Python snippet, e.g. an assert).
 
-    `sandbox`: "bubblewrap" or "process" (see `rewards.code.resolve_sandbox`)."""
-    cpu_seconds = str(max(1, int(timeout_s + 0.999)))
+    `sandbox`: "bubblewrap" or "process" (see `rewards.code.resolve_sandbox`). `max_disk_mb`: under
+    bubblewrap, all the program may write (a tmpfs; needs bwrap >= 0.7, see `rewards.code`); None binds the
+    host folder instead, with the per-file limit only, as a plain process always has."""
+    quota_bytes = max_disk_mb * 1024 * 1024 if max_disk_mb is not None and sandbox == "bubblewrap" else None
     nonce = secrets.token_hex(16)
     with (
-        tempfile.TemporaryDirectory(prefix="tfgrpo-code-") as candidate_dir,
-        tempfile.TemporaryDirectory(prefix="tfgrpo-code-tests-") as harness_dir,
+        SandboxFolder(prefix=CODE_FOLDER_PREFIX) as candidate_folder,
+        SandboxFolder(prefix=HARNESS_FOLDER_PREFIX) as harness_folder,
     ):
-        (Path(candidate_dir) / "solution.py").write_text(code, encoding="utf-8")
+        candidate_dir, harness_dir = candidate_folder.path, harness_folder.path
+        solution = Path(candidate_dir) / "solution.py"
+        solution.write_text(code, encoding="utf-8")
         uid = _private_uid(sandbox)
         if uid is not None:
-            os.chown(candidate_dir, uid, uid)
-            os.chmod(Path(candidate_dir) / "solution.py", 0o644)
+            os.chmod(solution, 0o644)
+            if quota_bytes is None:  # the program writes into the host folder itself
+                os.chown(candidate_dir, uid, uid)
         request_read, request_write = os.pipe()
         reply_read, reply_write = os.pipe()
+        cpu_seconds = str(max(1, int(timeout_s + 0.999)))
         candidate_command = [
-            *_prefix(sandbox, candidate_dir, user_namespace=uid is None, chdir=False),
-            sys.executable,
-            "-I",
-            _script("_code_candidate.py", sandbox),
-            str(Path(candidate_dir) / "solution.py"),
-            str(request_read),
-            str(reply_write),
-            str(memory_mb * 1024 * 1024),
-            cpu_seconds,
+            *_prefix(sandbox, candidate_dir, user_namespace=uid is None, chdir=False, quota_bytes=quota_bytes),
+            *_python_script("_code_candidate.py", sandbox),
+            *(str(solution), str(request_read), str(reply_write), str(memory_mb * 1024 * 1024), cpu_seconds),
             # RLIMIT_NPROC counts every process of the real uid: a cap only where that uid is the sandbox's own
             str(MAX_PROCESSES if uid is not None or sandbox == "bubblewrap" else 0),
             *([str(uid)] if uid is not None else []),
         ]
         harness_command = [
             *_prefix(sandbox, harness_dir, user_namespace=True, chdir=True),
-            sys.executable,
-            "-I",
-            _script("_code_harness.py", sandbox),
-            str(request_write),
-            str(reply_read),
-            str(max(memory_mb, 512) * 1024 * 1024),
-            cpu_seconds,
+            *_python_script("_code_harness.py", sandbox),
+            *(str(request_write), str(reply_read), str(max(memory_mb, 512) * 1024 * 1024), cpu_seconds),
         ]
         stderr_path = Path(harness_dir) / "candidate-stderr.txt"
-        with open(stderr_path, "wb") as candidate_stderr:
+        with open(stderr_path, "wb") as candidate_stderr:  # the program's stderr: 16 MiB at most (its file limit)
             candidate = _spawn(
                 candidate_command,
                 candidate_dir,
@@ -148,28 +158,45 @@ def run_tests(
             )
         for fd in (request_read, request_write, reply_read, reply_write):
             os.close(fd)
-        timed_out = False
-        job = json.dumps({"tests": list(tests), "nonce": nonce}).encode("utf-8")
-        try:
-            output, _ = harness.communicate(job, timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            _kill(harness)
-            output, _ = harness.communicate()
-        _kill(candidate)
+        output, timed_out = _await_verdicts(harness, candidate, nonce, tests, timeout_s)
         stderr_tail = stderr_path.read_bytes()[-2000:].decode("utf-8", errors="replace")
-    return _verdict(
-        output.decode("utf-8", errors="replace"), nonce, len(tests), timed_out, timeout_s, candidate, stderr_tail
-    )
+    return _verdict(output, nonce, len(tests), timed_out, timeout_s, candidate, stderr_tail)
 
 
-def _prefix(sandbox: str, workdir: str, *, user_namespace: bool, chdir: bool) -> list[str]:
+def _await_verdicts(
+    harness: subprocess.Popen, candidate: subprocess.Popen, nonce: str, tests: Sequence[str], timeout_s: float
+) -> tuple[str, bool]:
+    """(the harness's output, whether it ran out of time) once it is done; both processes are gone after."""
+    timed_out = False
+    job = json.dumps({"tests": list(tests), "nonce": nonce}).encode("utf-8")
+    try:
+        output, _ = harness.communicate(job, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        _kill(harness)
+        output, _ = harness.communicate()
+    _kill(candidate)
+    return output.decode("utf-8", errors="replace"), timed_out
+
+
+def _prefix(
+    sandbox: str, workdir: str, *, user_namespace: bool, chdir: bool, quota_bytes: int | None = None
+) -> list[str]:
     """bubblewrap's command prefix (none for a plain process); the candidate enters its 0700 directory itself,
-    after it has become the directory's uid."""
+    after it has become the directory's uid. With `quota_bytes` the work dir is a tmpfs of that size, the
+    program's file bound read-only into it."""
     if sandbox != "bubblewrap":
         return []
+    read_only = _read_only_scripts()
+    if quota_bytes is not None:
+        solution = str(Path(workdir) / "solution.py")
+        read_only[solution] = solution
     command = bwrap_command(
-        sys.executable, workdir=workdir, read_only=_read_only_scripts(), user_namespace=user_namespace
+        sys.executable,
+        workdir=workdir,
+        read_only=read_only,
+        user_namespace=user_namespace,
+        disk_quota_bytes=quota_bytes,
     )
     return [*command, "--chdir", workdir] if chdir else command
 
@@ -197,4 +224,4 @@ def _verdict(
     return min(passed, count), failures
 
 
-__all__ = ["MAX_PROCESSES", "run_tests"]
+__all__ = ["MAX_DISK_MB", "MAX_PROCESSES", "run_tests"]

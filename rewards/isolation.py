@@ -125,14 +125,21 @@ def bwrap_command(
 
 
 def _mount_arguments(python: str, workdir: str, read_only: dict[str, str], disk_quota_bytes: int | None) -> list[str]:
-    """The read-only binds (loader, Python, `read_only`) and the writable work dir, parents made first."""
+    """The read-only binds (loader, Python, `read_only`) and the writable work dir, parents made first.
+
+    A `read_only` file inside the work dir (the code reward's program) is bound after the work dir's
+    mount, so a quota tmpfs there does not cover it."""
     binds = [(path, path) for path in LOADER_FILES if os.path.exists(path)]
     binds += [*python_binds(python), *read_only.items()]
-    mounts = [(inside, ["--ro-bind", source, inside]) for source, inside in binds]
+    inside_workdir = [(source, inside) for source, inside in binds if Path(inside).is_relative_to(workdir)]
+    mounts = [
+        (inside, ["--ro-bind", source, inside]) for source, inside in binds if (source, inside) not in inside_workdir
+    ]
     if disk_quota_bytes is None:
         mounts.append((workdir, ["--bind", workdir, workdir]))
     else:  # 1777: under root the tmpfs belongs to root, and the worker writes as its private uid
         mounts.append((workdir, ["--perms", "1777", "--size", str(int(disk_quota_bytes)), "--tmpfs", workdir]))
+    mounts += [(inside, ["--ro-bind", source, inside]) for source, inside in inside_workdir]
     arguments: list[str] = []
     created: set[str] = set()
     for inside, mount in mounts:
@@ -142,6 +149,7 @@ def _mount_arguments(python: str, workdir: str, read_only: dict[str, str], disk_
                 arguments += ["--perms", "0755", "--dir", parent]
                 created.add(parent)
         arguments += mount
+        created.add(inside)  # a mount point already there: never re-made (and re-moded) as a parent
     return arguments
 
 

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import inspect
 import typing
 
 import pytest
 from pydantic import BaseModel, SecretStr, ValidationError
 
+import rewards
 from eval.config import EvalConfig
 from eval.matrix import MatrixConfig
 from tfgrpo.core.config import ConfigError, build_config, config_dict, dump_config, format_validation_error
 from tfgrpo.core.secrets import (
     MASK,
+    NOT_SECRET_NAMES,
     hide_secrets,
     is_secret_name,
     mask_url,
@@ -25,13 +28,18 @@ from tfgrpo.llm.chat import ChatConfig
 from tfgrpo.llm.config import LLMConfig
 from tfgrpo.rollout.agent import AgentConfig
 from tfgrpo.rollout.tools.base import ToolError
+from tfgrpo.rollout.tools.python_sandbox import PythonSandboxConfig
 from tfgrpo.rollout.tools.web_search import WebSearchConfig, WebSearchTool
 from tfgrpo.serve.config import ServeConfig
 
 SECRET_NAMES = ["api_key", "apiKey", "apikey", "APIKey", "x-api-key", "X-Api-Key", "access_token", "client_secret"]
 SECRET_NAMES += ["password", "db_password", "Authorization", "auth", "key", "token", "subscription_key", "secret"]
+# any name ending in key/token/secret/password, whoever's it is (issue 27: these four were read as plain)
+SECRET_NAMES += ["bing_key", "serpapi_key", "search_key", "brave_key", "BingKey", "BRAVE-KEY", "serpapikey"]
+SECRET_NAMES += ["session_token", "authtoken", "clientsecret", "dbpassword", "primary_key", "SESSION.TOKEN"]
 PLAIN_NAMES = ["max_tokens", "title_key", "problem_key", "url_key", "auth_header", "auth_scheme", "token_budget"]
 PLAIN_NAMES += ["trajectory_token_budget", "arm_key_header", "format", "region", "keyword", "monkey", "tokens"]
+PLAIN_NAMES += ["answerKey", "ANSWER-KEY", "tests_key", "sort_key", "cacheKey", "key_column", "tokenizer"]
 
 
 @pytest.mark.parametrize("name", SECRET_NAMES)
@@ -42,6 +50,13 @@ def test_names_that_say_credential(name):
 @pytest.mark.parametrize("name", PLAIN_NAMES)
 def test_names_that_do_not(name):
     assert not is_secret_name(name)
+
+
+def test_the_allowlist_is_small_and_only_names_that_would_otherwise_be_secret():
+    # each entry is a column or lookup name ending in `key`: without the allowlist the rule would hide it
+    assert len(NOT_SECRET_NAMES) <= 16 and all(name.endswith("_key") for name in NOT_SECRET_NAMES)
+    assert not any(is_secret_name(name) for name in NOT_SECRET_NAMES)
+    assert all(is_secret_name(name.replace("_key", "_x_key")) for name in NOT_SECRET_NAMES)
 
 
 @pytest.mark.parametrize(
@@ -143,6 +158,17 @@ def test_every_setting_named_like_a_secret_is_typed_as_one():
     # The name-based mask of a written config must never hit a plain setting (resume compares them).
     seen: set[type] = set()
     roots = (LearnConfig, EvalConfig, ServeConfig, ChatConfig, MatrixConfig, Recipe, WebSearchConfig)
+    roots += (PythonSandboxConfig,)
     fields = [item for root in roots for item in _models(root, seen)]
     named = {name: annotation for name, annotation in fields if is_secret_name(name.rsplit(".", 1)[1])}
     assert named and all(SecretStr in _leaf_types(annotation) for annotation in named.values()), named
+
+
+REWARD_CLASSES = [getattr(rewards, name) for name in rewards.__all__ if name.endswith("Reward") and name != "Reward"]
+
+
+def test_no_reward_parameter_is_named_like_a_secret():
+    # reward parameters reach written settings (a recipe's, `-p KEY=VALUE`): a column name must stay readable
+    names = {name for reward in REWARD_CLASSES for name in inspect.signature(reward).parameters}
+    assert {"answer_key", "tests_key", "options_key"} <= names
+    assert [name for name in names if is_secret_name(name)] == []

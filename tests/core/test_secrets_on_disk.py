@@ -1,9 +1,10 @@
 """No credential given to `tfgrpo learn` or `tfgrpo eval` reaches a file of the run or a line of its output.
 
 A real run of each, through the openai backend against the scripted world server, with one distinct
-secret of every kind planted: the LLM's API key, a web_search tool's API key and a secret-named extra
-query parameter (both used for real: the tool is called and its search server records them), a
-secret-named option nested three levels deep in a user tool's options, and credentials in a base URL
+secret of every kind planted: the LLM's API key, a web_search tool's API key and secret-named extra
+query parameters (a key, a token and a secret; used for real: the tool is called and its search server
+records them), a secret-named option nested three levels deep in a user tool's options and a `bing_key`
+one at its top (a `*_key` of no known owner: issue 27), and credentials in a base URL
 (refused at config time, in one line, before any request). Then every byte of every file under the run
 directory, and everything printed or logged, is searched for each secret.
 """
@@ -32,6 +33,9 @@ SECRETS = {
     "web_search api_key": "tool-key-PLANTED-4d2e",
     "extra_params apiKey (top)": "xp-top-PLANTED-2b7c",
     "extra_params x-api-key (nested)": "xp-nested-PLANTED-3c5d",
+    "extra_params session_token": "xp-token-PLANTED-6f1b",
+    "extra_params client_secret": "xp-secret-PLANTED-7a4c",
+    "user tool bing_key": "bing-key-PLANTED-8d3e",
     "base_url userinfo": "url-pass-PLANTED-5e8a",
 }
 STAGE_MARKERS = ("<proposed_changes>", "<attempt ", "<trajectory>")
@@ -103,7 +107,9 @@ def no_proxy(monkeypatch):
 @pytest.fixture
 def user_tool(tmp_path, monkeypatch, request):
     """A user tool module ('package.module:ClassName'), importable for this test only."""
-    module = f"planted_tools_{request.node.name.replace('[', '_').replace(']', '')}"
+    # named by the parameter only: a name holding the test's ("..._secret_...") would read as secret itself,
+    # and its options would be masked whole, hiding whether each secret-named one is recognised
+    module = f"planted_tools_{request.node.callspec.id}"
     (tmp_path / f"{module}.py").write_text(USER_TOOL)
     monkeypatch.syspath_prepend(str(tmp_path))
     return f"{module}:OptionsTool"
@@ -115,15 +121,21 @@ def planted_settings(base_url: str, endpoint: str, user_tool: str) -> dict:
     web_search = {
         "endpoint": endpoint,
         "api_key": SECRETS["web_search api_key"],
-        "extra_params": {"format": "json", "apiKey": SECRETS["extra_params apiKey (top)"]},
+        "extra_params": {
+            "format": "json",
+            "apiKey": SECRETS["extra_params apiKey (top)"],
+            "session_token": SECRETS["extra_params session_token"],
+            "client_secret": SECRETS["extra_params client_secret"],
+        },
     }
+    user_options = {"bing_key": SECRETS["user tool bing_key"], "extra_params": nested}
     return {
         "llm": {"backend": "openai", "model": "m", "base_url": base_url, "api_key": SECRETS["llm api_key"]},
         "agent": {
             "tools": ["web_search", user_tool],
             "protocol": "text",
             "max_turns": 2,
-            "tool_options": {"web_search": web_search, user_tool: {"extra_params": nested}},
+            "tool_options": {"web_search": web_search, user_tool: user_options},
         },
     }
 
@@ -178,10 +190,15 @@ def test_no_planted_secret_reaches_a_file_or_the_output(tmp_path, capsys, caplog
 
     search = searches[0]
     assert search["headers"]["Authorization"] == f"Bearer {SECRETS['web_search api_key']}"
-    assert parse_qs(urlparse(search["path"]).query)["apiKey"] == [SECRETS["extra_params apiKey (top)"]]
+    query = parse_qs(urlparse(search["path"]).query)
+    for name in ("apiKey", "session_token", "client_secret"):
+        assert query[name] == [SECRETS[f"extra_params {name}" + (" (top)" if name == "apiKey" else "")]]
     received = importlib.import_module(user_tool.split(":")[0]).RECEIVED[-1]
     assert received["extra_params"]["nested"]["deeper"]["x-api-key"] == SECRETS["extra_params x-api-key (nested)"]
+    assert received["bing_key"] == SECRETS["user tool bing_key"]
 
     assert leaks(out, output) + leaks(refused_out, refusal) == []
     saved = yaml.safe_load((out / "config.yaml").read_text())
-    assert saved["agent"]["tool_options"]["web_search"]["extra_params"] == {"format": "json", "apiKey": "**********"}
+    hidden = {"apiKey": "**********", "session_token": "**********", "client_secret": "**********"}
+    assert saved["agent"]["tool_options"]["web_search"]["extra_params"] == {"format": "json", **hidden}
+    assert saved["agent"]["tool_options"][user_tool]["bing_key"] == "**********"

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from rewards.sandbox_folders import OWNER_MARKER, SandboxFolder, remove_stale_folders
 from tfgrpo.rollout.tools.python_sandbox import PythonTool
-from tfgrpo.rollout.tools.sandbox_folders import OWNER_MARKER, SandboxFolder, remove_stale_folders
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -30,14 +30,19 @@ MASK = "**********"
 
 #: words that make any name secret, wherever they stand (`client_secret`, `password_file`, `apikey`)
 _SECRET_WORDS = frozenset({"apikey", "credential", "credentials", "passphrase", "passwd", "password", "secret"})
-#: words that make a name secret as its last word (`access_token`, `x-auth`), not before (`token_budget`)
-_SECRET_LAST_WORDS = frozenset({"auth", "authorization", "bearer", "cookie", "pwd", "token"})
-#: a `*_key` is secret when what precedes says whose key it is (`api_key`), not which column (`title_key`)
-_KEY_OWNERS = frozenset(
-    {"access", "account", "api", "app", "auth", "client", "license", "master", "private", "session", "signing"}
-    | {"subscription"}
+#: words that make a name secret as its last word (`bing_key`, `access_token`, `x-auth`), not before
+#: (`token_budget`, `keyword`)
+_SECRET_LAST_WORDS = frozenset({"auth", "authorization", "bearer", "cookie", "key", "pwd", "token"})
+#: endings that make a name secret even where nothing separates them (`serpapikey`, `authtoken`, `dbpassword`)
+_SECRET_ENDINGS = ("apikey", "passwd", "password", "secret", "token")
+#: names that end in `key` but name a dataset column or a lookup, not a credential: the project's own settings
+#: (`answer_key`, web_search's `title_key` ...) plus `sort_key` and `cache_key`; compared without case or separators
+NOT_SECRET_NAMES = frozenset(
+    {"answer_key", "cache_key", "completion_key", "group_key", "id_key", "options_key", "problem_key"}
+    | {"prompt_key", "question_key", "snippet_key", "sort_key", "tests_key", "title_key", "url_key"}
 )
 _WORD = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
+_NOT_SECRET = frozenset("".join(_WORD.findall(name)).lower() for name in NOT_SECRET_NAMES)
 #: a URL in running text: a log line, an error message, a config value
 _URL = re.compile(r"\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s\"'<>]+")
 #: scheme://USERINFO@ - greedy up to the authority's last '@', so a password holding '@' is hidden whole
@@ -47,14 +52,18 @@ _QUERY_PAIR = re.compile(r"(?P<lead>[?&])(?P<name>[^=&#]+)=(?P<value>[^&#]*)")
 
 
 def is_secret_name(name: str) -> bool:
-    """Whether a free-form entry's name says it holds a credential (api_key, apiKey, x-api-key, access_token,
-    client_secret, password, Authorization, key), case-insensitively; max_tokens or title_key do not."""
+    """Whether a free-form entry's name says it holds a credential, case- and separator-insensitively: any
+    name ending in key, apikey, token, secret or password (api_key, apiKey, x-api-key, bing_key, serpapikey,
+    access_token, client_secret, db_password), or holding a word such as password or credential, or ending in
+    auth, Authorization, cookie. Not: max_tokens, keyword, token_budget, auth_header, or a `NOT_SECRET_NAMES`
+    column name such as title_key."""
     words = [word.lower() for word in _WORD.findall(name)]
-    if not words:
+    joined = "".join(words)
+    if not words or joined in _NOT_SECRET:
         return False
-    if _SECRET_WORDS.intersection(words) or words[-1] in _SECRET_LAST_WORDS:
-        return True
-    return words[-1] == "key" and (len(words) == 1 or words[-2] in _KEY_OWNERS)
+    return (
+        bool(_SECRET_WORDS.intersection(words)) or words[-1] in _SECRET_LAST_WORDS or joined.endswith(_SECRET_ENDINGS)
+    )
 
 
 def is_mask(value: object) -> bool:
@@ -186,6 +195,7 @@ CredentialFreeUrl = Annotated[str, AfterValidator(refuse_url_credentials)]
 
 __all__ = [
     "MASK",
+    "NOT_SECRET_NAMES",
     "CredentialFreeUrl",
     "MaskUrlsInLogs",
     "SecretKey",

@@ -24,7 +24,7 @@ The layers:
 - **disk quota** (`max_disk_mb`): the work dir is a size-capped tmpfs, and under bubblewrap nothing else
   is writable (`process` level: the per-file limit only);
 - **leftovers stopped**: threads and processes a cell started end with it; folders of dead runs are
-  removed on the next start (`sandbox_folders`);
+  removed on the next start (`rewards.sandbox_folders`);
 - **wall-clock kill**: the parent kills the whole process group when a cell overruns;
 - **audit hook** inside the worker (always): refuses sockets, process creation, ctypes symbol lookup and
   writes outside the working directory. This is the only network/write guard where namespaces and
@@ -51,9 +51,9 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from rewards.isolation import bwrap_command
+from rewards.sandbox_folders import SandboxFolder, remove_stale_folders
 from tfgrpo.core.config import format_validation_error
 from tfgrpo.rollout.tools.base import Tool, ToolError, ToolResult
-from tfgrpo.rollout.tools.sandbox_folders import SandboxFolder, remove_stale_folders
 from tfgrpo.rollout.tools.sandbox_isolation import Isolation, probe_isolation
 from tfgrpo.rollout.tools.sandbox_output import OutputCapture
 

@@ -1,10 +1,13 @@
-"""The host folders of the `python` tool's sandboxes: held by their live owner, swept once it is dead.
+"""The host folders of the sandboxes (the `python` tool's, the code reward's): held by their live owner,
+swept once it is dead.
 
-Each session gets `<tmp>/tfgrpo-sandbox-XXXXXXXX`. Its owner (the tfgrpo process) holds an exclusive
+Each python-tool session gets `<tmp>/tfgrpo-sandbox-XXXXXXXX`, each scored code candidate
+`<tmp>/tfgrpo-code-XXXXXXXX` (and its test harness `tfgrpo-code-tests-XXXXXXXX`). Their owner (the tfgrpo
+process) holds an exclusive
 `flock` on the folder for as long as the session lives; the kernel drops the lock when the owner dies,
 however it dies (`kill -9` included). The owner writes `OWNER_MARKER` only once it holds the lock, so
 the marker says "this folder follows the protocol". A sweep (`remove_stale_folders`, on a tool's first
-session of a run) removes a marked folder only after taking its lock itself: a live owner's folder is
+session of a run and a code reward's first batch) removes a marked folder only after taking its lock itself: a live owner's folder is
 never touched, and folders without the marker (an older tfgrpo, or one killed in the microseconds
 between creating and marking) are left alone.
 """
@@ -22,7 +25,10 @@ import time
 
 logger = logging.getLogger(__name__)
 
+#: the python tool's folders
 FOLDER_PREFIX = "tfgrpo-sandbox-"
+#: the code reward's folders (the candidate's and, `tfgrpo-code-tests-`, its harness's)
+CODE_FOLDER_PREFIX = "tfgrpo-code-"
 #: written (pid and start time, for people) once the owner holds the folder's lock
 OWNER_MARKER = ".tfgrpo-owner"
 
@@ -30,8 +36,8 @@ OWNER_MARKER = ".tfgrpo-owner"
 class SandboxFolder:
     """A sandbox folder claimed by this process: locked, marked, and removed by `release()`."""
 
-    def __init__(self, parent: str | None = None):
-        self.path = tempfile.mkdtemp(prefix=FOLDER_PREFIX, dir=parent)
+    def __init__(self, parent: str | None = None, prefix: str = FOLDER_PREFIX):
+        self.path = tempfile.mkdtemp(prefix=prefix, dir=parent)
         self._lock_fd: int | None = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
         try:
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # unmarked yet: no sweep competes for it
@@ -40,6 +46,12 @@ class SandboxFolder:
         except OSError:
             self.release()
             raise
+
+    def __enter__(self) -> SandboxFolder:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.release()
 
     def release(self) -> None:
         """Remove the folder, then drop the lock (idempotent)."""
@@ -50,14 +62,15 @@ class SandboxFolder:
         self._lock_fd = None
 
 
-def remove_stale_folders(parent: str | None = None) -> list[str]:
-    """Remove the sandbox folders under `parent` (default: the temp dir) whose owner is dead; returns them."""
+def remove_stale_folders(parent: str | None = None, prefix: str = FOLDER_PREFIX) -> list[str]:
+    """Remove the sandbox folders named `prefix*` under `parent` (default: the temp dir) whose owner is dead;
+    returns them."""
     removed = []
-    for path in sorted(glob.glob(os.path.join(parent or tempfile.gettempdir(), FOLDER_PREFIX + "*"))):
+    for path in sorted(glob.glob(os.path.join(parent or tempfile.gettempdir(), glob.escape(prefix) + "*"))):
         if _remove_if_owner_dead(path):
             removed.append(path)
     if removed:
-        logger.info("python sandbox: removed %d folder(s) left by dead runs: %s", len(removed), ", ".join(removed))
+        logger.info("sandbox: removed %d folder(s) left by dead runs: %s", len(removed), ", ".join(removed))
     return removed
 
 
@@ -85,4 +98,4 @@ def _remove_if_owner_dead(path: str) -> bool:
         os.close(fd)
 
 
-__all__ = ["FOLDER_PREFIX", "OWNER_MARKER", "SandboxFolder", "remove_stale_folders"]
+__all__ = ["CODE_FOLDER_PREFIX", "FOLDER_PREFIX", "OWNER_MARKER", "SandboxFolder", "remove_stale_folders"]
