@@ -24,7 +24,7 @@ from eval.library_overlap import describe_overlap, library_eval_overlap
 from experiences.model import Library
 from rewards import is_equivalent
 from tfgrpo import __version__
-from tfgrpo.core.atomic import removed_on_failure
+from tfgrpo.core.atomic import folder_target, removed_on_failure
 from tfgrpo.core.config import config_dict, dump_config
 from tfgrpo.core.datasets import Problem, dataset_cache_dir, load_dataset_rows
 from tfgrpo.core.errors import EvalError
@@ -56,7 +56,7 @@ async def evaluate_async(
     config: EvalConfig, *, client: LLMClient | None = None, console: Any | None = None
 ) -> EvalResult:
     console = console or Console(stderr=True)
-    out = Path(config.out)
+    out = folder_target(config.out, EvalError)  # a file at or above --out: one line, before anything is read
     owns_client = client is None
     with removed_on_failure(out):  # a command that fails before its first call leaves no folder behind
         setup = _set_up(config, out, console, client)

@@ -8,6 +8,8 @@ from typing import Any
 
 from eval.runner import EvalConfig, EvalResult, evaluate
 from eval.seeds import read_seed_set, write_seed_set
+from tfgrpo.core.atomic import folder_target
+from tfgrpo.core.errors import EvalError
 from tfgrpo.llm.client import LLMClient
 
 
@@ -16,7 +18,7 @@ def evaluate_seed_set(
 ) -> list[EvalResult]:
     """One eval per member of the learn seed set `config.library` into `config.out/seed-S`; same settings otherwise."""
     members = read_seed_set(config.library)
-    write_seed_set(config.out, "eval", list(members))
+    write_seed_set(folder_target(config.out, EvalError), "eval", list(members))
     label = config.label or Path(config.library).name
     results = []
     for seed, learn_dir in members.items():

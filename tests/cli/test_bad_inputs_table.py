@@ -29,6 +29,7 @@ ALIAS_BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
 )
 BIG = "1" * 5_000  # past Python's 4,300-digit int conversion limit
 BIG_INT_ROW = '{"id": "a", "problem": "What is 1+2?", "answer": ' + BIG + "}\n"
+JSON_DUPLICATE = "d.json:1: duplicate key 'answer'"  # a .json dataset: the line where the key is given again
 SURROGATE_ROW = '{"id": "a", "problem": "What is 1+2? \\ud800", "answer": "3"}\n'
 LIB = json.dumps({"version": 0, "experiences": [{"id": "G0", "text": "Check the carry twice."}]})
 LIB_NO_VERSION = json.dumps({"experiences": [{"id": "G0", "text": "Check the carry twice."}]})
@@ -94,6 +95,9 @@ ROWS = [
     Row("concurrency-0", (*LEARN, "--concurrency", "0"), "concurrency: Input should be greater than or equal"),
     Row("temperature-negative", (*LEARN, "--temperature", "-1"), "temperature: Input should be greater"),
     Row("out-is-a-file", ("learn", "--data", "easy_train", "--out", "{tmp}/f", LLM), "is a file", {"f": "x"}),
+    Row("out-under-a-file", (*LEARN[:3], "--out", "{tmp}/f/run", LLM), "f is a file, so nothing can be", {"f": "x"}),
+    Row("eval-out-is-a-file", (*EVAL[:3], "--out", "{tmp}/f", LLM), "is a file; give a folder", {"f": "x"}),
+    Row("eval-out-under-a-file", (*EVAL[:3], "--out", "{tmp}/f/run", LLM), "f is a file, so nothing", {"f": "x"}),
     Row("resume-nothing", (*LEARN, "--resume"), "nothing to resume"),
     Row("traces-and-data", (*LEARN, "--from-traces", "{tmp}/t.sqlite"), "--from-traces and --data are exclusive"),
     Row("cache-is-a-folder", (*EVAL, "--cache", "{tmp}"), "is a directory; give the cache a file path"),
@@ -150,7 +154,26 @@ ROWS = [
             ("row-duplicate-id", "d.jsonl", '{"id": "a", "problem": "p", "answer": "1"}\n' * 2, "duplicate id 'a'"),
             ("data-empty-file", "d.jsonl", "\n", "no rows"),
             ("data-unsupported-type", "d.txt", "What is 1+2?\n", "unsupported file type '.txt'"),
+            ("json-duplicate-key", "d.json", '[{"problem": "p", "answer": "1", "answer": "2"}]', JSON_DUPLICATE),
+            (
+                "json-object-duplicate-key",
+                "d.json",
+                '{\n "problem": "p",\n "answer": "1",\n "answer": "2"\n}',
+                "d.json:4",
+            ),
+            (
+                "csv-duplicate-column",
+                "d.csv",
+                "problem,answer,answer\np,1,2\n",
+                "d.csv: line 1: column 'answer' twice",
+            ),
         ]
+    ),
+    Row(
+        "eval-row-lone-surrogate",
+        ("eval", "--data", "{tmp}/d.jsonl", "--out", "{out}", LLM),
+        "d.jsonl:1: key 'problem' holds a lone surrogate",
+        {"d.jsonl": SURROGATE_ROW},
     ),
     Row(
         "csv-missing-column-cached-in-run",
@@ -177,7 +200,11 @@ ROWS = [
             ("library-without-version", LIB_NO_VERSION, "no 'version' key, so not a library file"),
             ("library-10mb-experience", LIB_HUGE_EXPERIENCE, "an experience is at most 4,000"),
             ("library-lone-surrogate", LIB.replace("twice", "\\ud800"), "key 'text' holds a lone surrogate"),
-            ("library-duplicate-key", '{"version": 0, "version": 1, "experiences": []}', "duplicate key 'version'"),
+            (
+                "library-duplicate-key",
+                '{"version": 0,\n"version": 1, "experiences": []}',
+                "line 2: duplicate key 'version'",
+            ),
             ("library-5000-digit-version", '{"version": ' + BIG + ', "experiences": []}', "5,000 digits"),
             ("library-not-json", "{not json", "not valid JSON at line 1"),
             ("library-future-format", '{"format": "tfgrpo.library/9", "version": 0}', "unsupported library format"),
@@ -233,6 +260,8 @@ ROWS = [
             ("score-numeric-negative-tol", ("-r", "numeric", "-p", "rel_tol=-1"), "rel_tol must be >= 0", SCORED),
             ("score-numeric-tol-text", ("-r", "numeric", "-p", "abs_tol=abc"), "abs_tol must be a finite", SCORED),
             ("score-numeric-tol-nan", ("-r", "numeric", "-p", "rel_tol=.nan"), "got nan", SCORED),
+            ("score-param-alias-bomb", ("-r", "format", "-p", "pattern=" + ALIAS_BOMB), "YAML aliases", SCORED),
+            ("score-param-duplicate-key", ("-p", "timeout_s={{a: 1, a: 2}}"), "duplicate key 'a'", SCORED),
             ("score-format-bad-regex", ("-r", "format", "-p", "pattern=("), "invalid regex '('", SCORED),
             ("score-format-flag-text", ("-r", "format", "-p", "fullmatch=maybe"), "true or false", SCORED),
             ("score-exact-flag-number", ("-r", "exact", "-p", "whole_completion=2"), "true or false, got 2", SCORED),
@@ -590,6 +619,7 @@ ROWS = [
             ("finetune-unknown-tool", ("--tools", "nosuch"), PROBLEMS, "unknown tool 'nosuch'"),
             ("finetune-set-no-value", ("--set", "beta"), PROBLEMS, "--set 'beta': expected KEY=VALUE"),
             ("finetune-set-bad-yaml", ("--set", "beta=[1"), PROBLEMS, "the value is not valid YAML"),
+            ("finetune-set-alias-bomb", ("--set", "beta=" + ALIAS_BOMB), PROBLEMS, "YAML aliases"),
             ("finetune-set-unknown-key", ("--set", "bogus=1"), PROBLEMS, "unknown option(s) bogus"),
             ("finetune-config-missing", ("--config", "{tmp}/none.yaml"), PROBLEMS, "config file not found"),
             ("finetune-data-not-json", (), "{x\n", "d.jsonl:1: not valid JSON"),
@@ -626,6 +656,7 @@ ROWS = [
             ("experiment-set-no-value", "quickstart", ("--set", "novalue"), "expected KEY.PATH=VALUE", {}),
             ("experiment-set-unknown-key", "quickstart", ("--set", "bogus.x=1"), "unknown key 'bogus'", {}),
             ("experiment-set-bad-yaml", "quickstart", ("--set", "model.model=[1"), "the value is not valid YAML", {}),
+            ("experiment-set-alias-bomb", "quickstart", ("--set", "model.model=" + ALIAS_BOMB), "YAML aliases", {}),
             ("experiment-set-wrong-type", "quickstart", ("--set", "evals.easy.samples=abc"), "evals.easy.samples", {}),
             ("experiment-recipe-syntax", "{tmp}/r.yaml", (), "not valid YAML at line 2", {"r.yaml": "learn: [1\n"}),
             ("experiment-recipe-a-list", "{tmp}/r.yaml", (), "the top level must be a mapping", {"r.yaml": "- a\n"}),

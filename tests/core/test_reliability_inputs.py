@@ -76,6 +76,24 @@ def test_deeply_nested_library_is_a_clear_error_not_a_recursion_error(tmp_path: 
         load_dataset_rows(rows)
 
 
+def test_a_duplicate_key_names_the_line_it_is_given_again(tmp_path: Path):
+    """JSON lets a key repeat and readers keep the last; ours refuse it, naming the line of the repeat."""
+    library = tmp_path / "library.json"
+    library.write_text('{"version": 0, "experiences": [\n  {"id": "G0", "text": "a b",\n   "text": "c d"}]}')
+    with pytest.raises(LibraryFileError, match=r"library.json: line 3: duplicate key 'text'"):
+        Library.load(library)
+    pretty = tmp_path / "set.json"  # a JSON array of rows, as an editor indents it
+    pretty.write_text(
+        '[\n  {"problem": "p", "answer": "1"},\n  {\n    "problem": "q",\n    "answer": "2",\n    "answer": "3"\n  }\n]'
+    )
+    with pytest.raises(DatasetError, match=r"set.json:6: duplicate key 'answer'"):
+        load_dataset_rows(pretty)
+    nested = tmp_path / "lines.json"  # JSON Lines in a .json file, a nested object repeating a key
+    nested.write_text('{"problem": "p", "answer": "1"}\n{"problem": "q", "answer": "2", "meta": {"a": 1, "a": 2}}\n')
+    with pytest.raises(DatasetError, match=r"lines.json:2: duplicate key 'a'"):
+        load_dataset_rows(nested)
+
+
 def test_oversized_dataset_row_is_refused_without_reading_it_whole(tmp_path: Path):
     data = tmp_path / "data.jsonl"
     data.write_text(

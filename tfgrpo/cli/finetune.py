@@ -8,24 +8,19 @@ import typer
 
 from finetune.adapters import AdapterArguments
 from tfgrpo.cli import options as opt
-from tfgrpo.core.config import ConfigError, deep_merge, drop_unset, read_yaml, yaml_error_line
+from tfgrpo.core.config import ConfigError, deep_merge, drop_unset, load_yaml_value, read_yaml
 
 METHOD_HELP = "sft | dpo | ipo | cdpo | kto | orpo | ppo | grpo | gspo"
 
 
 def _parse_sets(items: list[str] | None) -> dict[str, Any]:
     """`--set beta=0.2 --set lora_target_modules=[q_proj,v_proj]`: values parsed as YAML scalars/lists."""
-    import yaml
-
     parsed: dict[str, Any] = {}
     for item in items or []:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise ConfigError(f"--set {item!r}: expected KEY=VALUE")
-        try:
-            parsed[key.strip().replace("-", "_")] = yaml.safe_load(value)
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"--set {item!r}: the value is {yaml_error_line(exc)}") from None
+        parsed[key.strip().replace("-", "_")] = load_yaml_value(value, option=f"--set {item!r:.80}")
     return parsed
 
 

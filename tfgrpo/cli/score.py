@@ -7,14 +7,12 @@ from typing import Annotated, Any
 import typer
 
 from tfgrpo.cli import options as opt
-from tfgrpo.core.config import build_config, yaml_error_line
+from tfgrpo.core.config import build_config, load_yaml_value
 from tfgrpo.llm.config import LLMConfig
 
 
 def _parse_params(pairs: list[str] | None) -> dict[str, object]:
     """`--param rel_tol=0.01` -> {"rel_tol": 0.01} (values read as YAML scalars)."""
-    import yaml
-
     from rewards.errors import RewardError
 
     params: dict[str, object] = {}
@@ -22,10 +20,7 @@ def _parse_params(pairs: list[str] | None) -> dict[str, object]:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
             raise RewardError(f"--param expects KEY=VALUE, got {pair!r}")
-        try:
-            params[key.strip()] = yaml.safe_load(value)
-        except yaml.YAMLError as exc:
-            raise RewardError(f"--param {pair!r}: the value is {yaml_error_line(exc)}") from None
+        params[key.strip()] = load_yaml_value(value, option=f"--param {pair!r:.80}", error=RewardError)
     return params
 
 

@@ -89,6 +89,17 @@ def load_yaml_text(text: str) -> Any:
     return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 -- a SafeLoader subclass
 
 
+def load_yaml_value(text: str, *, option: str, error: type[Exception] = ConfigError) -> Any:
+    """A value given on the command line (`-p rel_tol=0.01`, `--set beta=0.2`), read by the configs' loader: an
+    alias bomb or a duplicate key is refused there as in a file. `option` (`--set 'beta=[1'`) starts the error."""
+    try:
+        return load_yaml_text(text)
+    except ConfigError as exc:
+        raise error(f"{option}: the value is refused: {exc}") from None
+    except yaml.YAMLError as exc:
+        raise error(f"{option}: the value is {yaml_error_line(exc)}") from None
+
+
 def yaml_error_line(error: yaml.YAMLError) -> str:
     """PyYAML's several-line report (with a caret drawing) as one line: where, then what."""
     mark = getattr(error, "problem_mark", None)
@@ -231,6 +242,8 @@ __all__ = [
     "drop_unset",
     "dump_config",
     "format_validation_error",
+    "load_yaml_text",
+    "load_yaml_value",
     "yaml_error_line",
     "read_yaml",
     "secret_value",

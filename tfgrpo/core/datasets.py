@@ -16,6 +16,7 @@ problems.
 from __future__ import annotations
 
 import contextlib
+import csv
 import json
 import math
 from collections.abc import Iterator, Mapping
@@ -27,7 +28,14 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from tfgrpo.core.atomic import removed_on_failure
 from tfgrpo.core.errors import DatasetError
-from tfgrpo.core.textfile import MAX_ROW_BYTES, JSONValueError, iter_lines, strict_json_loads
+from tfgrpo.core.textfile import (
+    MAX_ROW_BYTES,
+    JSONValueError,
+    find_duplicate_json_key,
+    iter_lines,
+    read_text,
+    strict_json_loads,
+)
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 
@@ -210,6 +218,30 @@ def _iter_jsonl(path: Path, max_row_bytes: int) -> Iterator[tuple[str, dict[str,
 
 
 _HF_FORMATS = {".json": "json", ".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
+#: a .json dataset is read whole to check its keys, as Arrow's reader reads it whole; a bigger set is JSONL
+MAX_JSON_DATASET_BYTES = 1024 * 1024 * 1024
+
+
+def _refuse_duplicate_json_keys(path: Path) -> None:
+    """Arrow keeps the last of a key given twice in a JSON array's rows, silently: refuse it as JSONL does."""
+    found = find_duplicate_json_key(read_text(path, error=DatasetError, max_bytes=MAX_JSON_DATASET_BYTES))
+    if found:
+        key, line = found
+        raise DatasetError(f"{path}:{line}: duplicate key {key!r} (a JSON object names each key once)")
+
+
+def _refuse_duplicate_csv_columns(path: Path) -> None:
+    """pandas renames a second `answer` column `answer.1`, so the first wins silently: refuse it instead."""
+    with path.open(encoding="utf-8-sig", errors="replace", newline="") as handle:
+        try:
+            header = next(csv.reader(handle), [])
+        except csv.Error:  # a header the csv module cannot read: pandas' own error says more
+            return
+    seen: set[str] = set()
+    for name in header:
+        if name in seen and name.strip():
+            raise DatasetError(f"{path}: line 1: column {name!r} twice in the header; give each column one name")
+        seen.add(name)
 
 
 def _iter_with_hf_datasets(path: Path, suffix: str, cache_dir: Path | None) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -217,6 +249,10 @@ def _iter_with_hf_datasets(path: Path, suffix: str, cache_dir: Path | None) -> I
     if builder is None:
         formats = ", ".join([".jsonl", *_HF_FORMATS])
         raise DatasetError(f"{path}: unsupported file type {suffix or '(none)'!r}; use one of {formats}")
+    if builder == "json":
+        _refuse_duplicate_json_keys(path)
+    elif builder == "csv":
+        _refuse_duplicate_csv_columns(path)
     try:
         import datasets  # heavy; only for non-JSONL files
     except ImportError as exc:

@@ -3,6 +3,7 @@
 read_text(path, error=LibraryFileError)            UTF-8 or a one-line error naming the first bad byte
 loads_json(text, source=..., error=...)            JSON with a nesting-depth limit (no RecursionError)
 strict_json_loads(text)                            json.loads refusing what it would accept silently or crash on
+find_duplicate_json_key(text)                      (key, line) of a key given twice, for files read by others
 iter_lines(path, error=DatasetError)               decoded lines of a JSONL file, each size-checked
 """
 
@@ -46,6 +47,14 @@ class JSONValueError(ValueError):
     """Valid JSON syntax whose value is refused; the message names the key, the caller adds file and line."""
 
 
+class DuplicateKeyError(JSONValueError):
+    """An object names a key twice; `find_duplicate_json_key` finds its line when the caller has a whole file."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"duplicate key {key!r} (a JSON object names each key once)")
+        self.key = key
+
+
 _ESCAPED_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
 #: a surrogate code point on its own: Python strings can hold one (from a JSON or YAML escape), UTF-8 cannot
 LONE_SURROGATE = re.compile("[\ud800-\udfff]")
@@ -71,7 +80,7 @@ def _refuse_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     row: dict[str, Any] = {}
     for key, value in pairs:
         if key in row:
-            raise JSONValueError(f"duplicate key {key!r} (a JSON object names each key once)")
+            raise DuplicateKeyError(key)
         row[key] = value
     return row
 
@@ -109,6 +118,10 @@ def loads_json(text: str, *, source: str, error: type[Exception], max_depth: int
         value = strict_json_loads(text)
     except json.JSONDecodeError as exc:
         raise error(f"{source}: not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+    except DuplicateKeyError as exc:
+        key, line = find_duplicate_json_key(text) or (exc.key, None)
+        where = f"{source}: line {line}" if line else source
+        raise error(f"{where}: {DuplicateKeyError(key)}") from None
     except JSONValueError as exc:
         raise error(f"{source}: {exc}") from None
     except RecursionError:
@@ -117,6 +130,61 @@ def loads_json(text: str, *, source: str, error: type[Exception], max_depth: int
     if depth > max_depth:
         raise error(f"{source}: JSON nested {depth} levels deep; the limit is {max_depth}")
     return value
+
+
+_WHITESPACE = re.compile(r"[ \t\n\r]*")
+_DUPLICATE_CHECK = json.JSONDecoder(object_pairs_hook=_refuse_duplicate_keys)
+_PLAIN = json.JSONDecoder()
+
+
+def find_duplicate_json_key(text: str) -> tuple[str, int] | None:
+    """(key, line) of the first key given twice in a JSON text: one value, or values one after another (JSON
+    Lines). None when there is none, or when the text is not JSON (its reader reports that). For files read by
+    a reader that keeps the last of two keys (Arrow's), and for a line number in a refusal."""
+    index = _skip(text, 0)
+    while index < len(text):
+        try:
+            _, end = _DUPLICATE_CHECK.raw_decode(text, index)
+        except DuplicateKeyError as exc:
+            try:
+                key, offset = _locate_duplicate(text, index) or (exc.key, index)
+            except RecursionError:  # nested deeper than a hand walk goes: the line where the value starts
+                key, offset = exc.key, index
+            return key, text.count("\n", 0, offset) + 1
+        except (ValueError, RecursionError):  # bad syntax, a huge number, deep nesting: the reader words it
+            return None
+        index = _skip(text, end)
+    return None
+
+
+def _locate_duplicate(text: str, at: int) -> tuple[str, int] | None:
+    """(key, offset) of the first key given again, in reading order, in the JSON value at `at`; walked by hand
+    (slow, so only run once the fast check has found a duplicate, which makes the value valid JSON)."""
+    at = _skip(text, at)
+    if text[at] not in "[{":
+        return None
+    closing, seen = ("}" if text[at] == "{" else "]"), set()
+    at = _skip(text, at + 1)
+    while text[at] != closing:
+        if closing == "}":
+            key, after = _PLAIN.raw_decode(text, at)
+            if key in seen:
+                return key, at
+            seen.add(key)
+            at = _skip(text, _skip(text, after) + 1)  # past the ':'
+        found = _locate_duplicate(text, at)
+        if found:
+            return found
+        at = _skip(text, _PLAIN.raw_decode(text, at)[1])
+        if text[at] == ",":
+            at = _skip(text, at + 1)
+    return None
+
+
+def _skip(text: str, at: int) -> int:
+    """The offset of the first non-whitespace character from `at`."""
+    match = _WHITESPACE.match(text, at)
+    return match.end() if match else at
 
 
 def _depth(value: Any) -> int:
@@ -165,8 +233,10 @@ __all__ = [
     "MAX_FILE_BYTES",
     "MAX_JSON_DEPTH",
     "MAX_ROW_BYTES",
+    "DuplicateKeyError",
     "JSONValueError",
     "LONE_SURROGATE",
+    "find_duplicate_json_key",
     "iter_lines",
     "loads_json",
     "read_text",

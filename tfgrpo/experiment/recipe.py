@@ -12,10 +12,9 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from tfgrpo.core.config import ConfigError, format_validation_error, load_yaml_text, read_yaml, yaml_error_line
+from tfgrpo.core.config import ConfigError, format_validation_error, load_yaml_text, load_yaml_value, read_yaml
 from tfgrpo.llm.config import LLMConfig
 
 BUNDLED_RECIPES = ("paper-math", "quickstart", "quickstart-baselines", "baselines-local")
@@ -150,10 +149,7 @@ def parse_overrides(items: list[str] | None) -> list[tuple[list[str], Any]]:
         path = [part for part in key.strip().split(".") if part]
         if not sep or not path:
             raise ConfigError(f"--set {item!r}: expected KEY.PATH=VALUE, e.g. evals.aime24.samples=8")
-        try:
-            parsed.append((path, yaml.safe_load(value)))
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"--set {item!r}: the value is {yaml_error_line(exc)}") from None
+        parsed.append((path, load_yaml_value(value, option=f"--set {item!r:.80}")))
     return parsed
 
 

@@ -29,7 +29,7 @@ from pydantic import BaseModel, Field
 
 from experiences.history import History
 from experiences.model import Library
-from tfgrpo.core.atomic import append_lines, atomic_write_text, remove_stale_temps
+from tfgrpo.core.atomic import append_lines, atomic_write_text, folder_target, remove_stale_temps
 from tfgrpo.core.config import ConfigError, dump_config, read_yaml
 from tfgrpo.learn.config import RESUME_LOCKED_KEYS, LearnConfig
 
@@ -90,6 +90,7 @@ class RunDir:
         """A fresh run (refusing to overwrite a finished or started one) or, with `resume`, the saved state."""
         if self.root.exists() and not self.root.is_dir():
             raise ConfigError(f"--out {self.root} is a file; a learn run needs a directory (choose another --out)")
+        folder_target(self.root, ConfigError)  # a file above --out (`f/run`): one line, not NotADirectoryError
         if config.resume:
             if self.root.is_dir():
                 self._acquire()
