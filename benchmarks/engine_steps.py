@@ -61,6 +61,7 @@ def run_steps(
     batch_size: int = 10,
     concurrency: int = 64,
     symbolic: bool = False,
+    dedup: str = "hint",
 ) -> dict:
     """`tfgrpo learn` as a fresh process; wall time from process start, against the bound of its steps."""
     import subprocess
@@ -72,7 +73,7 @@ def run_steps(
         command = [sys.executable, "-m", "tfgrpo", "learn", "--data", str(data), "--out", str(out)]
         command += ["--backend", "openai", "--model", "bench", "--base-url", f"http://127.0.0.1:{port}/v1"]
         command += ["--api-key", "x", "-G", str(group_size), "--epochs", str(epochs)]
-        command += ["--batch-size", str(batch_size), "--concurrency", str(concurrency), "--dedup", "hint"]
+        command += ["--batch-size", str(batch_size), "--concurrency", str(concurrency), "--dedup", dedup]
         env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
         started = time.time()
         finished = subprocess.run(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
