@@ -1,14 +1,22 @@
 """Local servers that answer like each provider's documentation says it does (the scripted world inside).
 
-- `openai-reasoning` (o-series, gpt-5): 400 `unsupported_parameter` for `max_tokens`, 400
-  `unsupported_value` for a temperature or top_p other than 1; no reasoning text; usage carries
+- `openai` (gpt-4o-mini and the other chat models): 400 for a parameter the API reference does not list;
+  usage carries `prompt_tokens_details.cached_tokens`.
+- `openai-reasoning` (o-series, gpt-5): the same, plus 400 `unsupported_parameter` for `max_tokens` and
+  400 `unsupported_value` for a temperature or top_p other than 1; no reasoning text; usage carries
   `completion_tokens_details.reasoning_tokens` (part of `completion_tokens`).
-- `deepseek-reasoner`: reasoning in `message.reasoning_content`; 400 when a request sends
-  `reasoning_content` back in its messages; `response_format` `json_schema` refused (JSON mode only);
-  temperature accepted and ignored.
-- `vllm-reasoning` (vLLM with `--reasoning-parser`, 0.10+): reasoning in `message.reasoning`.
-- `llamacpp-think` (a model served without a parser): a `<think>...</think>` block at the head of content.
-- `AnthropicServer`: Anthropic's Messages API with extended thinking, reached through litellm.
+- `deepseek-chat`: `response_format` `json_schema` refused (JSON mode only); cache hits in
+  `usage.prompt_cache_hit_tokens`; one choice whatever `n` says (`n` is not a DeepSeek parameter).
+- `deepseek-reasoner`: the same, plus reasoning in `message.reasoning_content`; 400 when a request sends
+  `reasoning_content` back in its messages; temperature accepted and ignored.
+- `vllm-reasoning` (vLLM with `--reasoning-parser`, 0.10+): reasoning in `message.reasoning`; choices
+  carry vLLM's own `stop_reason`.
+- `llamacpp-think` (llama.cpp's server, `--reasoning-format none`): a `<think>...</think>` block at the
+  head of content; `llamacpp-deepseek` (`--reasoning-format deepseek`): the reasoning in
+  `message.reasoning_content`. Both add `timings` to the reply and answer `n` != 1 with llama.cpp's 500
+  "Only one completion choice is allowed".
+- `AnthropicServer`: Anthropic's Messages API with extended thinking, reached through litellm; 400 when
+  both temperature and top_p are sent (the 4.1+ models).
 
 The error bodies are the providers' own wording (OpenAI's API reference and DeepSeek's reasoning_model
 guide): the backend must learn from them, not from our phrasing.
@@ -25,6 +33,13 @@ from tests.helpers.learn_world import WorldServer
 
 THOUGHT = "Let me think. Maybe the answer is 99? No: I add the two numbers carefully and check the carry."
 REASONING_TOKENS = 7
+CACHED_TOKENS = 2
+#: the request parameters of https://platform.openai.com/docs/api-reference/chat/create that a test may send
+OPENAI_PARAMETERS = {
+    *("model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "n", "seed", "stop"),
+    *("tools", "tool_choice", "response_format", "presence_penalty", "frequency_penalty", "logprobs", "user"),
+}
+LLAMACPP = ("llamacpp-think", "llamacpp-deepseek")
 
 
 def _openai_error(message: str, param: str, code: str) -> tuple[int, dict]:
@@ -34,9 +49,10 @@ def _openai_error(message: str, param: str, code: str) -> tuple[int, dict]:
 class ProviderServer(WorldServer):
     """The scripted world behind one provider's documented request rules and reply shape."""
 
-    def __init__(self, world: Any, provider: str, **kwargs: Any) -> None:
+    def __init__(self, world: Any, provider: str, *, reasoning_tokens: int = REASONING_TOKENS, **kwargs: Any) -> None:
         super().__init__(world, **kwargs)
         self.provider = provider
+        self.reasoning_tokens = reasoning_tokens
         self.refusals: list[str] = []
 
     def answer(self, body: dict) -> tuple[int, dict]:
@@ -52,6 +68,14 @@ class ProviderServer(WorldServer):
         return status, payload
 
     def _refusal(self, body: dict) -> tuple[int, dict] | None:
+        if self.provider in ("openai", "openai-reasoning"):
+            unknown = sorted(set(body) - OPENAI_PARAMETERS)
+            if unknown:
+                return _openai_error(f"Unrecognized request argument supplied: {unknown[0]}", unknown[0], "")
+        if self.provider in LLAMACPP and body.get("n", 1) != 1:
+            return 500, {
+                "error": {"code": 500, "message": "Only one completion choice is allowed", "type": "server_error"}
+            }
         if self.provider == "openai-reasoning":
             if "max_tokens" in body:
                 return _openai_error(
@@ -78,6 +102,7 @@ class ProviderServer(WorldServer):
                         "type": "invalid_request_error",
                     }
                 }
+        if self.provider.startswith("deepseek"):
             if (body.get("response_format") or {}).get("type") == "json_schema":
                 return 400, {
                     "error": {
@@ -88,24 +113,37 @@ class ProviderServer(WorldServer):
         return None
 
     def _shape(self, payload: dict) -> None:
-        message = payload["choices"][0]["message"]
-        usage = payload["usage"]
-        if self.provider == "openai-reasoning":
-            usage["completion_tokens"] += REASONING_TOKENS
-            usage["total_tokens"] += REASONING_TOKENS
-            usage["completion_tokens_details"] = {"reasoning_tokens": REASONING_TOKENS}
-        elif self.provider in ("deepseek-reasoner", "vllm-reasoning"):
-            message["reasoning_content" if self.provider == "deepseek-reasoner" else "reasoning"] = THOUGHT
-            usage["completion_tokens"] += REASONING_TOKENS
-            usage["total_tokens"] += REASONING_TOKENS
-            usage["completion_tokens_details"] = {"reasoning_tokens": REASONING_TOKENS}
+        choice = payload["choices"][0]
+        message, usage = choice["message"], payload["usage"]
+        if self.provider in ("openai", "openai-reasoning"):
+            usage["prompt_tokens_details"] = {"cached_tokens": CACHED_TOKENS}
+        elif self.provider.startswith("deepseek"):
+            usage["prompt_cache_hit_tokens"] = CACHED_TOKENS
+            usage["prompt_cache_miss_tokens"] = usage["prompt_tokens"] - CACHED_TOKENS
+        if self.provider in ("openai-reasoning", "deepseek-reasoner", "vllm-reasoning"):
+            usage["completion_tokens"] += self.reasoning_tokens
+            usage["total_tokens"] += self.reasoning_tokens
+            usage["completion_tokens_details"] = {"reasoning_tokens": self.reasoning_tokens}
+        if self.provider == "deepseek-reasoner":
+            message["reasoning_content"] = THOUGHT
+        elif self.provider == "vllm-reasoning":
+            message["reasoning"] = THOUGHT
+            choice["stop_reason"] = None
         elif self.provider == "llamacpp-think":
             message["content"] = f"<think>{THOUGHT}</think>\n{message['content']}"
+        elif self.provider == "llamacpp-deepseek":
+            message["reasoning_content"] = THOUGHT
+        if self.provider in LLAMACPP:
+            payload["timings"] = {"prompt_n": usage["prompt_tokens"], "predicted_n": usage["completion_tokens"]}
+
+
+BOTH = "`temperature` and `top_p` cannot both be specified for this model. Please use only one."
 
 
 class AnthropicServer:
     """`POST /v1/messages` answering like Anthropic's Messages API with extended thinking: a `thinking`
-    content block, then the `text` block (litellm turns the first into `reasoning_content`)."""
+    content block, then the `text` block (litellm turns the first into `reasoning_content`). Like the 4.1+
+    models, it refuses a request that sets both temperature and top_p."""
 
     def __init__(self, thought: str = THOUGHT, answer: str = "\\boxed{3}") -> None:
         self.bodies: list[dict] = []
@@ -118,6 +156,9 @@ class AnthropicServer:
             def do_POST(self) -> None:  # noqa: N802 - http.server's naming
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
                 server.bodies.append(body)
+                if "temperature" in body and "top_p" in body:
+                    self._send(400, {"type": "error", "error": {"type": "invalid_request_error", "message": BOTH}})
+                    return
                 reply = {
                     "id": "msg_local",
                     "type": "message",
@@ -131,8 +172,11 @@ class AnthropicServer:
                     "stop_sequence": None,
                     "usage": {"input_tokens": 12, "output_tokens": 40},
                 }
+                self._send(200, reply)
+
+            def _send(self, status: int, reply: dict) -> None:
                 data = json.dumps(reply).encode()
-                self.send_response(200)
+                self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()

@@ -121,6 +121,7 @@ async def _learn_in(run: RunDir, config: LearnConfig, *, client: LLMClient | Non
 
     owns_client = client is None
     client = client or build_client(config.llm, cache_path=run.cache_path)
+    _remember_providers(run, state, client)
     reward = build_reward(config.reward, client)
     spent_before = sum(s.get("cost_usd", 0.0) for s in state.sessions)
     if config.llm.budget_usd is not None:
@@ -187,6 +188,15 @@ async def run_planned_steps(engine: Engine, run: RunDir, inputs: RunInputs, stat
             run.save_state(state)
 
 
+def _remember_providers(run: RunDir, state: RunState, client: LLMClient) -> None:
+    """A resumed run starts each endpoint from the provider profile its last session learned, so it does not
+    pay that endpoint's refusals (400s) again."""
+    saved = next((s["provider_profiles"] for s in reversed(state.sessions) if s.get("provider_profiles")), {})
+    remembered = client.remember_providers(saved)
+    if remembered:
+        run.log(f"provider profiles remembered from the last session for: {', '.join(remembered)}")
+
+
 def _record_session(
     run: RunDir, state: RunState, session: dict[str, Any], client: LLMClient, *, status: str, wall_time_s: float
 ) -> None:
@@ -200,6 +210,7 @@ def _record_session(
         usage=client.accounting.snapshot(),
         structured_output={"mode": client.structured_output, "fallbacks": dict(client.schema_fallbacks)},
         providers=client.provider_profiles(),
+        provider_profiles=client.provider_records(),
     )
     state.sessions.append(session)
     state.status = status

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 from tenacity import RetryCallState, wait_exponential_jitter
 
 from tfgrpo.llm.accounting import Accounting, Pricing
+from tfgrpo.llm.backends.profiles import ProviderProfile
 from tfgrpo.llm.base import Backend
 from tfgrpo.llm.cache import ResponseCache
 from tfgrpo.llm.errors import (
@@ -270,6 +271,9 @@ class LLMClient:
         self._in_flight[backend.endpoint] += 1
         try:
             async with self._semaphore(backend.endpoint):
+                # again once a slot is free: the calls that finished while this one queued may have spent
+                # the budget (long reasoning replies), and only the calls already sent may overshoot it
+                self._check_budget()
                 started = time.perf_counter()
                 sent = self._fit_schema(request, backend)
                 try:
@@ -320,6 +324,28 @@ class LLMClient:
         """What each endpoint was found to accept (backends that follow a provider profile), for the run record."""
         profiles = {backend.endpoint: getattr(backend, "profile", None) for backend in self.backends}
         return {endpoint: profile.describe() for endpoint, profile in profiles.items() if profile is not None}
+
+    def provider_records(self) -> dict[str, dict[str, Any]]:
+        """Each endpoint's provider profile as saved data (a learn run's state), for `remember_providers`."""
+        return {
+            backend.endpoint: {"model": backend.model_name, "profile": profile.to_record()}
+            for backend in self.backends
+            if (profile := getattr(backend, "profile", None)) is not None
+        }
+
+    def remember_providers(self, records: dict[str, Any]) -> list[str]:
+        """Start each endpoint from the profile an earlier session learned for it (same endpoint and model),
+        so a resumed run does not pay its refusals again; returns the endpoints that took one."""
+        remembered = []
+        for backend in self.backends:
+            record = records.get(backend.endpoint)
+            if not isinstance(record, dict) or record.get("model") != backend.model_name:
+                continue
+            profile = ProviderProfile.from_record(record.get("profile"))
+            if profile is not None and hasattr(backend, "remember"):
+                backend.remember(profile)
+                remembered.append(backend.endpoint)
+        return remembered
 
     def _fit_schema(self, request: ChatRequest, backend: Backend) -> ChatRequest:
         """The request as this backend gets it: without the schema where it cannot or will not take one."""

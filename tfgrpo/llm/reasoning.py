@@ -34,11 +34,21 @@ def split_think_block(content: str) -> tuple[str | None, str]:
     return match.group(1).strip() or None, content[match.end() :]
 
 
-def reasoning_of(message: Any, content: str, read: Any) -> tuple[str | None, str]:
-    """(reasoning text, answer) of one reply message; `read(container, name)` reads a field of it."""
-    fields = [read(message, name) for name in REASONING_FIELDS]
-    texts = [value for value in fields if isinstance(value, str) and value.strip()]
-    think, answer = split_think_block(content)
+def reasoning_of(
+    message: Any,
+    content: str,
+    read: Any,
+    *,
+    fields: tuple[str, ...] = REASONING_FIELDS,
+    think_in_content: bool = True,
+) -> tuple[str | None, str]:
+    """(reasoning text, answer) of one reply message; `read(container, name)` reads a field of it.
+
+    `fields` and `think_in_content` are where the provider's profile says reasoning lives: a provider whose
+    reasoning never comes back in the content (OpenAI, DeepSeek's API) keeps a literal `<think>` in its answer."""
+    values = [read(message, name) for name in fields]
+    texts = [value for value in values if isinstance(value, str) and value.strip()]
+    think, answer = split_think_block(content) if think_in_content else (None, content)
     parts = [*texts[:1], *([think] if think else [])]
     return ("\n\n".join(parts) if parts else None), answer
 

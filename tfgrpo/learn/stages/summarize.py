@@ -58,7 +58,7 @@ def summary_messages(
     request: SummaryRequest, *, template: str, token_budget: int
 ) -> tuple[list[dict[str, str]], bool]:
     """The stage-1 prompt of one rollout, and whether its trajectory had to be cut."""
-    trajectory, truncated = truncate_middle(trajectory_text(request.rollout, max_chars=token_budget * 4), token_budget)
+    trajectory, truncated = fitted_trajectory(request.rollout, token_budget)
     prompt = render_stage_prompt(
         template,
         problem=request.problem,
@@ -108,32 +108,46 @@ async def summarize_rollouts(
     return summaries  # type: ignore[return-value]
 
 
+def fitted_trajectory(rollout: Rollout, token_budget: int) -> tuple[str, bool]:
+    """The attempt's text within `token_budget` (approx. tokens), and whether any of it had to be cut."""
+    text, reasoning_cut = _attempt_text(rollout, max_chars=token_budget * 4)
+    fitted, cut = truncate_middle(text, token_budget)
+    return fitted, cut or reasoning_cut
+
+
 def trajectory_text(rollout: Rollout, max_chars: int = 8000) -> str:
     """The attempt as text: the completion (after its reasoning, cut in the middle so the answer fits), or
     every turn, tool call and tool result of an agent trajectory."""
+    return _attempt_text(rollout, max_chars=max_chars)[0]
+
+
+def _attempt_text(rollout: Rollout, max_chars: int) -> tuple[str, bool]:
     if rollout.trajectory is None:
         if not rollout.reasoning:
-            return rollout.completion
+            return rollout.completion, False
         reasoning_chars = max(max_chars - len(rollout.completion) - 40, max_chars // 4)
-        reasoning, _ = truncate_middle(rollout.reasoning.strip(), reasoning_chars // 4)
-        return f"[reasoning]\n{reasoning}\n\n[answer]\n{rollout.completion}"
-    return Trajectory.from_jsonable(rollout.trajectory).render_for_summary(max_chars=max_chars)
+        reasoning, cut = truncate_middle(rollout.reasoning.strip(), reasoning_chars // 4)
+        return f"[reasoning]\n{reasoning}\n\n[answer]\n{rollout.completion}", cut
+    return Trajectory.from_jsonable(rollout.trajectory).render_for_summary(max_chars=max_chars), False
 
 
 def truncate_middle(text: str, token_budget: int) -> tuple[str, bool]:
     """Cut the middle out of a text over `token_budget` (approx. tokens): the plan and the ending matter most."""
     if approximate_tokens(text) <= token_budget:
         return text, False
-    keep_chars = token_budget * 4
+    # the marker is part of what is sent: its room comes out of the kept text, so the result fits the budget
+    marker_room = len(f"\n[... {len(text)} characters omitted ...]\n")
+    keep_chars = max(token_budget * 4 - marker_room, 0)
     head = keep_chars // 3
     tail = keep_chars - head
     omitted = len(text) - head - tail
-    return f"{text[:head]}\n[... {omitted} characters omitted ...]\n{text[-tail:]}", True
+    return f"{text[:head]}\n[... {omitted} characters omitted ...]\n{text[len(text) - tail :]}", True
 
 
 __all__ = [
     "Summary",
     "SummaryRequest",
+    "fitted_trajectory",
     "outcome_of",
     "summarize_rollouts",
     "summary_messages",

@@ -4,16 +4,19 @@ One backend instance per base URL: its `endpoint` is the URL, so the client laye
 replicas and bound concurrency per server. The SDK's own retries are off (`max_retries=0`): the client
 layer retries once, for every backend, from the typed errors raised here.
 
-Servers that ignore `n` (llama.cpp's server, some proxies) answer with fewer choices than asked. The
-first time that happens the backend remembers it for this endpoint and from then on sends `n` parallel
-single-sample requests instead. When a `seed` is set, a call whose first sample has absolute index `i`
+Servers that ignore `n` (llama-cpp-python's server, some proxies) answer with fewer choices than asked,
+and llama.cpp's own server refuses any `n` but 1. The first time either happens the backend remembers it
+for this endpoint (its profile) and from then on sends `n` parallel single-sample requests instead, as it
+does from the start for providers whose profile has no `n` (DeepSeek, Anthropic). When a `seed` is set, a call whose first sample has absolute index `i`
 (`sample_offset` + position) is sent with `seed + i`, so samples fetched one by one differ from each
 other but stay reproducible.
 
 Parameters follow the provider's documented rules (`profiles.py`: `max_completion_tokens` and default
-sampling for OpenAI's reasoning models, JSON mode for DeepSeek), chosen from the model name or learned
-from the first 400 that names a parameter, and remembered for the endpoint. Reasoning text
-(`reasoning_content`, `reasoning`, a `<think>` block) is kept apart from the answer (`tfgrpo.llm.reasoning`).
+sampling for OpenAI's reasoning models, JSON mode and no `n`/`seed` for DeepSeek, ...), chosen from the
+model name, learned from the first 400 that names a parameter or from the first reply's shape, and
+remembered for the endpoint. A parameter the profile leaves out is never sent; a request that needs tools
+the profile lacks is refused in one line. Reasoning text (where the profile says it lives:
+`reasoning_content`, `reasoning`, a `<think>` block) is kept apart from the answer (`tfgrpo.llm.reasoning`).
 
 A request's `response_schema` is sent as `response_format` `{"type": "json_schema", ..., "strict": true}`.
 A server that refuses that form (400/422, or a 5xx naming response_format) is asked again with the next
@@ -31,7 +34,15 @@ import time
 from typing import Any
 
 from tfgrpo.llm.backends.errors_map import map_openai_error
-from tfgrpo.llm.backends.profiles import ProviderProfile, learn_from_refusal, profile_for
+from tfgrpo.llm.backends.profiles import (
+    RESPONSE_FORMATS,
+    VLLM,
+    ProviderProfile,
+    learn_from_refusal,
+    profile_for,
+    read_count,
+    recognise_from_reply,
+)
 from tfgrpo.llm.backends.usage import cached_prompt_tokens, field, share_usage
 from tfgrpo.llm.base import Backend
 from tfgrpo.llm.errors import (
@@ -52,9 +63,6 @@ PLACEHOLDER_API_KEY = "EMPTY"
 # The SDK's HTTP stacks; benchmarks/transport.py measures them (client CPU per call) and the faster is the default.
 TRANSPORTS = ("httpx", "aiohttp")
 DEFAULT_TRANSPORT = "aiohttp"
-#: The forms of `response_format` tried in order, strongest first: OpenAI's strict JSON schema; JSON mode
-#: with the schema attached (llama-cpp-python's server, which turns it into a grammar); plain JSON mode.
-RESPONSE_FORMATS = ("json_schema", "json_object+schema", "json_object")
 #: The auth `chat.completions.create` asks of the SDK (the API key as a bearer token, no admin key).
 CHAT_SECURITY = {"bearer_auth": True}
 
@@ -71,25 +79,48 @@ class ChatCompletionsBackend(Backend):
         self.model_name = model
         self.endpoint = endpoint
         self.extra_body = dict(extra_body or {})
-        #: learned on first contact: the server returned fewer choices than `n` asked for
-        self.ignores_n = False
-        #: what this endpoint accepts: from the model name, corrected by the server's refusals
-        self.profile: ProviderProfile = profile_for(model, endpoint)
+        #: what this endpoint accepts: from the model name, corrected by the server's refusals and first reply
+        self.profile = profile_for(model, endpoint)
         #: index into RESPONSE_FORMATS of the form this server takes (raised on each refusal)
-        self.format_level = RESPONSE_FORMATS.index(self.profile.first_response_format)
-        self._warned_sampling = False
+        self.format_level = RESPONSE_FORMATS.index(self.profile.first_response_format or RESPONSE_FORMATS[-1])
+        self._warned: set[str] = set()
+        self._replied = False
+
+    @property
+    def profile(self) -> ProviderProfile:
+        return self._profile
+
+    @profile.setter
+    def profile(self, profile: ProviderProfile) -> None:
+        # What the client and the agent ask of a backend follows the profile (a tool-less one gets text tools).
+        self._profile = profile
+        self.supports_tools = profile.tools
+        self.supports_response_schema = profile.first_response_format is not None
+
+    @property
+    def ignores_n(self) -> bool:
+        """Samples are fetched one request each: the profile has no `n`, or the server ignored or refused it."""
+        return not self.profile.sends_n
+
+    def remember(self, profile: ProviderProfile) -> None:
+        """Start from a profile learned earlier for this endpoint (a resumed run), not from the model name."""
+        self.profile = profile
+        if profile.first_response_format is not None:
+            self.format_level = RESPONSE_FORMATS.index(profile.first_response_format)
 
     @abc.abstractmethod
     async def _create(self, arguments: dict[str, Any]) -> Any:
         """Send one chat-completions call; raise typed errors."""
 
     async def forward(self, request: ChatRequest) -> list[Completion]:
-        if request.n == 1 or self.ignores_n:
+        if request.n == 1 or not self.profile.sends_n:
             completions = await self._fan_out(request, first_sample=0, count=request.n)
         else:
+            # a refusal of `n` (llama.cpp) is learned inside _call, which then asks for one sample
             completions = await self._call(request, n=request.n, sample=0)
             if len(completions) < request.n:
-                self.ignores_n = True
+                if self.profile.sends_n:
+                    self.profile = self.profile.learn("one request per sample (n ignored)", sends_n=False)
                 missing = request.n - len(completions)
                 completions += await self._fan_out(request, first_sample=len(completions), count=missing)
         return self._numbered(request, completions[: request.n])
@@ -109,40 +140,47 @@ class ChatCompletionsBackend(Backend):
         return completions
 
     def _arguments(self, request: ChatRequest, *, n: int, sample: int) -> dict[str, Any]:
-        sampling = request.sampling
+        """The call's body: only the parameters the profile says this endpoint takes."""
+        sampling, profile = request.sampling, self.profile
+        if request.tools and not profile.tools:
+            raise BackendUnavailableError(
+                f"{self.endpoint}: {profile.name} does not support tool calling ({profile.source}); "
+                "use the text tool protocol (agent.protocol: text)"
+            )
         arguments: dict[str, Any] = {
             "model": self.model_name,
             "messages": [message.to_wire() for message in request.messages],
-            self.profile.token_limit_field: sampling.max_tokens,
+            profile.token_limit_field: sampling.max_tokens,
         }
-        if self.profile.sends_sampling:
-            arguments.update(temperature=sampling.temperature, top_p=sampling.top_p)
-        elif not self._warned_sampling:
-            self._warned_sampling = True
-            logger.warning(
-                "%s: %s takes only the default sampling: temperature %g / top_p %g are not sent",
-                self.endpoint,
-                self.profile.name,
-                sampling.temperature,
-                sampling.top_p,
-            )
-        if n > 1:
+        values = {"temperature": sampling.temperature, "top_p": sampling.top_p}
+        arguments.update({name: values[name] for name in profile.sampling_fields})
+        unsent = [f"{name} {values[name]:g}" for name in values if name not in profile.sampling_fields]
+        if unsent:
+            self._warn_once("sampling", "%s: %s does not take %s: not sent", ", ".join(unsent))
+        if n > 1 and profile.sends_n:
             arguments["n"] = n
         if sampling.stop:
             arguments["stop"] = list(sampling.stop)
-        if sampling.seed is not None:
+        if sampling.seed is not None and profile.sends_seed:
             # seed + absolute sample index: a group fetched as n single calls (by us, or by the client
             # for a partly cached group) gets distinct samples, and the same ones on every rerun.
             arguments["seed"] = sampling.seed + request.sample_offset + sample
+        elif sampling.seed is not None:
+            self._warn_once("seed", "%s: %s does not take %s: not sent (reruns reproduce from the cache)", "seed")
         if request.tools:
             arguments["tools"] = request.tools
         if self.extra_body:
             arguments["extra_body"] = self.extra_body
-        if request.response_schema is not None:
+        if request.response_schema is not None and profile.first_response_format is not None:
             arguments["response_format"] = response_format(
                 request.response_schema, RESPONSE_FORMATS[self.format_level]
             )
         return arguments
+
+    def _warn_once(self, topic: str, message: str, what: str) -> None:
+        if topic not in self._warned:
+            self._warned.add(topic)
+            logger.warning(message, self.endpoint, self.profile.name, what)
 
     async def _call(self, request: ChatRequest, *, n: int, sample: int) -> list[Completion]:
         started = time.perf_counter()
@@ -169,10 +207,29 @@ class ChatCompletionsBackend(Backend):
                     raise InvalidRequestError(f"{self.endpoint} refused every response_format: {exc}") from exc
                 level += 1
                 arguments["response_format"] = response_format(request.response_schema, RESPONSE_FORMATS[level])
-        if request.response_schema is not None:  # remembered: later calls start at the form this server takes
-            self.format_level = max(self.format_level, level)
+        if request.response_schema is not None and level > self.format_level:
+            # remembered: later calls (and a resumed run) start at the form this server takes
+            self.format_level = level
+            form = RESPONSE_FORMATS[level]
+            self.profile = self.profile.learn(f"response_format {form}", first_response_format=form)
+        if not self._replied:
+            self._replied = True
+            self._recognise(response)
         latency = time.perf_counter() - started
         return self._parse(response, latency)
+
+    def _recognise(self, response: Any) -> None:
+        """Name a generic endpoint after the server its first reply shows (llama.cpp, vLLM)."""
+        recognised = recognise_from_reply(self.profile, response)
+        if recognised is None:
+            return
+        self.profile = recognised
+        logger.info("%s answers like %s: %s", self.endpoint, recognised.name, recognised.describe())
+        if recognised.name == VLLM.name and field(field(response, "usage"), "prompt_tokens_details") is None:
+            logger.warning(
+                "%s: vLLM reports cached prompt tokens only when started with --enable-prompt-tokens-details",
+                self.endpoint,
+            )
 
     def _learned_from(self, error: Exception) -> bool:
         """Whether `error` taught this endpoint's profile a rule (then the call is sent again, corrected)."""
@@ -190,12 +247,13 @@ class ChatCompletionsBackend(Backend):
             raise MalformedResponseError(
                 f"{self.endpoint} answered without choices (got {type(response).__name__}: {str(response)[:200]!r})"
             )
-        usage = field(response, "usage")
+        usage, profile = field(response, "usage"), self.profile
         prompt_tokens = _int_or_zero(field(usage, "prompt_tokens"))
         completion_tokens = _int_or_zero(field(usage, "completion_tokens"))
-        shares = share_usage(
-            prompt_tokens, completion_tokens, len(choices), cached_prompt_tokens(usage), reasoning_tokens(usage, field)
-        )
+        # the profile's documented field first; any other known place for a server that reports elsewhere
+        cached = read_count(usage, profile.cached_tokens_field, field) or cached_prompt_tokens(usage)
+        reasoned = read_count(usage, profile.reasoning_tokens_field, field) or reasoning_tokens(usage, field)
+        shares = share_usage(prompt_tokens, completion_tokens, len(choices), cached, reasoned)
         completions = []
         for choice, share in zip(choices, shares, strict=True):
             message = field(choice, "message")
@@ -205,7 +263,13 @@ class ChatCompletionsBackend(Backend):
             if content is not None and not isinstance(content, str):
                 raise MalformedResponseError(f"{self.endpoint} answered with non-text content: {content!r}")
             finish_reason = field(choice, "finish_reason")
-            reasoning, answer = reasoning_of(message, content or "", field)
+            reasoning, answer = reasoning_of(
+                message,
+                content or "",
+                field,
+                fields=profile.reasoning_fields,
+                think_in_content=profile.think_in_content,
+            )
             completions.append(
                 Completion(
                     text=answer,
