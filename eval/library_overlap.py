@@ -17,6 +17,7 @@ import yaml
 
 from experiences.leakage import LeakageChecker
 from experiences.model import Library
+from tfgrpo.core.config import ConfigError, load_yaml_text
 from tfgrpo.core.datasets import Problem
 
 _GENERATED_ID = re.compile(r"^row-\d{4,}$")
@@ -63,9 +64,11 @@ def _learn_run_sets(library_path: Path) -> set[str]:
     config_path = library_path.parent / "config.yaml"
     if not config_path.is_file():
         return set()
+    # the learn run's own config, read by the configs' strict loader: an edited or foreign file (an alias bomb,
+    # bytes that are not UTF-8) only means the sets it names are unknown, never a traceback after the run began
     try:
-        config = yaml.safe_load(config_path.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError:
+        config = load_yaml_text(config_path.read_text(encoding="utf-8")) or {}
+    except (yaml.YAMLError, ConfigError, UnicodeDecodeError, OSError):
         return set()
     if not isinstance(config, dict):
         return set()

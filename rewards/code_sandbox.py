@@ -26,14 +26,12 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from rewards.isolation import bwrap_command
+from rewards.isolation import MAX_PROCESSES, bwrap_command
 from rewards.sandbox_folders import CODE_FOLDER_PREFIX, SandboxFolder
 
 _HERE = Path(__file__).parent
 _SCRIPTS = {name: _HERE / name for name in ("_code_harness.py", "_code_candidate.py", "_code_wire.py")}
 _INSIDE = "/opt/tfgrpo"
-#: processes the candidate may run at once (the python tool's default cap too)
-MAX_PROCESSES = 32
 #: all the candidate may write under bubblewrap, MiB (its work dir's tmpfs, held in RAM)
 MAX_DISK_MB = 64
 HARNESS_FOLDER_PREFIX = CODE_FOLDER_PREFIX + "tests-"

@@ -34,6 +34,8 @@ LOADER_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf")
 #: top-level links of a merged-/usr system (/lib -> usr/lib ...), recreated inside
 USR_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 PROBE_TIMEOUT_S = 20.0
+#: processes model-written code may run at once (RLIMIT_NPROC): the code reward's cap and the python tool's default
+MAX_PROCESSES = 32
 PROBE_QUOTA_BYTES = 1024 * 1024
 
 
@@ -177,4 +179,4 @@ def probe_bubblewrap(python: str, user_namespace: bool, *, disk_quota: bool = Fa
     return None
 
 
-__all__ = ["bwrap_command", "bwrap_path", "probe_bubblewrap", "python_binds"]
+__all__ = ["MAX_PROCESSES", "bwrap_command", "bwrap_path", "probe_bubblewrap", "python_binds"]

@@ -3,7 +3,9 @@
 A refused row must exit non-zero with exactly one `error:` line (at most one more line: a summary or the
 command's banner), no traceback, no request to the model, and nothing written: every file and folder under
 the test's folder is the same before and after (no run or output folder, no `*.partial`, no cache, no
-`.lock`). A few inputs are accepted on purpose, as the docs say: those exit 0 and either say a loud
+`.lock`). A command whose every item was rejected (`library apply` with no operation it can apply) is a
+`rejected` row: a non-zero exit, each rejection named, nothing written but the empty lock file every apply
+takes. A few inputs are accepted on purpose, as the docs say: those exit 0 and either say a loud
 `warning:` or are handled (scored, imported) as they are. Every command is covered: learn, eval, score (each
 reward's parameters), library, export/import, compare, finetune, experiment, chat and serve (its refusals
 come before it binds a port). The categories are listed in docs/reliability.md ("Bad input"); add a row for
@@ -71,7 +73,7 @@ class Row:
     args: tuple[str, ...]  # "{tmp}" is the test's folder, "{out}" the run folder no refusal may create
     says: str  # a fragment of the one error line (or of the warning / output of an accepted input)
     files: dict[str, str | bytes] = field(default_factory=dict)  # written under {tmp} first
-    outcome: Literal["refused", "warned", "handled"] = "refused"
+    outcome: Literal["refused", "rejected", "warned", "handled"] = "refused"
 
 
 def learn_with(*extra: str, **files: str | bytes) -> tuple[tuple[str, ...], dict[str, str | bytes]]:
@@ -760,6 +762,14 @@ ROWS = [
             ),
         ]
     ),
+    # -- every item rejected: exit 1, each named, the library unchanged ------------------------------------
+    Row(
+        "apply-every-operation-rejected",
+        ("library", "apply", "{tmp}/lib.json", "{tmp}/reply.txt"),
+        "unknown id 'G7'",
+        {"lib.json": LIB, "reply.txt": '[{"option": "delete", "id": "G7"}, {"option": "modify", "id": "G9"}]'},
+        outcome="rejected",
+    ),
     # -- accepted on purpose (documented) ----------------------------------------------------------------
     Row(
         "eval-large-library-warned",
@@ -818,6 +828,12 @@ def test_bad_input(row: Row, tmp_path: Path, capsys, server) -> None:
     captured = capsys.readouterr()
     err_lines = captured.err.strip().splitlines()
     assert "Traceback" not in captured.err + captured.out
+    if row.outcome == "rejected":
+        assert code == 1 and row.says in captured.out + captured.err, captured.out + captured.err
+        after = _snapshot(tmp_path)
+        after.pop("lib.json.lock", None)  # the library's lock file, which every apply takes (it holds nothing)
+        assert after == before and len(server.bodies) == requests
+        return
     if row.outcome != "refused":
         assert code == 0, captured.err
         assert row.says in captured.out + captured.err

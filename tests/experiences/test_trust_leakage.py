@@ -201,6 +201,26 @@ def test_eval_warns_and_compare_marks_an_overlapping_library(tmp_path):
     assert "⚠ overlaps eval set" in markdown and "not a held-out score" in markdown
 
 
+@pytest.mark.parametrize(
+    "config",
+    [
+        b"data: a.jsonl\n" + b"".join(b"k%d: &k%d [*k%d, *k%d]\n" % (i + 1, i + 1, i, i) for i in range(20)),
+        b"data: caf\xe9.jsonl\n",  # not UTF-8
+        b"data: a.jsonl\ndata: b.jsonl\n",  # a duplicate key
+    ],
+    ids=["alias-bomb", "not-utf8", "duplicate-key"],
+)
+def test_a_hostile_learn_config_beside_the_library_only_hides_the_learned_sets(tmp_path, config):
+    """eval --library reads the learn run's config.yaml beside the library (which sets it learned on) after the
+    eval's folder exists: a file it cannot trust means 'unknown sets', never a traceback mid-eval."""
+    from eval.library_overlap import _learn_run_sets
+
+    (tmp_path / "config.yaml").write_bytes(config.replace(b"&k1 [*k0, *k0]", b"&k1 [x, x]"))
+    assert _learn_run_sets(tmp_path / "library.json") == set()
+    (tmp_path / "config.yaml").write_text("data: a.jsonl\nval_data: v.jsonl\n")
+    assert _learn_run_sets(tmp_path / "library.json") == {"a.jsonl", "v.jsonl"}
+
+
 def test_a_leaky_initial_library_is_reported(tmp_path):
     initial = tmp_path / "init.json"
     Library.from_texts(["The answer to 17+25 is 42."]).save(initial)

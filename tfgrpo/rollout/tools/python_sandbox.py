@@ -50,7 +50,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from rewards.isolation import bwrap_command
+from rewards.isolation import MAX_PROCESSES, bwrap_command
 from rewards.sandbox_folders import SandboxFolder, remove_stale_folders
 from tfgrpo.core.config import format_validation_error
 from tfgrpo.rollout.tools.base import Tool, ToolError, ToolResult
@@ -85,7 +85,9 @@ class PythonSandboxConfig(BaseModel):
         "bubblewrap and namespace isolation; process isolation has no total cap, only max_file_mb.",
     )
     max_open_files: int = Field(256, ge=16, description="RLIMIT_NOFILE of the worker.")
-    max_processes: int = Field(32, ge=1, description="RLIMIT_NPROC of the private uid (root only).")
+    max_processes: int = Field(
+        MAX_PROCESSES, ge=1, description="RLIMIT_NPROC of the private uid (root only); the code reward's cap too."
+    )
     persistent: bool = Field(True, description="Keep variables between the calls of one trajectory.")
     isolation: Literal["auto", "bubblewrap", "namespace", "process"] = Field(
         "auto",
