@@ -89,15 +89,17 @@ def llm_options(url: str, model: str = SERVED_NAME) -> list[str]:
 # -- in process ------------------------------------------------------------------------------------------
 
 
-def test_in_process_vllm_backend_on_the_cpu(vllm_py, lora_adapter):
-    """tfgrpo's `vllm` backend, built as the CLI builds it, with the adapter: CPU defaults, seeds, schema, cache."""
+@pytest.mark.timeout(900)
+def test_in_process_vllm_backend_on_the_cpu(vllm_py, lora_adapter, tmp_path):
+    """tfgrpo's `vllm` backend, built as the CLI builds it, with the adapter: CPU defaults, seeds, schema, cache,
+    then a learn step and an eval through the same in-process engine."""
     result = subprocess.run(
-        [str(vllm_py), "-m", "tests.helpers.vllm_in_process", "--adapter", str(lora_adapter)],
+        [str(vllm_py), "-m", "tests.helpers.vllm_in_process", "--adapter", str(lora_adapter), "--out", str(tmp_path)],
         cwd=ROOT,
         env=vllm_env() | {"PYTHONPATH": str(ROOT)},
         capture_output=True,
         text=True,
-        timeout=480,
+        timeout=720,
     )
     lines = [line for line in result.stdout.splitlines() if line.startswith("REPORT ")]
     assert result.returncode == 0 and lines, result.stderr[-3000:]
@@ -117,6 +119,14 @@ def test_in_process_vllm_backend_on_the_cpu(vllm_py, lora_adapter):
     assert set(structured) == {"answer"} and isinstance(structured["answer"], int) and report["structured"]["enforced"]
     cold, warm = report["prefix"]
     assert cold["prompt"] == warm["prompt"] > 256 and warm["cached"] >= 256  # vLLM's prefix cache, 16-token blocks
+
+    learned = report["learn"]  # learn on the in-process engine: every stage reply generated under the schema
+    assert learned["status"] == "completed" and learned["rollouts"] == 16 and learned["stage_replies_lost"] == 0
+    for stage, counts in learned["stage_replies"].items():
+        assert counts["enforced"] == counts["replies"], (stage, learned)
+    evaluated = report["eval"]  # eval on the same engine, the adapter named in its provenance
+    assert evaluated["samples"] == 4 and all(text.strip() for text in evaluated["completions"])
+    assert evaluated["metrics"]["provenance"]["model"].endswith("+lora:" + str(lora_adapter.resolve()))
 
 
 # -- through the OpenAI server ----------------------------------------------------------------------------
