@@ -33,6 +33,7 @@ from experiences.limits import DEFAULT_MERGE_THRESHOLD, DEFAULT_THRESHOLD  # re-
 from experiences.model import MAX_ALIASES, Library
 from experiences.ops import AddOp, MergeOp, ModifyOp, Operation
 from experiences.store import ExperienceStore, Match
+from experiences.store_process import StoreProcess
 
 DEFAULT_LEXICAL_THRESHOLD = 0.9
 #: Enforcement (measured on tests/data/lesson_pairs.jsonl, 40 paraphrase and 40 different-lesson pairs):
@@ -169,7 +170,7 @@ class Folded:
 def enforce_dedup(
     library: Library,
     operations: Iterable[Operation],
-    store: ExperienceStore | Embedder,
+    store: ExperienceStore | StoreProcess | Embedder,
     *,
     threshold: float = DEFAULT_ENFORCE_THRESHOLD,
 ) -> Folded:
@@ -182,7 +183,7 @@ def enforce_dedup(
         return Folded(operations)
     vectors: Sequence[Sequence[float]]
     matches: list[list[Match]]
-    if isinstance(store, ExperienceStore):
+    if isinstance(store, ExperienceStore | StoreProcess):
         store.sync(library)
         vectors = store.embed([op.experience for op in checked])
         matches = store.query_vectors(vectors, k=2)

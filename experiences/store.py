@@ -139,7 +139,7 @@ class ExperienceStore:
     # -- keeping it in step with a library --------------------------------------------------------
     def sync(self, library: Library) -> None:
         """Make the collection hold exactly the library's experiences (re-embedding changed texts only)."""
-        fingerprint = _fingerprint(library)
+        fingerprint = library_fingerprint(library)
         if fingerprint == self._synced:
             return
         stored = self._collection.get(include=["documents"])
@@ -247,7 +247,7 @@ class ExperienceStore:
         return neighbours
 
 
-def _fingerprint(library: Library) -> str:
+def library_fingerprint(library: Library) -> str:
     digest = hashlib.sha1()
     for experience in library.experiences:
         digest.update(experience.id.encode())
@@ -257,4 +257,4 @@ def _fingerprint(library: Library) -> str:
     return digest.hexdigest()
 
 
-__all__ = ["DEFAULT_COLLECTION", "ExperienceStore", "Match"]
+__all__ = ["DEFAULT_COLLECTION", "ExperienceStore", "Match", "library_fingerprint"]

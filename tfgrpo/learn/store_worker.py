@@ -1,8 +1,10 @@
-"""The run's vector store (dedup, top-k injection), owned by one worker thread.
+"""The run's vector store (dedup, top-k injection): a process of its own, driven from one worker thread.
 
-Its cold start (chromadb, onnxruntime, the embedding model) runs on that thread while the first rollouts
-wait on the network, and every later store call runs there too, so one thread owns chromadb and the
-embedder and the event loop never blocks on them.
+The store's cold start (chromadb, onnxruntime, the embedding model: ~1 s of CPU whose imports hold the GIL)
+runs in a child process (`experiences.store_process`), started while the first rollouts wait on the network,
+so it takes the other core instead of slowing the reading of the replies; the learn process never imports
+chromadb. Every store call is a blocking round trip to that process, made on this worker's one thread, so the
+event loop never blocks on it.
 """
 
 from __future__ import annotations
@@ -13,10 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from experiences.dedup import Folded, enforce_dedup
-from experiences.embedders import Embedder, OnnxMiniLMEmbedder
 from experiences.model import Library
 from experiences.ops import Operation
-from experiences.store import ExperienceStore
+from experiences.store_process import StoreProcess
 from tfgrpo.learn.stages.consolidate import NearDuplicate
 from tfgrpo.rollout.injection import Injector
 
@@ -25,25 +26,21 @@ class StoreWorker:
     def __init__(self, store_dir: Path) -> None:
         self.store_dir = store_dir
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vector-store")
-        self._future: Future[ExperienceStore] | None = None
-        self._embedder: Future[Embedder] | None = None
+        self._process: StoreProcess | None = None
+        self._future: Future[StoreProcess] | None = None
 
     def start(self) -> None:
-        """Begin opening the vector store in the background (a no-op once started)."""
+        """Start the store's process (a no-op once started); its cold start runs there, on another core."""
         if self._future is None:
-            # chromadb imports httpx; the openai SDK looks httpx up in sys.modules on every reply, and a
-            # half-imported module there (from the store thread) breaks it. So it is imported here, whole.
-            import httpx  # noqa: F401
-
             self._future = self._thread.submit(self._open)
 
-    def _open(self) -> ExperienceStore:
-        # On the store's own thread, after any bare embedder it loaded first (one thread: in order), so the
-        # model is loaded once per run.
-        embedder = self._embedder.result() if self._embedder is not None else None
-        return ExperienceStore.opened_warm(self.store_dir, **({"embedder": embedder} if embedder else {}))
+    def _open(self) -> StoreProcess:
+        # On the worker's thread: starting the child and waiting for its embedder block only this thread.
+        self._process = StoreProcess(self.store_dir, log_path=self.store_dir.parent / "store.log")
+        self._process.wait_ready()
+        return self._process
 
-    async def synced(self, library: Library) -> ExperienceStore:
+    async def synced(self, library: Library) -> StoreProcess:
         """The store, in step with `library` (waits for the background load if still running)."""
         self.start()
         assert self._future is not None
@@ -51,14 +48,12 @@ class StoreWorker:
         await self.call(store.sync, library)
         return store
 
-    async def embedder(self) -> Embedder:
-        """The store's embedder; while the store was never needed (an empty library), a bare one, loaded
-        without chromadb, so a run from scratch can compare its first lessons without opening the store."""
-        if self._future is not None:
-            return (await asyncio.wrap_future(self._future)).embedder
-        if self._embedder is None:
-            self._embedder = self._thread.submit(_warm_embedder)
-        return await asyncio.wrap_future(self._embedder)
+    async def embedder(self) -> Any:
+        """The store process's embedder (`embed`): a run from scratch compares its first lessons with it
+        without opening the collection (the process opens chromadb on the first call that needs it)."""
+        self.start()
+        assert self._future is not None
+        return (await asyncio.wrap_future(self._future)).embedder
 
     async def fold_duplicates(self, library: Library, operations: list[Operation], threshold: float) -> Folded:
         """`experiences.dedup.enforce_dedup` on this thread; an empty library needs only the embedder."""
@@ -87,9 +82,5 @@ class StoreWorker:
 
     def close(self) -> None:
         self._thread.shutdown(wait=True, cancel_futures=True)
-
-
-def _warm_embedder() -> Embedder:
-    embedder = OnnxMiniLMEmbedder()
-    embedder.load()
-    return embedder
+        if self._process is not None:
+            self._process.close()
