@@ -61,12 +61,14 @@ def test_it_answers_as_the_store_in_process_does(process, tmp_path):
     ]
 
 
-def test_an_empty_librarys_adds_are_compared_without_opening_the_collection(process, tmp_path):
+def test_an_empty_librarys_adds_are_compared_without_opening_the_collection(tmp_path):
+    process = StoreProcess(tmp_path / "store", open_at_start=False)
     folded = enforce_dedup(
         Library(), [AddOp(experience=LESSONS[0]), AddOp(experience=LESSONS[0] + " ")], process.embedder
     )
     assert len(folded.operations) == 1  # the repeated add folded by the embedder alone
     assert not (tmp_path / "store").exists()  # chromadb never opened
+    process.close()
 
 
 def test_a_library_already_sent_is_not_sent_again(process):
@@ -118,7 +120,7 @@ def test_the_process_ends_with_its_parent(tmp_path):
 
 
 def test_close_ends_the_process_and_leaves_no_empty_log(tmp_path):
-    store = StoreProcess(None, log_path=tmp_path / "store.log")
+    store = StoreProcess(None, log_path=tmp_path / "store.log", open_at_start=False)
     store.wait_ready()
     store.close()
     assert store._process.returncode == 0

@@ -31,12 +31,16 @@ class StoreWorker:
 
     def start(self) -> None:
         """Start the store's process (a no-op once started); its cold start runs there, on another core."""
-        if self._future is None:
-            self._future = self._thread.submit(self._open)
+        self._launch(open_store=True)
 
-    def _open(self) -> StoreProcess:
-        # On the worker's thread: starting the child and waiting for its embedder block only this thread.
-        self._process = StoreProcess(self.store_dir, log_path=self.store_dir.parent / "store.log")
+    def _launch(self, *, open_store: bool) -> None:
+        if self._future is None:
+            self._future = self._thread.submit(self._open, open_store)
+
+    def _open(self, open_store: bool) -> StoreProcess:
+        # On the worker's thread: starting the child and waiting for its cold start block only this thread.
+        log_path = self.store_dir.parent / "store.log"
+        self._process = StoreProcess(self.store_dir, log_path=log_path, open_at_start=open_store)
         self._process.wait_ready()
         return self._process
 
@@ -51,7 +55,7 @@ class StoreWorker:
     async def embedder(self) -> Any:
         """The store process's embedder (`embed`): a run from scratch compares its first lessons with it
         without opening the collection (the process opens chromadb on the first call that needs it)."""
-        self.start()
+        self._launch(open_store=False)  # only the embedder, unless the store was started already
         assert self._future is not None
         return (await asyncio.wrap_future(self._future)).embedder
 
