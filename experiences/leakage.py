@@ -143,6 +143,7 @@ class LeakageChecker:
     _by_value: dict[Fraction, list[_Ref]] = field(init=False, repr=False)
     _by_key: dict[tuple[str, str], _Ref] = field(init=False, repr=False)  # (source, problem id) -> reference
     _grams: dict[tuple[int, int], set[tuple[str, ...]]] = field(init=False, repr=False)  # (ref index, n) -> n-grams
+    _by_run: dict[tuple[str, ...], list[int]] | None = field(init=False, repr=False)  # k-word run -> references
 
     def __post_init__(self) -> None:
         if not 0 < self.copy_threshold <= 1:
@@ -150,6 +151,7 @@ class LeakageChecker:
         if self.ngram < _MIN_COPY_WORDS:
             raise ValueError(f"ngram must be at least {_MIN_COPY_WORDS} (got {self.ngram})")
         self._refs, self._by_value, self._grams, self._by_key = [], {}, {}, {}
+        self._by_run = None
         for source, problems in self.sets.items():
             for problem in problems:
                 self._refs.append(self._reference(source, problem))
@@ -259,6 +261,22 @@ class LeakageChecker:
             evidence=f"{found.strip()} = gold answer {ref.gold}",
         )
 
+    def _copy_candidates(self, words: tuple[str, ...]) -> list[int]:
+        """The references that share a run of k words with `words`, k the shortest run either copy rule needs
+        (3 words, or `copy_min_words` if fewer): no other can pass a rule, so a text is compared with the few
+        problems it shares a phrase with, not with all of them (10,000 training problems: 3.3 s -> ms a step).
+        The index is built on the first use."""
+        k = max(1, min(_MIN_COPY_WORDS, self.copy_min_words))
+        if self._by_run is None:
+            self._by_run = {}
+            for index, ref in enumerate(self._refs):
+                for gram in _ngrams(ref.words, k):
+                    self._by_run.setdefault(gram, []).append(index)
+        found: set[int] = set()
+        for gram in _ngrams(words, k):
+            found.update(self._by_run.get(gram, ()))
+        return sorted(found)
+
     def _copied_run(self, words: tuple[str, ...], index: int, ref: _Ref) -> str | None:
         """A run of `copy_min_words` consecutive words of the problem inside a longer text, if there is one."""
         n = self.copy_min_words
@@ -276,7 +294,8 @@ class LeakageChecker:
             return []
         grams_by_n: dict[int, set[tuple[str, ...]]] = {}
         found = []
-        for index, ref in enumerate(self._refs):
+        for index in self._copy_candidates(words):
+            ref = self._refs[index]
             n = min(self.ngram, len(words), len(ref.words))
             if n < _MIN_COPY_WORDS:
                 continue

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from experiences.dedup import lexical_similarity
+from experiences.dedup import lexically_similar
 from experiences.leakage import LeakageChecker, LeakFinding
 from experiences.model import Library
 from experiences.ops import Operation
@@ -128,7 +128,7 @@ def proposed_by(text: str, proposals: Sequence[tuple[str, Sequence[Operation]]])
         query_id
         for query_id, operations in proposals
         if any(
-            lexical_similarity(text, proposed) >= PROVENANCE_SIMILARITY
+            lexically_similar(text, proposed, PROVENANCE_SIMILARITY)
             for proposed in (getattr(op, "experience", None) for op in operations)
             if proposed
         )
