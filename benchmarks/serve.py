@@ -195,6 +195,10 @@ def one_cell(
     }
 
 
+#: issue 30's target for the proxy's CPU per proxied request (user + system of all its processes)
+CPU_TARGET_MS = 0.4
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 64, 256])
@@ -275,6 +279,7 @@ def main() -> None:
             header = "| clients | mode | requests | direct p50 | direct p99 | proxy p50 | proxy p99 | overhead p50 | overhead p99 | proxy req/s | proxy CPU / request | req/s per core | lost | load |"
             print(header)
             print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+            cpu_per_request = []
             for concurrency in args.concurrency:
                 for mode in args.modes:
                     requests = args.requests or (200 if concurrency == 1 else 2000)
@@ -292,6 +297,10 @@ def main() -> None:
                         + f" | {cell['load']:.1f} |",
                         flush=True,
                     )
+                    cpu_per_request.append(cell["cpu_ms"])
+            worst = max(cpu_per_request)
+            verdict = "met" if worst <= CPU_TARGET_MS else "NOT met"
+            print(f"\nproxy CPU per request: at most {worst:.2f} ms (target <= {CPU_TARGET_MS} ms): {verdict}")
         finally:
             for process in (proxy, upstream):
                 process.terminate()

@@ -7,8 +7,9 @@ never imports them at all (less memory too). `StoreProcess` has the store's meth
 injection call (`sync`, `embed`, `query`, `query_many`, `query_vectors`, `nearest`, `neighbours_of_all`);
 each is one request over a socket pair (pickled arguments and results, one call at a time).
 
-The child loads the embedder first and opens chromadb on the first call that needs the collection, so a
-run whose library is still empty embeds without opening the store. It exits when its parent closes the
+The child loads the embedder, then opens the collection: at once (`open_at_start`, a learn run whose store
+is due), or on the first call that needs it, so a run whose library is still empty embeds without opening
+chromadb. It exits when its parent closes the
 socket, or dies: a killed learn run leaves no store process behind. Its stderr (chromadb's and
 onnxruntime's warnings) goes to a log file beside the store, named in the error if the process fails.
 """

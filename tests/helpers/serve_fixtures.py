@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import socket
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -58,3 +59,27 @@ def proxy(tmp_path: Path, upstream: ScriptedUpstream | None = None, **settings: 
         app = create_app(config)
         with running(app) as url:
             yield Proxy(url=url, upstream=upstream, app=app)
+
+
+def announce_a_body_and_stall(url: str, path: str, headers: dict[str, str] | None = None) -> tuple[bytes, float]:
+    """POST to `path` announcing a 100-byte body, send 10 bytes, then nothing: (all the server answered, seconds
+    until it closed the connection or 10 s passed)."""
+    host, port = url.removeprefix("http://").split(":")
+    extra = "".join(f"{name}: {value}\r\n" for name, value in (headers or {}).items())
+    with socket.create_connection((host, int(port))) as connection:
+        connection.sendall(
+            f"POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n{extra}\r\n".encode()
+            + b'{"model": '  # 10 of the 100 bytes announced, then nothing
+        )
+        connection.settimeout(10)
+        started = time.monotonic()
+        answer = b""
+        while True:
+            try:
+                chunk = connection.recv(65536)
+            except TimeoutError:
+                break
+            if not chunk:
+                break
+            answer += chunk
+        return answer, time.monotonic() - started

@@ -4,14 +4,12 @@ server keeps serving; feedback keeps its history and its rewards within bounds."
 from __future__ import annotations
 
 import json
-import socket
-import time
 
 import httpx
 import pytest
 
 from eval.traces import compare_traces
-from tests.helpers.serve_fixtures import proxy
+from tests.helpers.serve_fixtures import announce_a_body_and_stall, proxy
 
 QUESTION = [{"role": "user", "content": "What is 2+2?"}]
 
@@ -61,31 +59,10 @@ def test_deeply_nested_json_is_a_400_on_chat_and_feedback(tmp_path, depth):
         assert httpx.post(p.url + "/v1/chat/completions", content=shallow + b"}").status_code == 200
 
 
-def _announce_a_body_and_stall(url: str, path: str) -> tuple[bytes, float]:
-    host, port = url.removeprefix("http://").split(":")
-    with socket.create_connection((host, int(port))) as connection:
-        connection.sendall(
-            f"POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n".encode()
-            + b'{"model": '  # 10 of the 100 bytes announced, then nothing
-        )
-        connection.settimeout(10)
-        started = time.monotonic()
-        answer = b""
-        while True:
-            try:
-                chunk = connection.recv(65536)
-            except TimeoutError:
-                break
-            if not chunk:
-                break
-            answer += chunk
-        return answer, time.monotonic() - started
-
-
 @pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/feedback"])
 def test_a_client_that_never_sends_its_body_gets_a_408_and_is_disconnected(tmp_path, path):
     with proxy(tmp_path, body_timeout_s=0.5) as p:
-        answer, waited = _announce_a_body_and_stall(p.url, path)
+        answer, waited = announce_a_body_and_stall(p.url, path)
         assert answer.startswith(b"HTTP/1.1 408 "), answer[:200]
         assert waited < 5  # answered, then the connection closed: not held until the client's own timeout
         body = json.loads(answer.split(b"\r\n\r\n", 1)[1])

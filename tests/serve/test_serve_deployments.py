@@ -3,7 +3,8 @@
 
 Each test speaks only HTTP to the proxy and reads the shared trace store, so the same assertions hold
 whichever worker took the connection: injection, streaming, every choice of `n` traced, assigned vs
-treated, a bad 200 body retried then a 502, bounded inputs, OpenAI-style errors, feedback history and its
+treated, a bad 200 body retried then a 502, a faulty upstream never passed on, a JSON answer to a stream request
+sent as a stream, bounded inputs (a stalled body is a 408), OpenAI-style errors, feedback history and its
 bounds, /metrics and /ready, client keys, CORS and a hot reload that every worker picks up.
 """
 
@@ -22,7 +23,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.helpers.postgres_server import postgres_server
-from tests.helpers.serve_fixtures import LESSONS, proxy, write_library
+from tests.helpers.serve_fixtures import LESSONS, announce_a_body_and_stall, proxy, write_library
 from tests.helpers.serve_upstream import Fault, ScriptedUpstream, running, serve_cli
 from tfgrpo.serve.traces import TraceStore
 
@@ -65,7 +66,13 @@ class Deployment:
 def _settings(tmp: Path) -> dict:
     keys = tmp / "keys.txt"
     keys.write_text(f"{CLIENT_KEY}\n")
-    return {"client_keys": str(keys), "cors_origins": [ORIGIN], "max_retries": 1, "reload_interval_s": 0.1}
+    return {
+        "client_keys": str(keys),
+        "cors_origins": [ORIGIN],
+        "max_retries": 1,
+        "reload_interval_s": 0.1,
+        "body_timeout_s": 1.0,
+    }
 
 
 @contextlib.contextmanager
@@ -83,7 +90,7 @@ def _two_workers(tmp: Path) -> Iterator[Deployment]:
     with postgres_server() as database, running(upstream) as base:
         args = ["--library", str(library), "--upstream", base + "/v1", "--traces", database]
         args += ["--client-keys", settings["client_keys"], "--cors-origins", ORIGIN, "--backoff-s", "0"]
-        args += ["--max-retries", "1", "--reload-interval-s", "0.1"]
+        args += ["--max-retries", "1", "--reload-interval-s", "0.1", "--body-timeout-s", "1"]
         with serve_cli(tmp / "serve.log", *args, workers=2) as url:
             yield Deployment("two-workers-postgresql", url, upstream, database, library)
 
@@ -141,6 +148,39 @@ def test_a_truncated_200_body_is_retried_then_a_502(deployment):
     row = deployment.rows([failed.headers["x-tfgrpo-exchange-id"]])[failed.headers["x-tfgrpo-exchange-id"]]
     assert row["status"] == 502 and row["error"] == "bad_upstream_body"
     assert _chat(deployment).status_code == 200  # the next one is served
+
+
+def test_a_faulty_upstream_never_passes_an_invalid_200_on(deployment):
+    bad = [Fault(200, body=b'{"choices": [{"mess'), Fault(500), Fault(200, body=b"<html>busy</html>")]
+    deployment.upstream.push(*bad * 3)  # nine faults among the first attempts of twelve requests
+    answers = [_chat(deployment) for _ in range(12)]
+    for answer in answers:
+        if answer.status_code == 200:
+            assert answer.json()["choices"][0]["message"]["content"].startswith("sample ")
+        else:
+            assert answer.status_code == 502 and _is_openai_error(answer), answer.text
+    assert sum(a.status_code == 200 for a in answers) >= 6  # a retry gets past a single fault
+
+
+def test_a_json_answer_to_a_stream_request_reaches_the_client_as_a_stream(deployment):
+    deployment.upstream.ignores_stream = True  # some servers answer JSON whatever `stream` says
+    try:
+        streamed = _chat(deployment, stream=True)
+    finally:
+        deployment.upstream.ignores_stream = False
+    assert streamed.status_code == 200 and streamed.headers["content-type"].startswith("text/event-stream")
+    assert streamed.text.rstrip().endswith("data: [DONE]") and '"content": "sample 0"' in streamed.text.replace(
+        '":"', '": "'
+    )
+    exchange = streamed.headers["x-tfgrpo-exchange-id"]
+    row = deployment.rows([exchange])[exchange]
+    assert row["stream"] is True and row["reply"] == "sample 0"
+
+
+def test_a_stalled_request_body_is_a_408(deployment):
+    answer, waited = announce_a_body_and_stall(deployment.url, "/v1/chat/completions", AUTH)
+    assert answer.startswith(b"HTTP/1.1 408 ") and waited < 8, answer[:200]
+    assert json.loads(answer.split(b"\r\n\r\n", 1)[1])["error"]["code"] == "body_timeout"
 
 
 def test_inputs_are_bounded_with_openai_errors(deployment):
