@@ -111,14 +111,16 @@ def cell_options(method: str, peft: str) -> dict[str, Any]:
         options["per_device_train_batch_size"] = 8
     if method in ("grpo", "gspo", "ppo"):
         options.update(
-            max_steps=30,
+            # 45 steps: with transformers 5.25 / accelerate 1.16 GSPO and PPO gained 0.19 and 0.15 in 30 steps,
+            # under the 0.2 margin (and passed before); every RL cell clears it in 45
+            max_steps=45,
             per_device_train_batch_size=8,
             max_completion_length=8,
             temperature=1.0,
             num_generations=1 if method == "ppo" else 4,
         )
     if method == "ppo":
-        # Without the KL penalty (0.05 by default; tests/finetune/test_finetune_methods.py checks it): in 30 steps it
+        # Without the KL penalty (0.05 by default; tests/finetune/test_finetune_methods.py checks it): in 45 steps it
         # outweighs a reward in [0, 1] as soon as the policy moves. Value head and GAE are PPO's own.
         options["kl_coef"] = 0.0
     return options

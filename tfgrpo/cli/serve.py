@@ -33,6 +33,7 @@ FLAGS = [
             "max_retries",
             "backoff_s",
             "reload_interval_s",
+            "body_timeout_s",
             "client_keys",
             "cors_origins",
         )
