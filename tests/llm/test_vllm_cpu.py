@@ -213,7 +213,8 @@ def test_serve_upstream_proxies_to_the_vllm_server(vllm_url, tmp_path):
     port = free_port()
     library = write_library(tmp_path / "library.json")
     process = subprocess.Popen(
-        [sys.executable, "-m", "tfgrpo", "serve", "--library", library, "--upstream", vllm_url, "--port", str(port)],
+        [sys.executable, "-m", "tfgrpo", "serve", "--library", library, "--upstream", vllm_url, "--port", str(port)]
+        + ["--traces", str(tmp_path / "traces.sqlite")],  # never the default ./traces.sqlite in the checkout
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -239,3 +240,4 @@ def test_serve_upstream_proxies_to_the_vllm_server(vllm_url, tmp_path):
     assert data["choices"][0]["message"]["content"].strip() and data["system_fingerprint"].startswith("vllm-")
     assert data["usage"]["prompt_tokens"] > 20  # the library went into the prompt
     assert process.returncode == 0, err
+    assert (tmp_path / "traces.sqlite").is_file()  # the exchange was traced where it was told to be
