@@ -50,7 +50,7 @@ from tfgrpo.llm.client import LLMClient  # noqa: E402
 from tfgrpo.llm.config import LLMConfig  # noqa: E402
 from tfgrpo.llm.factory import build_client  # noqa: E402
 from tfgrpo.llm.types import ChatRequest, Message, SamplingParams  # noqa: E402
-from tfgrpo.rollout.scoring import JUDGE_SCHEMA  # noqa: E402
+from tfgrpo.rollout.scoring import judge_schema  # noqa: E402
 
 PROBLEMS = [
     ("Tom has 7 apples and buys 5 more. How many apples does he have?", "12", "7 + 5 = 12", "7 + 5 = 11"),
@@ -213,7 +213,7 @@ async def _judge_counts(client: LLMClient, inputs: list[dict[str, str]], max_tok
     """The judge reward over `inputs` through `client` (the engine's path: a worker thread, the client's loop)."""
     sampling = SamplingParams(temperature=0.0, max_tokens=max_tokens)
     complete = client.completer(
-        asyncio.get_running_loop(), sampling=sampling, tag="judge", response_schema=JUDGE_SCHEMA
+        asyncio.get_running_loop(), sampling=sampling, tag="judge", response_schema=judge_schema()
     )
     reward = JudgeReward(complete, concurrency=1)
     await asyncio.to_thread(

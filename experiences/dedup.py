@@ -20,7 +20,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -29,6 +28,7 @@ from pydantic import BaseModel, Field
 
 from experiences.apply import ApplyResult
 from experiences.embedders import Embedder
+from experiences.lexical import lexical_similarity, lexically_similar, words
 from experiences.limits import DEFAULT_MERGE_THRESHOLD, DEFAULT_THRESHOLD  # re-exported: callers import them from here
 from experiences.model import MAX_ALIASES, Library
 from experiences.ops import AddOp, MergeOp, ModifyOp, Operation
@@ -143,7 +143,7 @@ def _negation_differs(a: str, b: str) -> bool:
     """One side negates the other ("Check the domain" vs "Do not check the domain", cosine 0.97), or the same
     words are swapped ("Use degrees, not radians" vs "Use radians, not degrees", 0.992): embeddings barely
     see either."""
-    words_a, words_b = _words(a), _words(b)
+    words_a, words_b = words(a), words(b)
     swapped = words_a != words_b and sorted(words_a) == sorted(words_b)
     return swapped or bool((set(words_a) ^ set(words_b)) & _NEGATIONS)
 
@@ -313,29 +313,6 @@ def dedup_library(
         if len(same) > 1:
             merges.append(MergeOp(ids=tuple(same), experience=keeper.text))
     return DedupReport(groups=groups, merges=merges)
-
-
-def lexical_similarity(a: str, b: str) -> float:
-    """difflib ratio over lower-cased words without punctuation: order-aware, so swaps and negations count."""
-    import difflib
-
-    return difflib.SequenceMatcher(a=_words(a), b=_words(b), autojunk=False).ratio()
-
-
-def lexically_similar(a: str, b: str, threshold: float) -> bool:
-    """`lexical_similarity(a, b) >= threshold`, with difflib's cheap upper bounds of the ratio tried first: most
-    pairs of different lessons fail them, so comparing a step's lessons with its 100 groups' proposals takes
-    milliseconds, not the ~0.3 s the full ratio of every pair took."""
-    import difflib
-
-    matcher = difflib.SequenceMatcher(a=_words(a), b=_words(b), autojunk=False)
-    return (
-        matcher.real_quick_ratio() >= threshold and matcher.quick_ratio() >= threshold and matcher.ratio() >= threshold
-    )
-
-
-def _words(text: str) -> list[str]:
-    return re.findall(r"[\w']+", text.casefold())
 
 
 __all__ = [

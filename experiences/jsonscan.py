@@ -14,8 +14,6 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-import json_repair
-
 _FENCE = re.compile(r"(```|~~~)[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:\1|\Z)", re.DOTALL)
 _THINK_BLOCK = re.compile(r"<(think|thinking|reasoning)>.*?</\1>", re.DOTALL | re.IGNORECASE)
 _THINK_OPEN = re.compile(r"<(think|thinking|reasoning)>", re.IGNORECASE)
@@ -75,6 +73,8 @@ def load_lenient(json_text: str) -> Any:
         return json.loads(json_text)
     except (json.JSONDecodeError, RecursionError):  # RecursionError: absurdly deep nesting
         pass
+    import json_repair  # only for replies strict JSON cannot read: kept off learn's path to its first request
+
     try:
         value = json_repair.loads(json_text)
     except (ValueError, RecursionError):  # json_repair gives up on some inputs

@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # chromadb is heavy: imported lazily at run time
 
 DEFAULT_COLLECTION = "experiences"
 _VECTOR_CACHE_SIZE = 2048  # ~3 MB of float32 MiniLM vectors
+COMPACT_AFTER = 256  # replaced ids a collection tolerates before a rebuild, however small it is
 
 
 class Match(BaseModel):
@@ -83,12 +84,8 @@ class ExperienceStore:
         else:
             self._client = chromadb.PersistentClient(path=str(self.path), settings=settings)
         self._embedding_function = _chroma_embedding_function(self.embedder)
-        self._collection = self._client.get_or_create_collection(
-            name=collection,
-            configuration={"hnsw": {"space": "cosine"}},
-            embedding_function=self._embedding_function,
-            metadata={"embedder": self.embedder.name},
-        )
+        self._collection = self._open_collection(collection)
+        self._replaced_since_build = 0  # deleted or re-embedded ids since the collection was (re)built
         stored = (self._collection.metadata or {}).get("embedder")
         if stored and stored != self.embedder.name:
             raise ExperienceError(
@@ -96,6 +93,14 @@ class ExperienceStore:
             )
         self._synced: str | None = None
         self._vectors: OrderedDict[str, Any] = OrderedDict()  # text -> float32 vector, most recent last
+
+    def _open_collection(self, name: str) -> Any:
+        return self._client.get_or_create_collection(
+            name=name,
+            configuration={"hnsw": {"space": "cosine"}},
+            embedding_function=self._embedding_function,
+            metadata={"embedder": self.embedder.name},
+        )
 
     @classmethod
     def opened_warm(cls, path: str | Path | None, **kwargs: Any) -> ExperienceStore:
@@ -151,7 +156,28 @@ class ExperienceStore:
             self._collection.delete(ids=stale)
         if changed:
             self.upsert({i: want[i] for i in changed})
+        self._replaced_since_build += len(stale) + sum(1 for i in changed if i in have)
+        self._compact_if_bloated()
         self._synced = fingerprint
+
+    def _compact_if_bloated(self) -> None:
+        """Rebuild the collection once it has replaced more ids than it holds (at least COMPACT_AFTER).
+
+        chromadb's HNSW index keeps a deleted or re-embedded element in its graph, marked deleted, and every
+        query still walks it: a learn run that replaces ~80 of 100 lessons a step made a store query 8x slower
+        after 60 steps (benchmarks/store_churn.py). The rebuild re-inserts the stored vectors (nothing is
+        embedded again) into a fresh collection of the same name; the store is derived from the library, so
+        a crash half-way costs only a re-sync."""
+        count = self._collection.count()
+        if self._replaced_since_build <= max(count, COMPACT_AFTER):
+            return
+        stored = self._collection.get(include=["documents", "embeddings"])
+        name = self._collection.name
+        self._client.delete_collection(name)
+        self._collection = self._open_collection(name)
+        if stored["ids"]:
+            self._collection.upsert(ids=stored["ids"], documents=stored["documents"], embeddings=stored["embeddings"])
+        self._replaced_since_build = 0
 
     def upsert(
         self, texts: dict[str, str], *, vectors: Sequence[Sequence[float]] | None = None, batch_size: int = 2048
@@ -174,6 +200,8 @@ class ExperienceStore:
     def delete(self, ids: Sequence[str]) -> None:
         if ids:
             self._collection.delete(ids=list(ids))
+            self._replaced_since_build += len(ids)
+            self._compact_if_bloated()
             self._synced = None
 
     # -- queries -------------------------------------------------------------------------------------

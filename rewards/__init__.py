@@ -11,19 +11,52 @@ Every reward is a plain callable usable unchanged as a TRL `GRPOTrainer` reward 
 Importing this package is cheap: sympy / math-verify load only inside the verifier worker processes.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from rewards.base import Reward, Score, completion_text
-from rewards.choice import ChoiceReward
-from rewards.code import CodeReward
 from rewards.errors import RewardError
-from rewards.exact import ExactMatchReward
-from rewards.extraction import extract_answer
-from rewards.format import FormatReward
-from rewards.judge import JudgeReward
-from rewards.majority import MajorityReward, majority_vote
-from rewards.math import MathReward, is_equivalent
-from rewards.numeric import NumericReward
 from rewards.registry import REWARD_NAMES, CombinedReward, combine, get_reward
-from rewards.verifier import Verifier
+
+if TYPE_CHECKING:
+    from rewards.choice import ChoiceReward
+    from rewards.code import CodeReward
+    from rewards.exact import ExactMatchReward
+    from rewards.extraction import extract_answer
+    from rewards.format import FormatReward
+    from rewards.judge import JudgeReward
+    from rewards.majority import MajorityReward, majority_vote
+    from rewards.math import MathReward, is_equivalent
+    from rewards.numeric import NumericReward
+    from rewards.verifier import Verifier
+
+#: name -> module: each reward's module loads on first use, so a run that scores with one reward does not
+#: import the other seven (the judge's and the code sandbox's modules stay off learn's path to its first request)
+_LAZY = {
+    "ChoiceReward": "rewards.choice",
+    "CodeReward": "rewards.code",
+    "ExactMatchReward": "rewards.exact",
+    "extract_answer": "rewards.extraction",
+    "FormatReward": "rewards.format",
+    "JudgeReward": "rewards.judge",
+    "MajorityReward": "rewards.majority",
+    "majority_vote": "rewards.majority",
+    "MathReward": "rewards.math",
+    "is_equivalent": "rewards.math",
+    "NumericReward": "rewards.numeric",
+    "Verifier": "rewards.verifier",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'rewards' has no attribute {name!r}")
+
 
 __all__ = [
     "REWARD_NAMES",

@@ -2,44 +2,40 @@
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from rewards.base import Reward, Score
-from rewards.choice import ChoiceReward
-from rewards.code import CodeReward
 from rewards.errors import RewardError
-from rewards.exact import ExactMatchReward
-from rewards.format import FormatReward
-from rewards.judge import JudgeReward
-from rewards.majority import MajorityReward
-from rewards.math import MathReward
-from rewards.numeric import NumericReward
+
+#: name -> (module, class): a reward's module is imported when that reward is built, not with the registry
+_FACTORIES = {
+    "math": ("rewards.math", "MathReward"),
+    "exact": ("rewards.exact", "ExactMatchReward"),
+    "choice": ("rewards.choice", "ChoiceReward"),
+    "numeric": ("rewards.numeric", "NumericReward"),
+    "format": ("rewards.format", "FormatReward"),
+    "code": ("rewards.code", "CodeReward"),
+    "judge": ("rewards.judge", "JudgeReward"),
+    "majority": ("rewards.majority", "MajorityReward"),
+}
+
+REWARD_NAMES = tuple(_FACTORIES)
 
 
-def _factories() -> dict[str, Callable[..., Reward]]:
-    return {
-        "math": MathReward,
-        "exact": ExactMatchReward,
-        "choice": ChoiceReward,
-        "numeric": NumericReward,
-        "format": FormatReward,
-        "code": CodeReward,
-        "judge": JudgeReward,
-        "majority": MajorityReward,
-    }
-
-
-REWARD_NAMES = ("math", "exact", "choice", "numeric", "format", "code", "judge", "majority")
+def _factory(name: str) -> Callable[..., Reward]:
+    module, attribute = _FACTORIES[name]
+    return getattr(importlib.import_module(module), attribute)
 
 
 def get_reward(name: str, **params: Any) -> Reward:
     """A reward by name, e.g. `get_reward("numeric", rel_tol=0.01)` or `get_reward("judge", complete=fn)`."""
-    factories = _factories()
-    if name not in factories:
+    if name not in _FACTORIES:
         raise RewardError(f"unknown reward {name!r}; choose one of: {', '.join(REWARD_NAMES)}")
+    factory = _factory(name)
     try:
-        return factories[name](**params)
+        return factory(**params)
     except TypeError as exc:  # wrong or missing parameter: say which reward and what it accepts
         raise RewardError(f"reward {name!r}: {exc}") from exc
 

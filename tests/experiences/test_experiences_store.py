@@ -271,3 +271,37 @@ def test_onnx_embedder_gives_the_sentence_transformers_vectors(embedder: LocalEm
     assert onnx.name == embedder.name
     assert max(abs(a - b) for u, v in zip(got, want, strict=False) for a, b in zip(u, v, strict=False)) < 1e-4
     assert all(abs(sum(x * x for x in v) - 1.0) < 1e-4 for v in got)
+
+
+def test_a_store_that_replaced_more_than_it_holds_is_rebuilt_with_the_same_answers(
+    tmp_path: Path, embedder: LocalEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Learn replaces most lessons every step; chromadb keeps each deleted element in its HNSW graph, and
+    every query walks them (benchmarks/store_churn.py). Past COMPACT_AFTER replaced ids the collection is
+    rebuilt from its stored vectors: same contents, same neighbours, nothing embedded again."""
+    import experiences.store as store_module
+
+    monkeypatch.setattr(store_module, "COMPACT_AFTER", 6)
+    store = ExperienceStore(tmp_path / "library.chroma", embedder=embedder)
+    store.sync(Library.from_texts(LESSONS))
+    rebuilt = []
+    real_delete = store._client.delete_collection
+    monkeypatch.setattr(store._client, "delete_collection", lambda name: rebuilt.append(name) or real_delete(name))
+    embedded: list[str] = []
+    real_embed = store.embedder.embed
+    monkeypatch.setattr(store.embedder, "embed", lambda texts: embedded.extend(texts) or real_embed(texts))
+    final = Library.from_texts(LESSONS)
+    for round_ in range(3):  # replace 4 of the 5 lessons each round: 12 replaced ids > max(5, 6)
+        final = Library.from_texts([LESSONS[0], *(f"{text} (round {round_})" for text in LESSONS[1:])])
+        store.sync(final)
+    assert rebuilt == ["experiences"]  # once, past the threshold, under the same collection name
+    assert len(embedded) == 4 * 3  # only the new texts: the rebuild re-used the stored vectors
+    fresh = ExperienceStore(None, embedder=embedder)
+    fresh.sync(final)
+    assert len(store) == len(final) == 5
+    queries = ["Substitute the answer back into the equation.", "Simplify the fractions first."]
+    assert [[m.id for m in ms] for ms in store.query_many(queries, k=3)] == [
+        [m.id for m in ms] for ms in fresh.query_many(queries, k=3)
+    ]
+    reopened = ExperienceStore(tmp_path / "library.chroma", embedder=embedder)  # and it is on disk
+    assert sorted(reopened._collection.get()["ids"]) == sorted(e.id for e in final.experiences)

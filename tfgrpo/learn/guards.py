@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from experiences.dedup import lexically_similar
 from experiences.leakage import LeakageChecker, LeakFinding
+from experiences.lexical import lexically_similar
 from experiences.model import Library
 from experiences.ops import Operation
 from tfgrpo.core.datasets import Problem, dataset_cache_dir

@@ -17,10 +17,9 @@ import time
 from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from experiences.apply import ApplyResult, Budget, apply_operations
-from experiences.dedup import Folded
 from experiences.model import Library
 from experiences.ops import Operation
 from experiences.render import render
@@ -42,6 +41,9 @@ from tfgrpo.llm.errors import AllRequestsFailedError
 from tfgrpo.llm.types import SamplingParams
 from tfgrpo.rollout.sampling import PromptSpec, Rollout, gather_all, sample_group
 from tfgrpo.rollout.warmup import warming_up
+
+if TYPE_CHECKING:  # the store's modules load with the first consolidation, not on learn's path to its first request
+    from experiences.dedup import Folded
 
 T = TypeVar("T")
 
@@ -323,6 +325,8 @@ class Engine:
 
     async def enforce_dedup(self, library: Library, operations: list[Operation]) -> Folded:
         """`dedup: enforce`: near-duplicate adds and modifies folded into their neighbours (experiences.dedup)."""
+        from experiences.dedup import Folded  # with the store's modules: loaded once a step consolidates
+
         if self.config.dedup != "enforce" or not operations:
             return Folded(list(operations))
         return await self.stores.fold_duplicates(library, operations, self.config.dedup_enforce_threshold)

@@ -12,14 +12,16 @@ from __future__ import annotations
 import asyncio
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from experiences.dedup import Folded, enforce_dedup
 from experiences.model import Library
 from experiences.ops import Operation
-from experiences.store_process import StoreProcess
 from tfgrpo.learn.stages.consolidate import NearDuplicate
 from tfgrpo.rollout.injection import Injector
+
+if TYPE_CHECKING:  # loaded where used: the store's modules stay off learn's path to its first request
+    from experiences.dedup import Folded
+    from experiences.store_process import StoreProcess
 
 
 class StoreWorker:
@@ -39,6 +41,8 @@ class StoreWorker:
 
     def _open(self, open_store: bool) -> StoreProcess:
         # On the worker's thread: starting the child and waiting for its cold start block only this thread.
+        from experiences.store_process import StoreProcess
+
         log_path = self.store_dir.parent / "store.log"
         self._process = StoreProcess(self.store_dir, log_path=log_path, open_at_start=open_store)
         self._process.wait_ready()
@@ -61,6 +65,8 @@ class StoreWorker:
 
     async def fold_duplicates(self, library: Library, operations: list[Operation], threshold: float) -> Folded:
         """`experiences.dedup.enforce_dedup` on this thread; an empty library needs only the embedder."""
+        from experiences.dedup import enforce_dedup
+
         if not len(library):  # only the step's own adds to compare: the embedder, not the store
             return await self.call(enforce_dedup, library, operations, await self.embedder(), threshold=threshold)
         store = await self.synced(library)

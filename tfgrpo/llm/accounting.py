@@ -34,15 +34,30 @@ class Pricing:
 
 
 @lru_cache(maxsize=1)
-def _litellm_price_table() -> dict[str, Any]:
+def _litellm_price_text() -> str:
     # Read litellm's bundled price file directly: importing litellm costs ~3 s and may reach the network.
     spec = find_spec("litellm")
     if spec is None or not spec.submodule_search_locations:
-        return {}
+        return ""
     path = Path(spec.submodule_search_locations[0]) / "model_prices_and_context_window_backup.json"
-    if not path.is_file():
-        return {}
-    return json.loads(path.read_text(encoding="utf-8"))
+    return path.read_text(encoding="utf-8") if path.is_file() else ""
+
+
+@lru_cache(maxsize=1)
+def _litellm_price_table() -> dict[str, Any]:
+    text = _litellm_price_text()
+    return json.loads(text) if text else {}
+
+
+def _litellm_entries(model: str) -> list[dict[str, Any]]:
+    """The table's entries for `model`'s candidate names, best first. Parsing the 3.5 MB table takes ~30 ms;
+    a name that is not a quoted string anywhere in it (a local or self-hosted model) skips the parse."""
+    names = _candidate_names(model)
+    text = _litellm_price_text()
+    if not any(json.dumps(name) in text for name in names):
+        return []
+    table = _litellm_price_table()
+    return [entry for name in names if isinstance(entry := table.get(name), dict)]
 
 
 def resolve_pricing(
@@ -59,10 +74,8 @@ def resolve_pricing(
         return Pricing(input_per_1m or 0.0, output_per_1m or 0.0, cached_input_per_1m=cached_input_per_1m)
     if local:
         return Pricing()
-    table = _litellm_price_table()
-    for name in _candidate_names(model or ""):
-        entry = table.get(name)
-        if entry and "input_cost_per_token" in entry:
+    for entry in _litellm_entries(model or ""):
+        if "input_cost_per_token" in entry:
             cached = entry.get("cache_read_input_token_cost")
             return Pricing(
                 float(entry.get("input_cost_per_token", 0.0)) * 1_000_000,
@@ -74,9 +87,7 @@ def resolve_pricing(
 
 def context_window(model: str | None) -> int | None:
     """The model's input context in tokens from litellm's bundled table (None when unknown)."""
-    table = _litellm_price_table()
-    for name in _candidate_names(model or ""):
-        entry = table.get(name) or {}
+    for entry in _litellm_entries(model or ""):
         window = entry.get("max_input_tokens") or entry.get("max_tokens")
         if isinstance(window, int) and window > 0:
             return window

@@ -14,22 +14,28 @@ import asyncio
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from functools import partial
+from functools import lru_cache, partial
 from typing import Any
 
 from rewards import get_reward
 from rewards.errors import RewardError
-from rewards.verdict import VERDICT_SCHEMA_NAME, verdict_schema
 from tfgrpo.llm.client import LLMClient
 from tfgrpo.llm.types import ResponseSchema, SamplingParams
 
 JUDGE_SAMPLING = SamplingParams(temperature=0.0, max_tokens=512)
-JUDGE_SCHEMA = ResponseSchema(name=VERDICT_SCHEMA_NAME, schema=verdict_schema())
+
+
+@lru_cache(maxsize=1)
+def judge_schema() -> ResponseSchema:
+    """The verdict schema the judge's replies are held to (rewards.verdict, loaded with the judge only)."""
+    from rewards.verdict import VERDICT_SCHEMA_NAME, verdict_schema
+
+    return ResponseSchema(name=VERDICT_SCHEMA_NAME, schema=verdict_schema())
 
 
 def judge_completer(client: LLMClient, loop: asyncio.AbstractEventLoop):  # -> rewards.judge.Complete
     """The judge's sync `complete(messages)` over `client`: greedy, under the verdict schema, tag `judge`."""
-    return client.completer(loop, sampling=JUDGE_SAMPLING, tag="judge", response_schema=JUDGE_SCHEMA)
+    return client.completer(loop, sampling=JUDGE_SAMPLING, tag="judge", response_schema=judge_schema())
 
 
 def build_reward(
