@@ -94,10 +94,10 @@ def screen_adds(
     store.sync(library)
     vectors = store.embed([op.experience for op in adds])
     nearest = store.query_vectors(vectors, k=1)
-    kept_vectors: list[Sequence[float]] = []
+    kept_vectors: list[Any] = []
     kept_texts: list[str] = []
     held: dict[int, MergeCandidate] = {}
-    for index, (op, vector, matches) in enumerate(zip(adds, vectors, nearest, strict=False)):
+    for index, (op, vector, matches) in enumerate(zip(adds, _unit_rows(vectors), nearest, strict=False)):
         best: Match | None = matches[0] if matches else None
         for n, (other, other_text) in enumerate(zip(kept_vectors, kept_texts, strict=False)):
             similarity = _dot(vector, other)
@@ -131,8 +131,8 @@ class DedupDecision(BaseModel):
 def is_near_duplicate(a: str, b: str, cosine: float, threshold: float = DEFAULT_ENFORCE_THRESHOLD) -> bool:
     """The same lesson (see the constants above): never when one negates what the other says; else close in
     meaning in other words, or in nearly the same words, or nearly identical in meaning."""
-    if _negation_differs(a, b):
-        return False
+    if cosine < min(threshold, SAME_MEANING_COSINE) or _negation_differs(a, b):
+        return False  # too far apart in meaning whatever the words: no word comparison needed
     lexical = lexical_similarity(a, b)
     if cosine >= SAME_MEANING_COSINE:
         return True
@@ -192,9 +192,10 @@ def enforce_dedup(
     else:
         vectors, matches = store.embed([op.experience for op in checked]), [[] for _ in checked]
     known = [(e.id, alias) for e in library for alias in e.aliases]
-    alias_vectors = store.embed([alias for _, alias in known]) if known else []
+    alias_vectors = _unit_rows(store.embed([alias for _, alias in known]) if known else [])
+    vectors = _unit_rows(vectors)
     folded = Folded([])
-    batch: list[tuple[Sequence[float], int]] = []  # (vector, position in folded.operations) of kept adds
+    batch: list[tuple[Any, int]] = []  # (vector, position in folded.operations) of kept adds
     nearest = {id(op): (vector, found) for op, vector, found in zip(checked, vectors, matches, strict=True)}
     for op in operations:
         if not isinstance(op, (AddOp, ModifyOp)) or id(op) not in nearest:
@@ -259,8 +260,16 @@ def _text(operation: Operation) -> str:
     return getattr(operation, "experience", None) or ""
 
 
-def _dot(a: Sequence[float], b: Sequence[float]) -> float:
-    return float(sum(x * y for x, y in zip(a, b, strict=True)))
+def _dot(a: Any, b: Any) -> float:
+    return float(a @ b)
+
+
+def _unit_rows(vectors: Sequence[Sequence[float]]) -> Any:
+    """The embedders' vectors (unit length already) as numpy rows: the step's pairwise dot products in C, not
+    in a Python loop over 384 numbers (~0.3 s a step at 100 adds)."""
+    import numpy as np
+
+    return np.asarray(vectors, dtype=np.float64) if len(vectors) else np.zeros((0, 0))
 
 
 def find_duplicate_groups(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Sequence
 
 
 def lexical_similarity(a: str, b: str) -> float:
@@ -20,6 +21,26 @@ def lexically_similar(a: str, b: str, threshold: float) -> bool:
     return (
         matcher.real_quick_ratio() >= threshold and matcher.quick_ratio() >= threshold and matcher.ratio() >= threshold
     )
+
+
+def similar_pairs(texts: Sequence[str], others: Sequence[str], threshold: float) -> list[list[int]]:
+    """For each of `texts`, the indices of `others` it is `lexically_similar` to: each text's words are
+    split once and each other's word index is built once (difflib's `set_seq2`, for one sequence compared
+    with many), where pairwise calls redo both for every pair."""
+    split = [words(text) for text in texts]
+    similar: list[list[int]] = [[] for _ in texts]
+    matcher = difflib.SequenceMatcher(autojunk=False)
+    for index, other in enumerate(others):
+        matcher.set_seq2(words(other))
+        for position, text_words in enumerate(split):
+            matcher.set_seq1(text_words)
+            if (
+                matcher.real_quick_ratio() >= threshold
+                and matcher.quick_ratio() >= threshold
+                and matcher.ratio() >= threshold
+            ):
+                similar[position].append(index)
+    return similar
 
 
 def words(text: str) -> list[str]:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from experiences.leakage import LeakageChecker, LeakFinding
-from experiences.lexical import lexically_similar
+from experiences.lexical import similar_pairs
 from experiences.model import Library
 from experiences.ops import Operation
 from tfgrpo.core.datasets import Problem, dataset_cache_dir
@@ -85,7 +85,7 @@ class LeakageGuard:
         with_text = [(index, op.experience) for index, op in enumerate(operations) if getattr(op, "experience", None)]
         texts = [text for _, text in with_text]
         findings_by_op: dict[int, list[LeakFinding]] = {}
-        per_item = self._per_item(texts, [proposed_by(text, proposals) for text in texts])
+        per_item = self._per_item(texts, proposers(texts, proposals))
         for (index, _), finding_group in zip(with_text, per_item, strict=True):
             findings_by_op[index] = [f for f in finding_group if self.modes[f.kind] != "off"]
         screened = Screened(kept=[])
@@ -122,17 +122,16 @@ class LeakageGuard:
 PROVENANCE_SIMILARITY = 0.6
 
 
-def proposed_by(text: str, proposals: Sequence[tuple[str, Sequence[Operation]]]) -> set[str]:
-    """The query ids whose groups proposed this lesson (the same or nearly the same words)."""
-    return {
-        query_id
+def proposers(texts: Sequence[str], proposals: Sequence[tuple[str, Sequence[Operation]]]) -> list[set[str]]:
+    """For each text, the query ids whose groups proposed it (the same or nearly the same words)."""
+    owners = [
+        (query_id, proposed)
         for query_id, operations in proposals
-        if any(
-            lexically_similar(text, proposed, PROVENANCE_SIMILARITY)
-            for proposed in (getattr(op, "experience", None) for op in operations)
-            if proposed
-        )
-    }
+        for proposed in (getattr(op, "experience", None) for op in operations)
+        if proposed
+    ]
+    similar = similar_pairs(texts, [proposed for _, proposed in owners], PROVENANCE_SIMILARITY)
+    return [{owners[index][0] for index in indices} for indices in similar]
 
 
 def history_records(screened: Screened) -> list[dict[str, Any]]:
