@@ -26,7 +26,10 @@ if TYPE_CHECKING:  # chromadb is heavy: imported lazily at run time
 
 DEFAULT_COLLECTION = "experiences"
 _VECTOR_CACHE_SIZE = 2048  # ~3 MB of float32 MiniLM vectors
-COMPACT_AFTER = 256  # replaced ids a collection tolerates before a rebuild, however small it is
+# Replaced ids a collection tolerates before a rebuild, however small it is. Not lower: each rebuild (a
+# delete_collection and a create) leaks ~3 MB of the process's memory in chromadb 1.5
+# (chroma-core/chroma#3296); 1024 keeps queries within ~10 % of a fresh index (benchmarks/store_churn.py).
+COMPACT_AFTER = 1024
 
 
 class Match(BaseModel):
