@@ -94,8 +94,16 @@ class History:
         return self.snapshot_dir.is_dir() and any(self.snapshot_dir.glob("v*.json"))
 
     # -- writing ---------------------------------------------------------------------------------------
-    def commit(self, library: Library, *, records: Iterable[dict[str, Any]] = (), step: int | None = None) -> None:
-        """Snapshot `library` (once per version) and append `records` to the op log, stamped with version/step/time."""
+    def commit(
+        self,
+        library: Library,
+        *,
+        records: Iterable[dict[str, Any]] = (),
+        step: int | None = None,
+        text: str | None = None,
+    ) -> None:
+        """Snapshot `library` (once per version) and append `records` to the op log, stamped with version/step/time.
+        `text`: the library's `to_json()`, when the caller has rendered it already."""
         snapshot = self.snapshot_path(library.version)
         if snapshot.is_file() and _lessons(Library.load(snapshot)) != _lessons(library):
             raise ExperienceError(
@@ -103,7 +111,7 @@ class History:
                 "bump the version (apply_operations does) before committing"
             )
         # Same lessons, newer bookkeeping (usage counters, step): the snapshot keeps the latest.
-        atomic_write_text(snapshot, library.to_json())
+        atomic_write_text(snapshot, library.to_json() if text is None else text)
         stamp = {"version": library.version, "step": step if step is not None else library.step, "time": _now()}
         append_lines(self.ops_path, [json.dumps({**stamp, **record}, ensure_ascii=False) for record in records])
 

@@ -238,10 +238,11 @@ class Library(BaseModel):
     def to_json(self) -> str:
         return json.dumps(self.model_dump(mode="json"), ensure_ascii=False, indent=2) + "\n"
 
-    def save(self, path: str | Path) -> Path:
-        """Write atomically (temp file + rename): a crash leaves the old file intact."""
+    def save(self, path: str | Path, *, text: str | None = None) -> Path:
+        """Write atomically (temp file + rename): a crash leaves the old file intact. `text`: this library's
+        `to_json()` already rendered (a learn step writes the same library to three files)."""
         path = Path(path)
-        atomic_write_text(path, self.to_json())
+        atomic_write_text(path, self.to_json() if text is None else text)
         return path
 
     @classmethod

@@ -1,4 +1,4 @@
-from tfgrpo.cli.app import main
+from tfgrpo.cli.entry import main
 
 # The guard: vLLM's engine starts in a spawned process, which imports this module again.
 if __name__ == "__main__":

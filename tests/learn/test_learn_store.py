@@ -87,3 +87,35 @@ def test_the_reward_warms_up_with_the_steps_golds_while_the_wave_is_on_the_wire(
     assert result.status == "completed"
     assert sorted(golds for _, golds in warmed) == [["3"], ["7"]]  # each step's golds
     assert warmed[0][0] == 0  # the first step's, before any reply
+
+
+def test_each_committed_library_reaches_the_store_while_the_next_steps_requests_are_out(tmp_path, monkeypatch):
+    """After a step commits, its library is sent to the store's process at once (it embeds the new lessons
+    on its own core during the next step's network wait), not when the next consolidation asks for hints."""
+    from experiences.store_process import StoreProcess
+    from tfgrpo.learn.rundir import RunDir
+
+    world, commits, sent = CountingWorld(), [], []
+    original_commit, original_call = RunDir.commit_step, StoreProcess._call
+
+    def commit_step(self, state, *, step, library, **rest):
+        original_commit(self, state, step=step, library=library, **rest)
+        commits.append((world.replies, sorted(e.id for e in library.experiences)))
+
+    def call(self, name, *args, **kwargs):
+        if name == "sync":
+            sent.append((world.replies, sorted(e.id for e in args[0].experiences)))
+        return original_call(self, name, *args, **kwargs)
+
+    monkeypatch.setattr(RunDir, "commit_step", commit_step)
+    monkeypatch.setattr(StoreProcess, "_call", call)
+    result, backend = run_learn(
+        tmp_path, world, [(1, 2), (3, 4)], latency_s=0.5, group_size=2, epochs=1, batch_size=1, dedup=True
+    )
+    assert result.status == "completed" and len(commits) == 2
+    replies_at_commit, step_one_ids = commits[0]
+    assert step_one_ids, "step 1 learned nothing to send"
+    first_send = next(replies for replies, ids in sent if ids == step_one_ids)
+    # step 2's replies: 2 rollouts, 2 summaries, then its group analysis, whose reply the hints wait for
+    assert first_send < replies_at_commit + 5, (first_send, replies_at_commit, sent)
+    assert first_send <= replies_at_commit + 2  # sent while step 2's rollouts were on the wire (or just after)

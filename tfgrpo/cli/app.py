@@ -9,6 +9,7 @@ import sys
 import typer
 
 from tfgrpo.cli.lazy import LazyGroup
+from tfgrpo.core.collector import resume_after_startup
 
 # The commands are listed in tfgrpo.cli.lazy.COMMANDS and imported when they run: `tfgrpo --help` and a
 # quick `tfgrpo library show` pay only for what they use (tests/cli/test_cli_lazy.py guards the import set).
@@ -28,6 +29,14 @@ def _group() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    """Run the command line (`argv=None`: the process's arguments)."""
+    try:
+        _run(argv)
+    finally:  # paused by tfgrpo.cli.entry: a command that sent no wave (which resumes it) leaves it on too
+        resume_after_startup(freeze=False)
+
+
+def _run(argv: list[str] | None) -> None:
     from tfgrpo.cli.errors import user_facing_errors
 
     atexit.unregister(_skip_final_collection)  # once, however often main() runs in one process (tests)

@@ -184,9 +184,10 @@ class RunDir:
         append_lines(self.rollouts_path, [_json_line(r) for r in rollout_rows])
         for name in STAGE_LOGS:
             append_lines(self.stage_path(name), [_json_line(r) for r in stage_rows.get(name, [])])
-        self.history.commit(library, records=library_records, step=step)
-        library.save(self.step_library_path(step))
-        library.save(self.library_path)
+        text = library.to_json()  # rendered once for its three files
+        self.history.commit(library, records=library_records, step=step, text=text)
+        library.save(self.step_library_path(step), text=text)
+        library.save(self.library_path, text=text)
         state.completed_step = step
         state.offsets = {name: path.stat().st_size for name, path in self._logs().items()}
         state.steps.append(step_metrics)

@@ -143,6 +143,8 @@ class Engine:
         counters.finish(usage_before, self.client.accounting.total, time.perf_counter() - started, new_library)
         outputs = StepOutputs(groups, summaries, analyses, consolidation, screened, applied)
         self.commit(plan, state, counters, library, new_library, outputs, gate_records)
+        if self.needs_store and plan.step < self.steps_planned:
+            self.stores.sync_ahead(new_library)
         return new_library
 
     # -- stage 0: rollouts -----------------------------------------------------------------------------

@@ -14,6 +14,8 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from tfgrpo.core.collector import resume_after_startup
+
 #: The loop counts as idle when a timer of IDLE_CHECK_S fires at most IDLE_LATENESS_S late: no callback
 #: (no request being built or written, no reply being read) held it up in between.
 IDLE_CHECK_S = 0.004
@@ -52,15 +54,16 @@ def warming_up(reward: Any, golds: list[Any], *also: Callable[[], Any]) -> Itera
     """Within the block, `reward.warm_up(golds)` (rewards may be plain callables: the hook is optional) and
     then each of `also` run once the wave being started is on the wire; what has not run when the block ends
     is dropped. A warm-up is best effort: one that fails is silent here, and the real use retries it and
-    reports."""
+    reports. The garbage collector, if the CLI paused it for start-up, is resumed first, or when the block ends
+    (tfgrpo.core.collector)."""
     warm_up = getattr(reward, "warm_up", None)
-    callbacks = ([lambda: warm_up(golds)] if callable(warm_up) else []) + list(also)
-    waiting = WhenIdle(_each_quietly, callbacks) if callbacks else None
+    callbacks = [resume_after_startup, *([lambda: warm_up(golds)] if callable(warm_up) else []), *also]
+    waiting = WhenIdle(_each_quietly, callbacks)
     try:
         yield
     finally:
-        if waiting is not None:
-            waiting.cancel()
+        waiting.cancel()
+        resume_after_startup()  # a wave over before the loop was ever idle (a fast server) ends start-up too
 
 
 def _each_quietly(callbacks: list[Callable[[], Any]]) -> None:
