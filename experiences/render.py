@@ -48,8 +48,10 @@ def render_system_text(
     return _render(system_template, "system_prompt.jinja", rendered=rendered, library=library).strip()
 
 
+@lru_cache(maxsize=8)
 def bundled_template(name: str) -> str:
-    """Source of a template shipped in experiences/templates/ (library.jinja, system_prompt.jinja)."""
+    """Source of a template shipped in experiences/templates/ (library.jinja, system_prompt.jinja); read once,
+    as package data does not change while the process runs (every prompt of a run renders one)."""
     return resources.files("experiences").joinpath("templates", name).read_text(encoding="utf-8")
 
 
