@@ -98,6 +98,17 @@ class StoreProcess:
         return count
 
     # -- the process --------------------------------------------------------------------------------------
+    def rss_mb(self) -> float | None:
+        """The child's resident memory now, in MB (None where /proc does not tell, or once it has ended)."""
+        try:
+            with open(f"/proc/{self._process.pid}/status", encoding="ascii") as status:
+                for line in status:
+                    if line.startswith("VmRSS:"):
+                        return int(line.split()[1]) / 1024
+        except (OSError, ValueError):
+            return None
+        return None
+
     def wait_ready(self) -> None:
         """Block until the child has loaded its embedder (its cold start), raising if it failed."""
         self._call("ready")

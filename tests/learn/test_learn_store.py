@@ -119,3 +119,38 @@ def test_each_committed_library_reaches_the_store_while_the_next_steps_requests_
     # step 2's replies: 2 rollouts, 2 summaries, then its group analysis, whose reply the hints wait for
     assert first_send < replies_at_commit + 5, (first_send, replies_at_commit, sent)
     assert first_send <= replies_at_commit + 2  # sent while step 2's rollouts were on the wire (or just after)
+
+
+def test_a_store_process_grown_past_its_bound_is_replaced_and_the_run_learns_the_same(tmp_path, monkeypatch):
+    """chromadb's process grows under a run's churn: past RECYCLE_GROWTH_MB it is replaced after a commit (here
+    after every step), and the run's dedup decisions, hints and library are those of a run that kept it."""
+    import tfgrpo.learn.store_worker as store_worker
+    from experiences.store_process import StoreProcess
+
+    pairs = [(1, 2), (3, 4), (5, 6), (7, 8)]
+    (tmp_path / "kept").mkdir()
+    (tmp_path / "replaced").mkdir()
+    kept, kept_backend = run_learn(tmp_path / "kept", World(), pairs, group_size=2, epochs=1, batch_size=1, dedup=True)
+    started, workers = [], []
+    original_init, original_close = StoreProcess.__init__, store_worker.StoreWorker.close
+
+    def init(self, *args, **kwargs):
+        original_init(self, *args, **kwargs)
+        started.append(self)
+
+    def close(self):
+        workers.append(self)
+        original_close(self)
+
+    monkeypatch.setattr(StoreProcess, "__init__", init)
+    monkeypatch.setattr(store_worker.StoreWorker, "close", close)
+    monkeypatch.setattr(store_worker, "RECYCLE_GROWTH_MB", -1.0)  # always "grown": replaced after each commit
+    replaced, backend = run_learn(
+        tmp_path / "replaced", World(), pairs, group_size=2, epochs=1, batch_size=1, dedup=True
+    )
+    assert replaced.status == "completed"
+    assert workers[0].replacements == 3  # after the commits of steps 1-3 (none after the last)
+    assert len(started) == 4 and all(p._process.poll() is not None for p in started)  # none left running
+    assert [e.text for e in replaced.library.experiences] == [e.text for e in kept.library.experiences]
+    hints = [[m.content for m in r.messages] for r in backend.calls if r.tag == "consolidate"]
+    assert hints == [[m.content for m in r.messages] for r in kept_backend.calls if r.tag == "consolidate"]

@@ -5,6 +5,13 @@ runs in a child process (`experiences.store_process`), started while the first r
 so it takes the other core instead of slowing the reading of the replies; the learn process never imports
 chromadb. Every store call is a blocking round trip to that process, made on this worker's one thread, so the
 event loop never blocks on it.
+
+The store's process grows by ~0.6-1 MB a step under a learn run's churn (chromadb 1.5; measured with
+benchmarks/scale.py: 297 -> 327 MB over 30 steps, 375 MB after 100), so once it has grown by
+RECYCLE_GROWTH_MB since it started, the worker replaces it after a step's commit: the old process exits,
+a new one opens the same store on disk (nothing is embedded again) and is sent the library, in the next
+step's network wait. The store is derived from the library, so a replacement that fails costs no lesson:
+the next call that needs the store reports it.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from experiences.errors import ExperienceError
 from experiences.model import Experience, Library
 from experiences.ops import Operation
 from tfgrpo.learn.stages.consolidate import NearDuplicate
@@ -24,6 +32,9 @@ if TYPE_CHECKING:  # loaded where used: the store's modules stay off learn's pat
     from experiences.dedup import Folded
     from experiences.store_process import StoreProcess
 
+#: growth of the store's process (RSS, MB) since it started past which it is replaced after a step's commit
+RECYCLE_GROWTH_MB = 32.0
+
 
 class StoreWorker:
     def __init__(self, store_dir: Path) -> None:
@@ -31,6 +42,8 @@ class StoreWorker:
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vector-store")
         self._process: StoreProcess | None = None
         self._future: Future[StoreProcess] | None = None
+        self._started_mb: float | None = None  # its RSS after its first commit: what its growth is measured from
+        self.replacements = 0
 
     def start(self) -> None:
         """Start the store's process (a no-op once started); its cold start runs there, on another core."""
@@ -47,14 +60,27 @@ class StoreWorker:
         log_path = self.store_dir.parent / "store.log"
         self._process = StoreProcess(self.store_dir, log_path=log_path, open_at_start=open_store)
         self._process.wait_ready()
+        self._started_mb = None  # measured once it holds the library (_replace_if_grown)
+        return self._process
+
+    def _current(self) -> StoreProcess:
+        """On the worker's thread: the store's process as it is now (its start's failure raised here)."""
+        assert self._future is not None
+        self._future.result()
+        if self._process is None:  # a replacement failed to start: say so at the call that needs the store
+            raise ExperienceError(
+                f"the vector store's process could not be restarted; its log: {self.store_dir.parent / 'store.log'}"
+            )
         return self._process
 
     async def synced(self, library: Library) -> StoreProcess:
         """The store, in step with `library` (waits for the background load if still running)."""
         self.start()
-        assert self._future is not None
-        store = await asyncio.wrap_future(self._future)
-        await self.call(store.sync, library)
+        return await self.call(self._synced_now, library)
+
+    def _synced_now(self, library: Library) -> StoreProcess:
+        store = self._current()
+        store.sync(library)
         return store
 
     def sync_ahead(self, library: Library) -> None:
@@ -69,16 +95,30 @@ class StoreWorker:
         self._thread.submit(self._sync_quietly, lessons)
 
     def _sync_quietly(self, lessons: Library) -> None:
-        assert self._future is not None
         with contextlib.suppress(Exception):
-            self._future.result().sync(lessons)
+            self._current().sync(lessons)
+            self._replace_if_grown(lessons)
+
+    def _replace_if_grown(self, lessons: Library) -> None:
+        """A new process for the store once this one has grown by RECYCLE_GROWTH_MB (see the module's doc)."""
+        store = self._process
+        now = store.rss_mb() if store is not None else None
+        if store is None or now is None:
+            return
+        if self._started_mb is None:  # the first commit it holds: loaded, embedded, its buffers sized
+            self._started_mb = now
+        if now - self._started_mb <= RECYCLE_GROWTH_MB:
+            return
+        store.close()  # first: two processes must not hold the same store on disk
+        self._process = None
+        self._open(open_store=True).sync(lessons)
+        self.replacements += 1
 
     async def embedder(self) -> Any:
         """The store process's embedder (`embed`): a run from scratch compares its first lessons with it
         without opening the collection (the process opens chromadb on the first call that needs it)."""
         self._launch(open_store=False)  # only the embedder, unless the store was started already
-        assert self._future is not None
-        return (await asyncio.wrap_future(self._future)).embedder
+        return (await self.call(self._current)).embedder
 
     async def fold_duplicates(self, library: Library, operations: list[Operation], threshold: float) -> Folded:
         """`experiences.dedup.enforce_dedup` on this thread; an empty library needs only the embedder."""
