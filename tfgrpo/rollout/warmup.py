@@ -5,6 +5,9 @@ connection, then writes it), and a cold start that begins before they have all l
 GIL) from them: on the first wave of `tfgrpo learn` a fixed 20 ms delay fired before the first connection
 was opened and delayed every request by the store's ~30 ms import. So a cold start waits until the loop is
 idle, which is when every request is on the wire and the replies are still a network latency away.
+One known exception: the SDK's very first requests wait on a thread (its platform detection, ~15-20 ms)
+with the loop idle, and on a loaded host the cold starts can begin then, before the first connection; they
+still run in the first wave's wait, only a little early (seen in CI with tests/cli/test_startup_collector.py).
 """
 
 from __future__ import annotations
