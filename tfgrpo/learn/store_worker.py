@@ -8,7 +8,7 @@ event loop never blocks on it.
 
 The store's process grows by ~0.6-1 MB a step under a learn run's churn (chromadb 1.5; measured with
 benchmarks/scale.py: 297 -> 327 MB over 30 steps, 375 MB after 100), so once it has grown by
-RECYCLE_GROWTH_MB since it started, the worker replaces it after a step's commit: the old process exits,
+RECYCLE_GROWTH_MB since its first commit, the worker replaces it after a step's commit: the old process exits,
 a new one opens the same store on disk (nothing is embedded again) and is sent the library, in the next
 step's network wait. The store is derived from the library, so a replacement that fails costs no lesson:
 the next call that needs the store reports it.
@@ -32,7 +32,7 @@ if TYPE_CHECKING:  # loaded where used: the store's modules stay off learn's pat
     from experiences.dedup import Folded
     from experiences.store_process import StoreProcess
 
-#: growth of the store's process (RSS, MB) since it started past which it is replaced after a step's commit
+#: growth of the store's process (RSS, MB) since its first commit past which it is replaced after a step's commit
 RECYCLE_GROWTH_MB = 32.0
 
 
@@ -96,14 +96,14 @@ class StoreWorker:
 
     def _sync_quietly(self, lessons: Library) -> None:
         with contextlib.suppress(Exception):
-            self._current().sync(lessons)
-            self._replace_if_grown(lessons)
+            store = self._current()
+            store.sync(lessons)
+            self._replace_if_grown(store, lessons)
 
-    def _replace_if_grown(self, lessons: Library) -> None:
-        """A new process for the store once this one has grown by RECYCLE_GROWTH_MB (see the module's doc)."""
-        store = self._process
-        now = store.rss_mb() if store is not None else None
-        if store is None or now is None:
+    def _replace_if_grown(self, store: StoreProcess, lessons: Library) -> None:
+        """A new process for the store once `store` has grown by RECYCLE_GROWTH_MB (see the module's doc)."""
+        now = store.rss_mb()
+        if now is None:
             return
         if self._started_mb is None:  # the first commit it holds: loaded, embedded, its buffers sized
             self._started_mb = now
