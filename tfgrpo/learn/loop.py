@@ -177,15 +177,19 @@ def _warn(run: RunDir, console: Any, inputs: RunInputs, state: RunState, config:
 async def run_planned_steps(engine: Engine, run: RunDir, inputs: RunInputs, state: RunState) -> None:
     """Every step not yet completed, and each epoch's validation once its last step is done."""
     library = run.load_step_library(state.completed_step)
-    for plan in inputs.plans:
-        if plan.step > state.completed_step:
-            library = await engine.run_step(plan, library, state)
-        if plan.last_in_epoch:
-            state.epoch_end_step[plan.epoch] = plan.step
-            if inputs.val_problems and plan.epoch not in state.validation:
-                epoch_library = library if plan.step == state.completed_step else run.load_step_library(plan.step)
-                state.validation[plan.epoch] = await engine.validator.validate(plan.epoch, epoch_library)
-            run.save_state(state)
+    try:
+        for plan in inputs.plans:
+            if plan.step > state.completed_step:
+                library = await engine.run_step(plan, library, state)
+            if plan.last_in_epoch:
+                engine.commits.flush()  # the epoch's last step, written before its validation and state
+                state.epoch_end_step[plan.epoch] = plan.step
+                if inputs.val_problems and plan.epoch not in state.validation:
+                    epoch_library = library if plan.step == state.completed_step else run.load_step_library(plan.step)
+                    state.validation[plan.epoch] = await engine.validator.validate(plan.epoch, epoch_library)
+                run.save_state(state)
+    finally:
+        engine.commits.flush()  # a step finished before the run ended, failed or was interrupted is kept
 
 
 def _remember_providers(run: RunDir, state: RunState, client: LLMClient) -> None:

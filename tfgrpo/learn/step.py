@@ -5,7 +5,8 @@
   2. advantage      every kept group → operations on the library (stages/advantage.py)
   3. consolidation  the batch's operations → one final list, screened for leakage, applied
   (validation)      with `select_by: step` or the gate: the candidate library validated, maybe rejected
-  commit            library, rollouts, stage replies and metrics written to the run directory at once
+  commit            library, rollouts, stage replies and metrics written to the run directory at once,
+                    in the next step's network wait (tfgrpo.learn.commit)
 
 Each stage runs all its calls of the batch at once (the client bounds concurrency).
 """
@@ -16,6 +17,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -26,9 +28,10 @@ from experiences.render import render
 from tfgrpo.core.answers import is_correct
 from tfgrpo.core.datasets import Problem
 from tfgrpo.core.progress import progress_task, stage_progress
+from tfgrpo.learn.commit import StepCommits, write_step
 from tfgrpo.learn.config import LearnConfig
 from tfgrpo.learn.groups import Group, assess_group
-from tfgrpo.learn.guards import LeakageGuard, Screened, history_records
+from tfgrpo.learn.guards import LeakageGuard, Screened
 from tfgrpo.learn.metrics import StepCounters
 from tfgrpo.learn.rundir import RunDir, RunState
 from tfgrpo.learn.stages.advantage import GroupAnalysis, GroupRequest, analyze_group
@@ -39,7 +42,7 @@ from tfgrpo.learn.validation import Validator
 from tfgrpo.llm.client import LLMClient
 from tfgrpo.llm.errors import AllRequestsFailedError
 from tfgrpo.llm.types import SamplingParams
-from tfgrpo.rollout.sampling import PromptSpec, Rollout, gather_all, sample_group
+from tfgrpo.rollout.sampling import PromptSpec, gather_all, sample_group
 from tfgrpo.rollout.warmup import warming_up
 
 if TYPE_CHECKING:  # the store's modules load with the first consolidation, not on learn's path to its first request
@@ -99,6 +102,7 @@ class Engine:
         )
         self.agent = config.agent.build() if config.agent.tools else None
         self.stores = StoreWorker(run.store_dir)
+        self.commits = StepCommits()
         self.validator = Validator(
             config, client, reward, self.prompt, self.agent, run, self.stores, self.progress, val_problems or []
         )
@@ -142,7 +146,12 @@ class Engine:
 
         counters.finish(usage_before, self.client.accounting.total, time.perf_counter() - started, new_library)
         outputs = StepOutputs(groups, summaries, analyses, consolidation, screened, applied)
-        self.commit(plan, state, counters, library, new_library, outputs, gate_records)
+        # written in the next step's network wait (tfgrpo.learn.commit), or by `flush` where nothing follows
+        self.commits.hold(
+            partial(
+                write_step, self.run, self.console, plan, state, counters, library, new_library, outputs, gate_records
+            )
+        )
         if self.needs_store and plan.step < self.steps_planned:
             self.stores.sync_ahead(new_library)
         return new_library
@@ -197,7 +206,10 @@ class Engine:
 
         # Cold starts (the store's imports, the math verifier's processes) begin once the wave's requests are on
         # the wire, so they use the network wait, not the CPU the first requests or the replies need.
-        with warming_up(self.reward, [p.answer for p in plan.problems], *([self.stores.start] if store_due else [])):
+        with (
+            warming_up(self.reward, [p.answer for p in plan.problems], *([self.stores.start] if store_due else [])),
+            self.commits.written_in_wait(),
+        ):
             return await self.tracked(f"{label} · rollouts", [one(p) for p in plan.problems], weight=config.group_size)
 
     # -- stage 1: summaries ----------------------------------------------------------------------------
@@ -339,54 +351,6 @@ class Engine:
         if not (self.config.dedup != "off" and texts and len(library)):
             return []
         return await self.stores.near_duplicates(library, texts, self.config.dedup_threshold)
-
-    # -- commit ----------------------------------------------------------------------------------------
-    def commit(
-        self,
-        plan: StepPlan,
-        state: RunState,
-        counters: StepCounters,
-        before: Library,
-        after: Library,
-        outputs: StepOutputs,
-        gate_records: list[dict[str, Any]],
-    ) -> None:
-        """Write the step (library, rollouts, stage replies, metrics, history) to the run directory at once."""
-        context = {"epoch": plan.epoch, "step": plan.step, "batch": plan.batch}
-        consolidation, applied = outputs.consolidation, outputs.applied
-        self.run.commit_step(
-            state,
-            step=plan.step,
-            library=after,
-            rollout_rows=[self.rollout_row(g, r, before, plan) for g in outputs.groups for r in g.rollouts],
-            stage_rows={
-                "summaries": [{**context, **s.to_row()} for s in outputs.summaries],
-                "group_ops": [{**context, **a.to_row()} for a in outputs.analyses],
-                "consolidation": [{**context, **consolidation.to_row(), "apply": applied.log_records()}]
-                if consolidation.reply
-                else [],
-            },
-            step_metrics=counters.as_dict(),
-            library_records=history_records(outputs.screened) + (gate_records or applied.log_records()),
-        )
-        self.run.log(counters.one_line())
-        self.console.print(counters.one_line(), highlight=False)
-
-    def rollout_row(self, group: Group, rollout: Rollout, library: Library, plan: StepPlan) -> dict[str, Any]:
-        return {
-            "run": self.run.root.name,
-            "epoch": plan.epoch,
-            "step": plan.step,
-            "batch": plan.batch,
-            "problem": group.problem.problem,
-            "answer": group.problem.answer,
-            **rollout.to_row(),
-            "library_version": library.version,
-            "group_mean": group.mean,
-            "group_std": group.std,
-            "group_status": group.status,
-            "pseudo_label": group.gold if group.gold_is_pseudo else None,
-        }
 
     # -- helpers ---------------------------------------------------------------------------------------
     async def tracked(self, description: str, coroutines: Iterable[Awaitable[T]], *, weight: int = 1) -> list[T]:
