@@ -154,3 +154,21 @@ def test_a_store_process_grown_past_its_bound_is_replaced_and_the_run_learns_the
     assert [e.text for e in replaced.library.experiences] == [e.text for e in kept.library.experiences]
     hints = [[m.content for m in r.messages] for r in backend.calls if r.tag == "consolidate"]
     assert hints == [[m.content for m in r.messages] for r in kept_backend.calls if r.tag == "consolidate"]
+
+
+def test_release_takes_no_new_call_and_close_waits_for_the_process(tmp_path):
+    """`release` (the run's end: the store's exit overlaps the last writes) lets a running call finish, takes no
+    new one, and `close` returns once the process has exited."""
+    from experiences.model import Experience, Library
+
+    worker = StoreWorker(tmp_path / "store")
+    worker.start()
+    assert worker._future is not None
+    process = worker._future.result(timeout=60)
+    worker.sync_ahead(Library(experiences=[Experience(id="G0", text="Check the carry when adding.")]))
+    worker.release()
+    worker.release()  # twice is harmless
+    worker.close()
+    assert process._process.returncode == 0
+    with pytest.raises(RuntimeError):  # no call is taken once released
+        worker.sync_ahead(Library())

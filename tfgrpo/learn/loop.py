@@ -144,20 +144,23 @@ async def _learn_in(run: RunDir, config: LearnConfig, *, client: LLMClient | Non
     started = time.perf_counter()
     status, message = "failed", "crashed"  # until the loop finishes or stops cleanly
     try:
-        with engine.progress:
-            await run_planned_steps(engine, run, inputs, state)
-        status, message = "completed", ""
-    except BudgetExceededError as exc:
-        status, message = "budget_exceeded", str(exc)
-    except (KeyboardInterrupt, asyncio.CancelledError):
-        status, message = "interrupted", "interrupted by the user"
+        try:
+            with engine.progress:
+                await run_planned_steps(engine, run, inputs, state)
+            status, message = "completed", ""
+        except BudgetExceededError as exc:
+            status, message = "budget_exceeded", str(exc)
+        except (KeyboardInterrupt, asyncio.CancelledError):
+            status, message = "interrupted", "interrupted by the user"
+        finally:
+            engine.stores.release()  # the store's process exits while the run writes its last files
+            _record_session(run, state, session, client, status=status, wall_time_s=time.perf_counter() - started)
+            if owns_client:
+                await client.aclose()
+                client.close_cache()
+        return _finish(run, config, state, status, message, console)
     finally:
-        _record_session(run, state, session, client, status=status, wall_time_s=time.perf_counter() - started)
         engine.close()
-        if owns_client:
-            await client.aclose()
-            client.close_cache()
-    return _finish(run, config, state, status, message, console)
 
 
 def _warn(run: RunDir, console: Any, inputs: RunInputs, state: RunState, config: LearnConfig) -> None:
