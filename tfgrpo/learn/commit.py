@@ -33,7 +33,7 @@ class StepCommits:
 
     def __init__(self) -> None:
         self._held: Callable[[], None] | None = None
-        self._error: BaseException | None = None
+        self._error: Exception | None = None
 
     def hold(self, write: Callable[[], None]) -> None:
         """Keep `write` (a step's commit) for the next wave's wait; the one held before is written first."""
