@@ -26,11 +26,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import hashlib
 import io
 import json
 import math
 import multiprocessing
 import os
+import random
 import re
 import socket
 import sys
@@ -63,19 +65,29 @@ def scripted_reply(messages: list[dict], count: int) -> str:
     return f"Attempt {count}: adding gives \\boxed{{{answer}}}"  # each sample's text differs: no summary is shared
 
 
-def serve(port: int, latency_s: float, ready: multiprocessing.Event) -> None:
+def request_latency(latency_s: float, spread: float, key: str, count: int) -> float:
+    """`latency_s`, or with `spread` > 0 a log-normal draw around it (median `latency_s`, sigma `spread`) seeded
+    by the request itself, so two runs that send the same requests see the same latencies."""
+    if spread <= 0:
+        return latency_s
+    seed = int.from_bytes(hashlib.sha256(f"{count}:{key}".encode()).digest()[:8], "big")
+    return latency_s * math.exp(spread * random.Random(seed).gauss(0.0, 1.0))
+
+
+def serve(port: int, latency_s: float, ready: multiprocessing.Event, spread: float = 0.0) -> None:
     from aiohttp import web
 
     seen: dict[str, int] = {}
-    log: list[dict] = []  # arrival time and messages of every request, for /log
+    log: list[dict] = []  # arrival time, messages and latency of every request, for /log
 
     async def completions(request: web.Request) -> web.Response:
         body = await request.json()
-        log.append({"t": time.time(), "messages": body["messages"]})
         key = json.dumps(body["messages"], sort_keys=True)
         count = seen.get(key, 0)
         seen[key] = count + 1
-        await asyncio.sleep(latency_s)
+        latency = request_latency(latency_s, spread, key, count)
+        log.append({"t": time.time(), "messages": body["messages"], "latency": latency})
+        await asyncio.sleep(latency)
         text = scripted_reply(body["messages"], count)
         return web.json_response(
             {
@@ -117,11 +129,12 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def scripted_server(latency_s: float) -> Iterator[int]:
-    """The scripted OpenAI-compatible server in its own process for the duration of the block; yields its port."""
+def scripted_server(latency_s: float, spread: float = 0.0) -> Iterator[int]:
+    """The scripted OpenAI-compatible server in its own process for the duration of the block; yields its port.
+    `spread`: each request's latency drawn around `latency_s` (see `request_latency`)."""
     port = free_port()
     ready = multiprocessing.Event()
-    server = multiprocessing.Process(target=serve, args=(port, latency_s, ready), daemon=True)
+    server = multiprocessing.Process(target=serve, args=(port, latency_s, ready, spread), daemon=True)
     server.start()
     if not ready.wait(30):
         raise RuntimeError("benchmark server did not start")

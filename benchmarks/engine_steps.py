@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from engine import scripted_server, stage_waves, write_problems
+from engine import PROBLEM, scripted_server, stage_waves, write_problems
 
 STAGE_MARKERS = (("consolidate", "<proposed_changes>"), ("group", "<attempt "), ("summary", "<trajectory>"))
 
@@ -62,12 +62,15 @@ def run_steps(
     concurrency: int = 64,
     symbolic: bool = False,
     dedup: str = "hint",
+    spread: float = 0.0,
 ) -> dict:
-    """`tfgrpo learn` as a fresh process; wall time from process start, against the bound of its steps."""
+    """`tfgrpo learn` as a fresh process; wall time from process start, against the bound of its steps.
+    `spread`: the server's latencies vary around `latency_s` (engine.request_latency); the report then has
+    the step-by-step bounds of `overlap_bounds`."""
     import subprocess
     import urllib.request
 
-    with scripted_server(latency_s) as port, tempfile.TemporaryDirectory() as tmp:
+    with scripted_server(latency_s, spread) as port, tempfile.TemporaryDirectory() as tmp:
         data = write_problems(Path(tmp) / "train.jsonl", queries, symbolic=symbolic)
         out = Path(tmp) / "run"
         command = [sys.executable, "-m", "tfgrpo", "learn", "--data", str(data), "--out", str(out)]
@@ -83,7 +86,42 @@ def run_steps(
         metrics = json.loads((out / "metrics.json").read_text())
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/log") as response:
             log = json.loads(response.read())
-    return steps_report(metrics, log, started=started, total_s=total_s, concurrency=concurrency, latency_s=latency_s)
+    report = steps_report(metrics, log, started=started, total_s=total_s, concurrency=concurrency, latency_s=latency_s)
+    return {**report, **overlap_bounds(log)} if spread > 0 else report
+
+
+def overlap_bounds(log: list[dict]) -> dict[str, float]:
+    """From the server's log (each request's latency), the least time the steps' requests can take in total:
+
+    - `stagewise_bound_s`: each stage waits for the whole batch's previous stage (a step's rollouts, then its
+      summaries, then its group analyses, then the consolidation): per step, the sum of each stage's slowest
+      request;
+    - `per_query_bound_s`: each query goes on to its next stage when its own previous one is done, and the
+      consolidation waits for every query: per step, the slowest query's chain plus the consolidation;
+    - `span_s`: what the run took, from its first request's arrival to its last reply.
+    """
+    stagewise = per_query = 0.0
+    step: list[dict] = []
+    for entry in log:
+        step.append(entry)
+        if stage_of(entry["messages"]) != "consolidate":
+            continue
+        slowest: dict[str, float] = {}
+        chains: dict[tuple[str, str], float] = {}
+        for request in step[:-1]:
+            stage = stage_of(request["messages"])
+            text = "\n".join(str(m.get("content") or "") for m in request["messages"])
+            query = PROBLEM.search(text).group(0)
+            slowest[stage] = max(slowest.get(stage, 0.0), request["latency"])
+            chains[(query, stage)] = max(chains.get((query, stage), 0.0), request["latency"])
+        queries = {query for query, _ in chains}
+        consolidation = entry["latency"]
+        stagewise += sum(slowest.values()) + consolidation
+        per_query += max(sum(chains.get((q, s), 0.0) for s in ("rollout", "summary", "group")) for q in queries)
+        per_query += consolidation
+        step = []
+    span = log[-1]["t"] + log[-1]["latency"] - log[0]["t"]  # first request's arrival to the last reply
+    return {"stagewise_bound_s": stagewise, "per_query_bound_s": per_query, "span_s": span}
 
 
 def steps_report(

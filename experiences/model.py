@@ -225,14 +225,17 @@ class Library(BaseModel):
 
     def record_usage(self, ids: Iterable[str], *, correct: bool | None) -> None:
         """Count one rollout that had `ids` in context (`correct=None`: reward unknown)."""
+        self.record_rollouts(ids, rollouts=1, correct=int(correct is True), wrong=int(correct is False))
+
+    def record_rollouts(self, ids: Iterable[str], *, rollouts: int, correct: int, wrong: int) -> None:
+        """Count `rollouts` rollouts that had `ids` in context, `correct` and `wrong` of them rewarded so (a
+        group's samples at once: one pass over the library instead of one per sample)."""
         wanted = set(ids)
         for experience in self.experiences:
             if experience.id in wanted:
-                experience.usage.in_context += 1
-                if correct is True:
-                    experience.usage.correct += 1
-                elif correct is False:
-                    experience.usage.wrong += 1
+                experience.usage.in_context += rollouts
+                experience.usage.correct += correct
+                experience.usage.wrong += wrong
 
     # -- files -------------------------------------------------------------------------------------
     def to_json(self) -> str:

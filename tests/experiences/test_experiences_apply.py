@@ -211,3 +211,13 @@ def test_bad_library_files_name_the_problem(tmp_path, content: str, fragment: st
 def test_missing_file() -> None:
     with pytest.raises(LibraryFileError, match="not found"):
         Library.load("/nonexistent/lib.json")
+
+
+def test_a_groups_rollouts_counted_at_once_equal_them_counted_one_by_one(library: Library) -> None:
+    one_by_one, at_once = library.model_copy(deep=True), library.model_copy(deep=True)
+    outcomes = [True, False, None, True, True]  # None: a rollout whose reward is unknown
+    for outcome in outcomes:
+        one_by_one.record_usage(["G0", "G2"], correct=outcome)
+    at_once.record_rollouts(["G0", "G2"], rollouts=5, correct=3, wrong=1)
+    assert [e.usage for e in at_once.experiences] == [e.usage for e in one_by_one.experiences]
+    assert (at_once.get("G0").usage.in_context, at_once.get("G1").usage.in_context) == (5, 0)

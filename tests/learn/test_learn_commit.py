@@ -116,7 +116,13 @@ def test_step_commits_write_in_order_once_each_and_raise_what_failed():
     commits.hold(failing)
     with pytest.raises(OSError, match="disk gone"):
         commits.flush()
-    commits.flush()  # raised once, then nothing is held
+    # and again at every later flush or hold, the next step not written: the run directory keeps no gap
+    with pytest.raises(OSError, match="disk gone"):
+        commits.flush()
+    with pytest.raises(OSError, match="disk gone"):
+        commits.hold(lambda: written.append(3))
+    commits._write_quietly()
+    assert written == [1, 2]
 
 
 def test_a_held_step_is_written_in_the_waves_wait_and_by_its_end_at_the_latest():
@@ -135,3 +141,15 @@ def test_a_held_step_is_written_in_the_waves_wait_and_by_its_end_at_the_latest()
     idle_order, busy_order = asyncio.run(scenario())
     assert idle_order == ["written", "replies"]
     assert busy_order == ["replies", "written", "after"]
+
+
+def test_an_epochs_last_step_without_validation_is_written_in_the_next_epochs_first_wave(tmp_path):
+    config = make_config(tmp_path, epochs=2, batch_size=4)  # one step per epoch: step 1 ends epoch 1
+    backend = DiskWatchingBackend(World(), Path(config.out), latency_s=0.2)
+    result = run_with(config, backend)
+    assert result.status == "completed"
+    assert backend.seen and backend.seen[0][0] == 0  # epoch 2's rollouts left before epoch 1 was on disk
+    assert all(after == 1 for _, after in backend.seen)
+    state = json.loads((Path(config.out) / "state.json").read_text(encoding="utf-8"))
+    assert state["completed_step"] == 2
+    assert state["epoch_end_step"] == {"1": 1, "2": 2}  # saved with the held steps

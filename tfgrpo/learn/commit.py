@@ -4,10 +4,13 @@ Writing a step (its rollout and stage rows, the library's snapshots and history,
 fsyncs) took 6-10 ms a step on the steps workload (2-core AMD EPYC), on a disk whose fsync is cheap, and more
 where it is not, and the next step's first requests waited for it. So `StepCommits` holds a finished step and
 writes it once the next step's rollouts are on the wire (`WhenIdle`), in the wait for their replies. It is
-written before anything else is: at the end of that wave at the latest, before the next step is held, before
-an epoch's validation or a state save, and when the run ends, fails or is interrupted (`flush`). Nothing the
-run paid for waits with it: the step's replies are in the response cache already, so a run killed before its
-step is written redoes that step from the cache (`--resume`), as it would have a moment earlier.
+written before anything else is: when the first query of the next step has its rollouts at the latest
+(before any summary is asked for), before the next step is held, before an epoch's validation, and when the
+run ends, fails or is interrupted (`flush`). An epoch's end without validation is saved with it (the write
+saves the run state as it is then). A write that fails stops the run, and nothing is written after it.
+Nothing the run paid for waits with it: the step's replies are in the response cache already, so a run
+killed before its step is written redoes that step from the cache (`--resume`), as it would have a moment
+earlier.
 """
 
 from __future__ import annotations
@@ -35,6 +38,11 @@ class StepCommits:
         self._held: Callable[[], None] | None = None
         self._error: Exception | None = None
 
+    @property
+    def holding(self) -> bool:
+        """A finished step is waiting to be written."""
+        return self._held is not None
+
     def hold(self, write: Callable[[], None]) -> None:
         """Keep `write` (a step's commit) for the next wave's wait; the one held before is written first."""
         self.flush()
@@ -52,17 +60,17 @@ class StepCommits:
             self.flush()
 
     def flush(self) -> None:
-        """Write the held step now (if it was not written yet); raise what writing it raised."""
+        """Write the held step now (if it was not written yet); raise what writing it raised, then and at every
+        later flush or hold: nothing is written after a step that was not, so the run directory has no gap."""
         self._write_quietly()
-        error, self._error = self._error, None
-        if error is not None:
-            raise error
+        if self._error is not None:
+            raise self._error
 
     def _write_quietly(self) -> None:
         # On the event loop as a plain callback (WhenIdle), where an exception would only be logged: kept for
         # `flush` to raise where the run can stop on it.
         write, self._held = self._held, None
-        if write is None:
+        if write is None or self._error is not None:
             return
         try:
             write()

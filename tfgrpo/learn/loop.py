@@ -185,12 +185,15 @@ async def run_planned_steps(engine: Engine, run: RunDir, inputs: RunInputs, stat
             if plan.step > state.completed_step:
                 library = await engine.run_step(plan, library, state)
             if plan.last_in_epoch:
-                engine.commits.flush()  # the epoch's last step, written before its validation and state
                 state.epoch_end_step[plan.epoch] = plan.step
                 if inputs.val_problems and plan.epoch not in state.validation:
+                    engine.commits.flush()  # the epoch's last step, written before its validation
                     epoch_library = library if plan.step == state.completed_step else run.load_step_library(plan.step)
                     state.validation[plan.epoch] = await engine.validator.validate(plan.epoch, epoch_library)
-                run.save_state(state)
+                    run.save_state(state)
+                elif not engine.commits.holding:
+                    run.save_state(state)
+                # else the held step's write saves the state, the epoch's end with it, in the next wave's wait
     finally:
         engine.commits.flush()  # a step finished before the run ended, failed or was interrupted is kept
 

@@ -8,7 +8,9 @@
   commit            library, rollouts, stage replies and metrics written to the run directory at once,
                     in the next step's network wait (tfgrpo.learn.commit)
 
-Each stage runs all its calls of the batch at once (the client bounds concurrency).
+Stages 0-2 run for every query at once, each query going on to its next stage as soon as its own previous
+one is done (tfgrpo.learn.query_stages); the consolidation waits for all of them. The client bounds
+concurrency.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from tfgrpo.learn.config import LearnConfig
 from tfgrpo.learn.groups import Group, assess_group
 from tfgrpo.learn.guards import LeakageGuard, Screened
 from tfgrpo.learn.metrics import StepCounters
+from tfgrpo.learn.query_stages import QueryOutcome, StageTracker
 from tfgrpo.learn.rundir import RunDir, RunState
 from tfgrpo.learn.stages.advantage import GroupAnalysis, GroupRequest, analyze_group
 from tfgrpo.learn.stages.consolidate import Consolidation, NearDuplicate, consolidate
@@ -128,12 +131,12 @@ class Engine:
         counters = StepCounters(step=plan.step, epoch=plan.epoch, batch=plan.batch, queries=len(plan.problems))
         label = f"epoch {plan.epoch}/{config.epochs} · step {plan.step}"
         library = library.model_copy(deep=True)
+        library_text = render(library)  # what stages 2 and 3 show of the library the step started with
 
-        groups = await self.rollout_stage(plan, library, label, counters)
-        kept = [g for g in groups if g.status == "kept"]
-        summaries = await self.summary_stage(label, kept, counters)
-        library_text = render(library)
-        analyses = await self.advantage_stage(label, kept, summaries, library, library_text, counters)
+        outcomes = await self.query_stages(plan, library, library_text, label, counters)
+        groups = [o.group for o in outcomes]
+        summaries = [s for o in outcomes for s in o.summaries]
+        analyses = [o.analysis for o in outcomes if o.analysis is not None]
         consolidation, screened, applied = await self.consolidation_stage(
             plan, label, analyses, library, library_text, counters
         )
@@ -156,124 +159,131 @@ class Engine:
             self.stores.sync_ahead(new_library)
         return new_library
 
-    # -- stage 0: rollouts -----------------------------------------------------------------------------
-    async def rollout_stage(self, plan: StepPlan, library: Library, label: str, counters: StepCounters) -> list[Group]:
-        """Rollouts of every query at once, scored and filtered; the library records which experiences were used."""
-        groups = await self.rollouts(plan, library, label)
-        failed = [r for g in groups for r in g.rollouts if not r.ok]
-        if failed and len(failed) == sum(len(g.rollouts) for g in groups):
-            raise AllRequestsFailedError(
-                f"every rollout of step {plan.step} failed ({len(failed)} calls), e.g. {failed[0].error}; "
-                "check the endpoint, then continue with --resume"
-            )
-        for group in groups:
-            for rollout in group.rollouts:
-                if rollout.ok:
-                    library.record_usage(
-                        group.injected_ids, correct=None if rollout.reward is None else is_correct(rollout.reward)
-                    )
-        counters.count_groups(groups)
-        counters.lap("rollouts")
-        return groups
-
-    async def rollouts(self, plan: StepPlan, library: Library, label: str) -> list[Group]:
+    # -- stages 0-2: each query's rollouts, summaries and group analysis ------------------------------------
+    async def query_stages(
+        self, plan: StepPlan, library: Library, library_text: str, label: str, counters: StepCounters
+    ) -> list[QueryOutcome]:
+        """Stages 0-2 of every query at once, each query going on as soon as its own previous stage is done
+        (tfgrpo.learn.query_stages); the library records which experiences each rollout had in context."""
         config = self.config
         injector = await self.stores.injector(library, config.inject)
         # Dedup needs the store once the library has items (a later step, or a given library); a one-step
         # run from scratch never loads it.
         store_due = self.needs_store and bool(len(library) or plan.step < self.steps_planned)
+        stages = StageTracker(self.progress, label, counters, queries=len(plan.problems), group_size=config.group_size)
 
-        async def one(problem: Problem) -> Group:
-            chosen = injector.select(problem.problem)
-            experiences = injector.text_for(problem.problem, chosen)
-            messages = self.prompt.messages(problem.problem, experiences)
-            rollouts = await sample_group(
-                self.client,
-                problem.id,
-                messages,
-                n=config.group_size,
-                sampling=config.rollout_sampling,
-                tag="rollout",
-                agent=self.agent,
-                # each epoch draws fresh samples of a prompt (cache keys include the index); a rerun the same ones
-                sample_offset=(plan.epoch - 1) * config.group_size,
+        async def one(problem: Problem) -> QueryOutcome:
+            group = await self.rollout_group(plan, problem, injector, store_due=store_due)
+            # the step before is on disk before any query of this one goes past its rollouts; a failed write
+            # stops this step here, before it pays for summaries
+            self.commits.flush()
+            rewards = [r.reward for r in group.rollouts if r.ok]
+            correct = [is_correct(reward) for reward in rewards if reward is not None]
+            library.record_rollouts(
+                group.injected_ids, rollouts=len(rewards), correct=sum(correct), wrong=len(correct) - sum(correct)
             )
-            if store_due:  # no-op once started (below); here for waves that end before the warm-ups run
-                self.stores.start()
-            group = Group(problem, experiences, [e.id for e in chosen], rollouts)
-            await asyncio.to_thread(assess_group, group, self.reward, config)
-            return group
+            stages.advance("rollouts", config.group_size)
+            stages.query_done("rollouts")
+            summaries = await self.summarize_group(group, stages) if group.status == "kept" else []
+            stages.query_done("summaries")
+            analysis = (
+                await self.analyze(group, summaries, library, library_text, stages, counters) if summaries else None
+            )
+            stages.query_done("group_advantage")
+            return QueryOutcome(group, summaries, analysis)
 
-        # Cold starts (the store's imports, the math verifier's processes) begin once the wave's requests are on
+        # Cold starts (the store's imports, the math verifier's processes) begin once the first requests are on
         # the wire, so they use the network wait, not the CPU the first requests or the replies need.
-        with (
-            warming_up(self.reward, [p.answer for p in plan.problems], *([self.stores.start] if store_due else [])),
-            self.commits.written_in_wait(),
-        ):
-            return await self.tracked(f"{label} · rollouts", [one(p) for p in plan.problems], weight=config.group_size)
+        try:
+            with (
+                warming_up(
+                    self.reward, [p.answer for p in plan.problems], *([self.stores.start] if store_due else [])
+                ),
+                self.commits.written_in_wait(),
+            ):
+                outcomes = await gather_all(one(p) for p in plan.problems)
+        finally:
+            stages.close()
+        rollouts = [r for o in outcomes for r in o.group.rollouts]
+        if rollouts and not any(r.ok for r in rollouts):
+            failed = rollouts[0]
+            raise AllRequestsFailedError(
+                f"every rollout of step {plan.step} failed ({len(rollouts)} calls), e.g. {failed.error}; "
+                "check the endpoint, then continue with --resume"
+            )
+        counters.count_groups([o.group for o in outcomes])
+        counters.count_summaries([s for o in outcomes for s in o.summaries])
+        counters.count_analyses([o.analysis for o in outcomes if o.analysis is not None])
+        return outcomes
 
-    # -- stage 1: summaries ----------------------------------------------------------------------------
-    async def summary_stage(self, label: str, kept: list[Group], counters: StepCounters) -> list[Summary]:
-        """Every valid rollout of every kept group summarised at once."""
+    async def rollout_group(self, plan: StepPlan, problem: Problem, injector: Any, *, store_due: bool) -> Group:
+        """Stage 0 of one query: G samples with the library injected, scored, the group assessed."""
+        config = self.config
+        chosen = injector.select(problem.problem)
+        experiences = injector.text_for(problem.problem, chosen)
+        rollouts = await sample_group(
+            self.client,
+            problem.id,
+            self.prompt.messages(problem.problem, experiences),
+            n=config.group_size,
+            sampling=config.rollout_sampling,
+            tag="rollout",
+            agent=self.agent,
+            # each epoch draws fresh samples of a prompt (cache keys include the index); a rerun the same ones
+            sample_offset=(plan.epoch - 1) * config.group_size,
+        )
+        if store_due:  # no-op once started (the warm-up); here for waves that end before the warm-ups run
+            self.stores.start()
+        group = Group(problem, experiences, [e.id for e in chosen], rollouts)
+        await asyncio.to_thread(assess_group, group, self.reward, config)
+        return group
+
+    async def summarize_group(self, group: Group, stages: StageTracker) -> list[Summary]:
+        """Stage 1 of one kept query: every valid rollout summarised."""
         requests = [
-            SummaryRequest(r, g.problem.problem, g.experiences, g.gold, g.gold_is_pseudo)
-            for g in kept
-            for r in g.rollouts
+            SummaryRequest(r, group.problem.problem, group.experiences, group.gold, group.gold_is_pseudo)
+            for r in group.rollouts
             if r.ok
         ]
-        with progress_task(self.progress, f"{label} · summaries", len(requests)) as advance:
-            summaries = await summarize_rollouts(
-                self.client,
-                requests,
-                template=self.config.templates.summarize,
-                sampling=self.summary_sampling,
-                token_budget=self.config.trajectory_token_budget,
-                on_done=advance,
-            )
-        counters.count_summaries(summaries)
-        counters.lap("summaries")
-        return summaries
+        stages.expect("summaries", len(requests))
+        return await summarize_rollouts(
+            self.client,
+            requests,
+            template=self.config.templates.summarize,
+            sampling=self.summary_sampling,
+            token_budget=self.config.trajectory_token_budget,
+            on_done=lambda done: stages.advance("summaries", done),
+        )
 
-    # -- stage 2: group advantage ----------------------------------------------------------------------
-    async def advantage_stage(
+    async def analyze(
         self,
-        label: str,
-        kept: list[Group],
+        group: Group,
         summaries: list[Summary],
         library: Library,
         library_text: str,
+        stages: StageTracker,
         counters: StepCounters,
-    ) -> list[GroupAnalysis]:
-        """Every kept group with enough summaries → its semantic advantage as operations, all at once."""
+    ) -> GroupAnalysis | None:
+        """Stage 2 of one query with enough summaries: its semantic advantage as operations on the library."""
         config = self.config
-        requests = []
-        for group in kept:
-            usable = [s for s in summaries if s.rollout.query_id == group.problem.id and s.text]
-            if len(usable) >= min(2, config.group_size):
-                requests.append(
-                    GroupRequest(group.problem.id, group.problem.problem, group.gold, group.gold_is_pseudo, usable)
-                )
-            else:
-                counters.groups_skipped_no_summaries += 1
-        analyses = await self.tracked(
-            f"{label} · group advantage",
-            [
-                analyze_group(
-                    self.client,
-                    request,
-                    library=library,
-                    library_text=library_text,
-                    template=config.templates.group_advantage,
-                    sampling=config.stage_sampling,
-                    max_ops=config.max_ops_per_group,
-                    max_words=config.max_words,
-                )
-                for request in requests
-            ],
+        usable = [s for s in summaries if s.text]
+        if len(usable) < min(2, config.group_size):
+            counters.groups_skipped_no_summaries += 1
+            return None
+        stages.expect("group_advantage", 1)
+        problem = group.problem
+        analysis = await analyze_group(
+            self.client,
+            GroupRequest(problem.id, problem.problem, group.gold, group.gold_is_pseudo, usable),
+            library=library,
+            library_text=library_text,
+            template=config.templates.group_advantage,
+            sampling=config.stage_sampling,
+            max_ops=config.max_ops_per_group,
+            max_words=config.max_words,
         )
-        counters.count_analyses(analyses)
-        counters.lap("group_advantage")
-        return analyses
+        stages.advance("group_advantage")
+        return analysis
 
     # -- stage 3: consolidation ------------------------------------------------------------------------
     async def consolidation_stage(
