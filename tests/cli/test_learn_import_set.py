@@ -57,3 +57,9 @@ def test_learn_imports_only_the_allowed_packages_before_its_first_request(tmp_pa
     assert "openai" in packages  # the hook fired at the request, after the backend was built
     assert not packages & HEAVY, f"loaded before the first request: {sorted(packages & HEAVY)}"
     assert packages <= ALLOWED, f"new on learn's path to its first request: {sorted(packages - ALLOWED)}"
+    # the factory imports the chosen backend's adapter only (tfgrpo.llm.factory.build_backends)
+    other_backends = {
+        f"tfgrpo.llm.backends.{name}_backend" for name in ("litellm", "llamacpp", "transformers", "vllm")
+    }
+    assert "tfgrpo.llm.backends.openai_backend" in modules
+    assert not other_backends & set(modules), sorted(other_backends & set(modules))

@@ -7,11 +7,6 @@ from pathlib import Path
 
 from tfgrpo.core.config import secret_value
 from tfgrpo.llm.accounting import context_window, resolve_pricing
-from tfgrpo.llm.backends.litellm_backend import LiteLLMBackend
-from tfgrpo.llm.backends.llamacpp_backend import LlamaCppBackend
-from tfgrpo.llm.backends.openai_backend import OpenAIBackend
-from tfgrpo.llm.backends.transformers_backend import TransformersBackend
-from tfgrpo.llm.backends.vllm_backend import VLLMBackend
 from tfgrpo.llm.base import Backend
 from tfgrpo.llm.cache import ResponseCache
 from tfgrpo.llm.client import LLMClient
@@ -30,8 +25,12 @@ def default_cache_dir() -> Path:
 
 
 def build_backends(config: LLMConfig, *, cache_dir: Path | None = None) -> list[Backend]:
+    """The configured backend(s). Each backend's module is imported only when it is the one chosen: a run
+    pays (at start-up, before its first request) for its own adapter, not for the other four."""
     cache_dir = cache_dir or default_cache_dir()
     if config.backend == "transformers":
+        from tfgrpo.llm.backends.transformers_backend import TransformersBackend
+
         return [
             TransformersBackend(
                 model=config.model,
@@ -42,14 +41,20 @@ def build_backends(config: LLMConfig, *, cache_dir: Path | None = None) -> list[
             )
         ]
     if config.backend == "llamacpp":
+        from tfgrpo.llm.backends.llamacpp_backend import LlamaCppBackend
+
         return [LlamaCppBackend(model=config.model, adapter=config.adapter, instances=config.llamacpp_instances)]
     if config.backend == "vllm":
+        from tfgrpo.llm.backends.vllm_backend import VLLMBackend
+
         return [VLLMBackend(model=config.model, adapter=config.adapter, cache_dir=cache_dir)]
     if not config.model:
         raise BackendUnavailableError(
             f"--model is required with --backend {config.backend} (e.g. gpt-4o-mini, deepseek-chat)"
         )
     if config.backend == "openai":
+        from tfgrpo.llm.backends.openai_backend import OpenAIBackend
+
         urls: list[str | None] = [*config.base_url] or [None]
         return [
             OpenAIBackend(
@@ -58,6 +63,8 @@ def build_backends(config: LLMConfig, *, cache_dir: Path | None = None) -> list[
             for url in urls
         ]
     if config.backend == "litellm":
+        from tfgrpo.llm.backends.litellm_backend import LiteLLMBackend
+
         urls = [*config.base_url] or [None]
         return [
             LiteLLMBackend(
