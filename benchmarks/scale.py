@@ -455,7 +455,8 @@ def targets(learns: list[dict], resumes: list[dict], report: dict | None) -> lis
         growth = big["per_unit_ms"] / small["per_unit_ms"]
         lines.append(
             f"{verdict(growth <= 1.1)}: time per problem {small['per_unit_ms']:.1f} → {big['per_unit_ms']:.1f} ms "
-            f"from {small['name']} to {big['name']} ({growth:.2f}x; target ≤ 1.10x)"
+            f"from {small['name']} to {big['name']} ({growth:.2f}x; target ≤ 1.10x; one run of each, minutes apart: "
+            "benchmarks/scale_alternate.py checks it with the sizes alternating)"
         )
         rss = big["rss_mb"] / small["rss_mb"]
         lines.append(
