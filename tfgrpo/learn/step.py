@@ -192,12 +192,16 @@ class Engine:
             stages.query_done("group_advantage")
             return QueryOutcome(group, summaries, analysis)
 
-        # Cold starts (the store's imports, the math verifier's processes) begin once the first requests are on
-        # the wire, so they use the network wait, not the CPU the first requests or the replies need.
+        # Cold starts (the store's imports, the math verifier's processes, the leakage guard's index) begin once
+        # the first requests are on the wire, so they use the network wait, not the CPU the first requests or
+        # the replies need.
         try:
             with (
                 warming_up(
-                    self.reward, [p.answer for p in plan.problems], *([self.stores.start] if store_due else [])
+                    self.reward,
+                    [p.answer for p in plan.problems],
+                    *([self.stores.start] if store_due else []),
+                    *([self.guard.prepare_in_background] if self.guard else []),
                 ),
                 self.commits.written_in_wait(),
             ):
