@@ -207,13 +207,17 @@ def load() -> str:
     return "/".join(f"{x:.1f}" for x in os.getloadavg())
 
 
+def child_env() -> dict[str, str]:
+    """The environment of a measured `tfgrpo` process: this checkout's code, one BLAS thread."""
+    return {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+
+
 def run_process(argv: list[str], *, kill_when=None) -> dict:
     """Run argv; wall time from start to exit and its peak RSS (`os.wait4`: this child's own rusage).
     `kill_when()`, polled every 20 ms, SIGKILLs the process once it returns a true value (returned as `killed`)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     with tempfile.TemporaryFile() as stderr:
         started = time.time()
-        process = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=stderr)
+        process = subprocess.Popen(argv, env=child_env(), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=stderr)
         killed = None
         if kill_when is not None:
             while process.poll() is None and not killed:  # poll() reaps only once the process has exited

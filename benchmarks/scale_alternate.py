@@ -30,18 +30,17 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from engine import write_problems  # noqa: E402
-from scale import ROOT, compile_project, cpu_model, learn_argv, load, server  # noqa: E402
+from scale import ROOT, child_env, compile_project, cpu_model, learn_argv, load, server  # noqa: E402
 
-STEP_LINE = re.compile(r"^step (\d+) ")
+STEP_LINE = re.compile(r"^step \d+ ")
 
 
 def step_times(n: int, data: Path, out: Path, steps: int, latency_s: float) -> list[float]:
     """Seconds between consecutive step lines of one `learn` run, stopped after its `steps`-th step."""
     with server(latency_s) as srv:
         argv = learn_argv(srv, data, out, "enforce")
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
         process = subprocess.Popen(
-            argv, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            argv, env=child_env(), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
         )
         assert process.stdout is not None
         seen: list[float] = []
