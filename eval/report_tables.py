@@ -163,10 +163,23 @@ def _experiences_table(experiences: list[dict[str, Any]]) -> Table:
     return Table(
         key="experiences",
         title=f"Learned experiences ({len(experiences)})",
-        headers=["Id", "Experience", "Provenance"],
-        rows=[[e["id"], e["text"], _provenance(e.get("provenance") or {})] for e in experiences],
-        note="The library the library arm was evaluated with (the learn run's library.json).",
+        headers=["Id", "Experience", "Effect on reward [95% CI], n", "Provenance"],
+        rows=[
+            [e["id"], e["text"], _credit(e.get("credit") or {}), _provenance(e.get("provenance") or {})]
+            for e in experiences
+        ],
+        note="The library the library arm was evaluated with (the learn run's library.json). Effect: mean reward "
+        "of the learn run's rollouts with the experience in context minus those of the same queries that left it "
+        "out at random (credit), n = queries; – = not measured.",
     )
+
+
+def _credit(credit: dict[str, Any]) -> str:
+    effect, low, high = credit.get("effect"), credit.get("low"), credit.get("high")
+    if effect is None:
+        return "–"
+    interval = f" [{low:+.2f}, {high:+.2f}]" if low is not None and high is not None else ""
+    return f"{effect:+.2f}{interval}, n={credit.get('groups', 0)}"
 
 
 def _finetune_table(systems: list[SystemSummary]) -> Table:

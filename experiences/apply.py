@@ -5,7 +5,9 @@ Semantics (documented in docs/experiences.md, "Apply semantics"; tested in tests
   operation changes nothing. The input library is never mutated.
 - `add` gets a fresh id; an add whose text equals an existing experience's (ignoring case and spacing)
   is rejected as a duplicate. Near-duplicates are the vector store's job (`experiences.dedup`).
-- `modify` / `delete` of an unknown id are rejected (never turned into an add).
+- `modify` / `delete` of an unknown id are rejected (never turned into an add). A modify that changes the
+  text starts its credit anew, and so does a merge (a credit measures one text); usage counters carry on.
+- An add, modify or merge to a retired experience's text (`Library.retired`: measured to hurt) is rejected.
 - `merge` needs two or more existing ids; the sources are removed and the merged experience gets a new
   id, `parents` = the source ids, and the sum of their usage counters.
 - Texts over `max_words` words (default 32) or empty are rejected, and so (with `require_sentence`, which
@@ -26,6 +28,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from experiences.credit import Credit
 from experiences.limits import approximate_tokens  # re-exported: callers import it from here
 from experiences.model import MAX_ALIASES, Experience, Library, Provenance, Usage, count_words, sentence_problem
 from experiences.ops import AddOp, DeleteOp, MergeOp, ModifyOp, Operation, Rejection
@@ -166,6 +169,8 @@ def _add(
     duplicate = library.find_text(text)
     if duplicate is not None:
         return f"same text as existing {duplicate.id}"
+    if (retired := _retired_text(library, text)) is not None:
+        return retired
     experience = Experience(
         id=library.allocate_id(), text=text, created_step=step, updated_step=step, provenance=stamp
     )
@@ -193,6 +198,11 @@ def _modify_or_delete(
         duplicate = library.find_text(text)
         if duplicate is not None and duplicate.id != target.id:
             return f"same text as existing {duplicate.id}"
+        if (retired := _retired_text(library, text)) is not None:
+            return retired
+        if text != target.text:  # a credit measures one text (experiences.credit); a phrasing says the new one
+            target.credit = Credit()
+            target.aliases = same_lesson_aliases(text, [*target.aliases, target.text])
         target.text, target.updated_step, target.provenance = text, step, stamp
     result.applied.append(Applied(operation=operation, ids=[operation.id]))
     return None
@@ -208,6 +218,8 @@ def _merge(
     missing = [i for i in ids if i not in library]
     if missing:
         return f"unknown id {missing[0]!r}"
+    if (retired := _retired_text(library, text)) is not None:
+        return retired
     sources = [e for e in library.experiences if e.id in ids]  # every id is present (checked above)
     usage = Usage(
         in_context=sum(s.usage.in_context for s in sources),
@@ -224,13 +236,27 @@ def _merge(
         provenance=stamp,
         parents=ids,
         usage=usage,
-        aliases=list(dict.fromkeys(alias for s in sources for alias in (*s.aliases, s.text) if alias != text))[
-            -MAX_ALIASES:
-        ],
+        aliases=same_lesson_aliases(text, [alias for s in sources for alias in (*s.aliases, s.text)]),
     )
     library.experiences.insert(position, merged)
     result.applied.append(Applied(operation=operation, ids=[merged.id]))
     return None
+
+
+def _retired_text(library: Library, text: str) -> str | None:
+    retired = library.find_retired(text)
+    if retired is None:
+        return None
+    return f"same text as {retired.id}, retired at step {retired.step} for hurting the reward ({retired.reason})"
+
+
+def same_lesson_aliases(text: str, phrasings: Iterable[str]) -> list[str]:
+    """The phrasings that say what `text` says (experiences.contrast): an alias of another lesson would make
+    dedup drop that lesson when it is proposed again ("37" folded into "73" by a rewrite)."""
+    from experiences.contrast import meaning_difference
+
+    kept = [p for p in dict.fromkeys(phrasings) if p != text and meaning_difference(p, text) is None]
+    return kept[-MAX_ALIASES:]
 
 
 def eviction_order(library: Library) -> list[Experience]:

@@ -10,12 +10,11 @@
   else it is dropped. A modify that would make its experience a near-duplicate of another becomes a merge
   of the two. Every decision is recorded with both texts and the similarities.
 - `find_duplicate_groups`: over a whole library, groups of experiences linked by similarity >= threshold.
-- `dedup_library`: those groups, plus merge operations for near-exact duplicates that can be applied
-  directly: cosine >= `merge_threshold` (default 0.95) AND nearly the same words in the same order
-  (difflib ratio >= 0.9), keeping the text of the most valuable member. The word check matters:
-  sentence embeddings barely see negation or swapped terms ("Use degrees, not radians" vs "Use
-  radians, not degrees": cosine 0.992; "Check the domain ..." vs "Do not check the domain ...": 0.97),
-  so such pairs are reported as a group for the LLM or a person to judge, never merged blindly.
+- `dedup_library`: those groups, plus merge operations for the members that are one lesson by the same rule
+  as enforcement (`is_near_duplicate`), keeping the text of the most valuable member. The word checks
+  matter: sentence embeddings barely see a number, a negation or a swapped term ("multiply by 37" / "by
+  73": 0.99; "Use degrees, not radians" / "Use radians, not degrees": 0.992), so such pairs are reported
+  as a group for a person to judge, never merged.
 """
 
 from __future__ import annotations
@@ -26,29 +25,26 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from experiences.apply import ApplyResult
+from experiences.apply import ApplyResult, same_lesson_aliases
+from experiences.contrast import meaning_difference
 from experiences.embedders import Embedder
-from experiences.lexical import lexical_similarity, lexically_similar, words
-from experiences.limits import DEFAULT_MERGE_THRESHOLD, DEFAULT_THRESHOLD  # re-exported: callers import them from here
-from experiences.model import MAX_ALIASES, Library
+from experiences.lexical import lexical_similarity, lexically_similar
+from experiences.limits import (  # re-exported: callers import them from here
+    DEFAULT_MERGE_THRESHOLD,
+    DEFAULT_THRESHOLD,
+    SAME_LESSON_COSINE,
+)
+from experiences.model import Library
 from experiences.ops import AddOp, MergeOp, ModifyOp, Operation
 from experiences.store import ExperienceStore, Match
 from experiences.store_process import StoreProcess
 
-DEFAULT_LEXICAL_THRESHOLD = 0.9
-#: Enforcement (measured on tests/data/lesson_pairs.jsonl, 40 paraphrase and 40 different-lesson pairs):
-#: MiniLM puts paraphrases at cosine 0.75-0.91, mostly in other words, while different lessons above 0.77
-#: share their template and differ in a few content words (word-sequence ratio 0.69-0.81: "flip the sign
-#: ... dividing by a negative" vs "keep it ... multiplying by a positive", cosine 0.91, ratio 0.80). So:
-#: cosine >= 0.80 with ratio < 0.75 (other words) or >= 0.85 (a word or two added or swapped), or cosine
-#: >= 0.95, unless one side negates the other or swaps its words. The band in between (same template, other
-#: content) is only shown to consolidation as a hint. At 0.80 this folds 15 paraphrase pairs and none of the
-#: different ones; docs/experiences.md#enforced-dedup has the table (tests/experiences/test_experiences_dedup_enforce.py).
-DEFAULT_ENFORCE_THRESHOLD = 0.80
-PARAPHRASE_MAX_LEXICAL = 0.75
-SAME_WORDS_MIN_LEXICAL = 0.85  # a word or two added or swapped: "Always verify ..." vs "Verify ..."
-SAME_MEANING_COSINE = 0.95
-_NEGATIONS = frozenset("not no never don't dont cannot can't isn't aren't without avoid neither nor".split())
+#: Enforcement: two lessons are one when the embedding puts them at cosine >= 0.70 and the word-level checks
+#: of experiences.contrast find no difference in meaning (a number, an operator, a negation, a contrast word,
+#: a term one side lacks). Chosen on tests/data/lesson_pairs.jsonl (40 paraphrase and 40 different-lesson
+#: pairs): 0.70 is the lowest cosine at which no different pair folds; docs/experiences.md#enforced-dedup has
+#: the tables, on that set and on held-out pairs from public lesson libraries.
+DEFAULT_ENFORCE_THRESHOLD = SAME_LESSON_COSINE
 
 
 class MergeCandidate(BaseModel):
@@ -129,23 +125,10 @@ class DedupDecision(BaseModel):
 
 
 def is_near_duplicate(a: str, b: str, cosine: float, threshold: float = DEFAULT_ENFORCE_THRESHOLD) -> bool:
-    """The same lesson (see the constants above): never when one negates what the other says; else close in
-    meaning in other words, or in nearly the same words, or nearly identical in meaning."""
-    if cosine < min(threshold, SAME_MEANING_COSINE) or _negation_differs(a, b):
-        return False  # too far apart in meaning whatever the words: no word comparison needed
-    lexical = lexical_similarity(a, b)
-    if cosine >= SAME_MEANING_COSINE:
-        return True
-    return cosine >= threshold and (lexical < PARAPHRASE_MAX_LEXICAL or lexical >= SAME_WORDS_MIN_LEXICAL)
-
-
-def _negation_differs(a: str, b: str) -> bool:
-    """One side negates the other ("Check the domain" vs "Do not check the domain", cosine 0.97), or the same
-    words are swapped ("Use degrees, not radians" vs "Use radians, not degrees", 0.992): embeddings barely
-    see either."""
-    words_a, words_b = words(a), words(b)
-    swapped = words_a != words_b and sorted(words_a) == sorted(words_b)
-    return swapped or bool((set(words_a) ^ set(words_b)) & _NEGATIONS)
+    """The same lesson: close in meaning (cosine >= threshold) and no word-level difference in what they say
+    (experiences.contrast: numbers, operators, negation, contrast words, a term one side lacks). The one rule
+    of `tfgrpo learn` (dedup: enforce) and `tfgrpo library dedup --merge`."""
+    return cosine >= threshold and meaning_difference(a, b) is None
 
 
 @dataclass
@@ -163,8 +146,8 @@ class Folded:
         created = {id(item.operation): item.ids[-1] for item in applied.applied if item.ids}
         for target, text in self.aliases:
             experience = library.get(created.get(id(target), "") if not isinstance(target, str) else target)
-            if experience is not None and text != experience.text and text not in experience.aliases:
-                experience.aliases = [*experience.aliases, text][-MAX_ALIASES:]
+            if experience is not None and text not in experience.aliases:
+                experience.aliases = same_lesson_aliases(experience.text, [*experience.aliases, text])
 
 
 def enforce_dedup(
@@ -191,7 +174,8 @@ def enforce_dedup(
         raise ValueError("enforce_dedup needs the library's vector store when the library is not empty")
     else:
         vectors, matches = store.embed([op.experience for op in checked]), [[] for _ in checked]
-    known = [(e.id, alias) for e in library for alias in e.aliases]
+    # a phrasing that no longer says what its experience says (a library from before the aliases were checked)
+    known = [(e.id, alias) for e in library for alias in e.aliases if meaning_difference(alias, e.text) is None]
     alias_vectors = _unit_rows(store.embed([alias for _, alias in known]) if known else [])
     vectors = _unit_rows(vectors)
     folded = Folded([])
@@ -310,15 +294,21 @@ def dedup_library(
     *,
     threshold: float = DEFAULT_THRESHOLD,
     merge_threshold: float = DEFAULT_MERGE_THRESHOLD,
-    lexical_threshold: float = DEFAULT_LEXICAL_THRESHOLD,
 ) -> DedupReport:
-    """Duplicate groups at `threshold`, plus direct merges of near-exact duplicates (see the module docstring)."""
+    """Groups of similar experiences at `threshold` (for a person to read), and merges of those that are one
+    lesson by `is_near_duplicate` at `merge_threshold`, keeping the text of the most valuable member."""
     groups = find_duplicate_groups(library, store, threshold=threshold)
     merges: list[MergeOp] = []
     for group in find_duplicate_groups(library, store, threshold=merge_threshold):
         members = [e for e in library.experiences if e.id in group.ids]  # group ids are in library order
         keeper = max(members, key=lambda e: (e.usage.success_rate(), len(e.text)))
-        same = [e.id for e in members if e is keeper or lexical_similarity(e.text, keeper.text) >= lexical_threshold]
+        vectors = _unit_rows(store.embed([e.text for e in members]))
+        kept = vectors[members.index(keeper)]
+        same = [
+            e.id
+            for e, vector in zip(members, vectors, strict=True)
+            if e is keeper or is_near_duplicate(e.text, keeper.text, _dot(vector, kept), merge_threshold)
+        ]
         if len(same) > 1:
             merges.append(MergeOp(ids=tuple(same), experience=keeper.text))
     return DedupReport(groups=groups, merges=merges)
@@ -326,7 +316,7 @@ def dedup_library(
 
 __all__ = [
     "DEFAULT_ENFORCE_THRESHOLD",
-    "DEFAULT_LEXICAL_THRESHOLD",
+    "SAME_LESSON_COSINE",
     "DEFAULT_MERGE_THRESHOLD",
     "DEFAULT_THRESHOLD",
     "DedupDecision",

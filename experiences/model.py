@@ -17,6 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from experiences.credit import Credit
 from experiences.errors import LibraryFileError
 from tfgrpo.core.atomic import atomic_write_text
 from tfgrpo.core.textfile import loads_json, read_text
@@ -79,6 +80,10 @@ class Experience(BaseModel):
         "them too; never injected.",
     )
     usage: Usage = Field(default_factory=Usage)
+    credit: Credit = Field(
+        default_factory=Credit,
+        description="Its measured effect on the reward (learn's random leave-outs; experiences.credit), for this text.",
+    )
 
     @field_validator("id")
     @classmethod
@@ -130,7 +135,41 @@ def sentence_problem(text: str) -> str | None:
         return "not a sentence: mostly digits and symbols"
     if not _SENTENCE_END.search(text.rstrip()):
         return "not a sentence: it does not end with '.', '!' or '?' (cut off?)"
+    unknown = unknown_words(text)
+    if unknown:
+        return f"not a sentence: most of its words are not English words (e.g. {unknown[0]!r})"
     return None
+
+
+_LATEX_COMMAND = re.compile(r"\\[A-Za-z]+")  # \binom, \frac: notation, not words
+#: Least share of a lesson's words (of two letters or more) that are words of the language.
+MIN_KNOWN_WORD_SHARE = 0.6
+
+
+def unknown_words(text: str) -> list[str]:
+    """The words of `text` that no English word list knows, when they are more than 1 - MIN_KNOWN_WORD_SHARE of
+    its words: a decoding accident ("GZTDXGZGZZZZZZZZ by GZTDXGZZZZZZZZ") passes every shape check but this one.
+    Symbols of mathematics (x, n, a^2) are one letter and LaTeX commands are notation: neither is counted; a term
+    the list does not know is one word among many."""
+    candidates = re.findall(r"[^\W\d_]{2,}", _LATEX_COMMAND.sub(" ", text))
+    if not candidates:
+        return []
+    from wordfreq import zipf_frequency  # its English list loads on first use (~0.3 s)
+
+    unknown = [w for w in candidates if zipf_frequency(w, "en") == 0]
+    return unknown if len(candidates) - len(unknown) < MIN_KNOWN_WORD_SHARE * len(candidates) else []
+
+
+class Retired(BaseModel):
+    """An experience taken out because it was measured to hurt: a later proposal of the same text is refused."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    id: str
+    text: str
+    step: int | None = Field(None, description="Engine step that retired it.")
+    reason: str = Field("credit", description="credit: its effect's interval was below 0.")
+    credit: Credit = Field(default_factory=Credit, description="The evidence it was retired on.")
 
 
 class Library(BaseModel):
@@ -147,6 +186,10 @@ class Library(BaseModel):
     next_id: int = Field(0, ge=0, description="Number of the next generated id; only ever grows.")
     metadata: dict[str, Any] = Field(default_factory=dict, description="Free-form metadata (run, dataset, notes).")
     experiences: list[Experience] = Field(default_factory=list)
+    retired: list[Retired] = Field(
+        default_factory=list,
+        description="Experiences retired for hurting the reward; proposing one of their texts again is refused.",
+    )
 
     @field_validator("format")
     @classmethod
@@ -195,6 +238,17 @@ class Library(BaseModel):
             if normalize_text(experience.text) == key:
                 return experience
         return None
+
+    def find_retired(self, text: str) -> Retired | None:
+        """The retired experience with this text (whitespace- and case-insensitive), if any."""
+        key = normalize_text(text)
+        return next((r for r in self.retired if normalize_text(r.text) == key), None)
+
+    def retire(self, experience: Experience, *, step: int | None, reason: str = "credit") -> Retired:
+        """Remember `experience` (already deleted from the library) as retired: its text is refused from now on."""
+        retired = Retired(id=experience.id, text=experience.text, step=step, reason=reason, credit=experience.credit)
+        self.retired.append(retired)
+        return retired
 
     # -- building ----------------------------------------------------------------------------------
     @classmethod
@@ -317,6 +371,7 @@ __all__ = [
     "Experience",
     "Library",
     "Provenance",
+    "Retired",
     "Usage",
     "count_words",
     "normalize_text",

@@ -91,7 +91,7 @@ def test_twenty_rewordings_over_five_steps_end_as_one_experience(store):
     assert lesson.text in REWORDED and len(lesson.aliases) >= 10
     assert len(decisions) == 19
     for decision in decisions:  # both texts and the similarity, for the run's record
-        assert decision.text in REWORDED and decision.neighbour_text and 0.8 <= decision.similarity <= 1.0
+        assert decision.text in REWORDED and decision.neighbour_text and 0.7 <= decision.similarity <= 1.0
 
 
 def test_freer_paraphrases_shrink_the_library(store):

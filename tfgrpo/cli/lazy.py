@@ -78,7 +78,8 @@ LIBRARY_COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "prune": (
         "tfgrpo.cli.library_trust",
-        "Remove experiences that hurt, by the utilities `library ablate` wrote (a new version, kept in the history).",
+        "Remove experiences that hurt, by the utilities `library ablate` wrote or by the credit learn measured (a "
+        "new version, kept in the history; `library rollback` undoes it).",
     ),
 }
 

@@ -45,6 +45,8 @@ FLAGS = [
     opt.flag("dedup"),
     opt.flag("dedup_enforce_threshold"),
     opt.flag("inject"),
+    opt.flag("credit_leave_out"),
+    opt.flag("credit_retire", "--credit-retire/--no-credit-retire"),
     opt.flag("agent.tools", "--tools"),
     opt.flag("agent.max_turns", "--max-turns"),
     opt.flag("agent.protocol", "--protocol"),
@@ -164,4 +166,8 @@ def _report(console, result) -> None:
                 highlight=False,
                 markup=False,
             )
+    from tfgrpo.learn.credit import summary_lines
+
+    for line in summary_lines(result.metrics):
+        console.print(line, highlight=False, markup=False)
     console.print(f"library: [bold]{result.out / 'library.json'}[/] ({len(result.library)} experiences)")

@@ -84,7 +84,7 @@ def show(
         if value is not None
     ]
     table = Table(title=f"{library_path} ({', '.join(facts)})", title_justify="left")
-    for column in ("id", "text", "created", "updated", "op", "in ctx", "correct", "wrong"):
+    for column in ("id", "text", "created", "updated", "op", "in ctx (right/wrong)", "effect [95% CI] n"):
         table.add_column(column, overflow="fold")
     for e in library:
         table.add_row(
@@ -93,11 +93,17 @@ def show(
             _opt(e.created_step),
             _opt(e.updated_step),
             e.provenance.operation or "",
-            str(e.usage.in_context),
-            str(e.usage.correct),
-            str(e.usage.wrong),
+            f"{e.usage.in_context} ({e.usage.correct}/{e.usage.wrong})",
+            e.credit.describe(),
         )
     console.print(table)
+    for retired in library.retired:
+        console.print(
+            f"retired {retired.id} at step {_opt(retired.step)} ({retired.reason}: {retired.credit.describe()}): "
+            f"{retired.text}",
+            highlight=False,
+            markup=False,
+        )
 
 
 def history(
@@ -192,11 +198,12 @@ def dedup(
         float,
         typer.Option(
             "--merge-threshold",
-            help="Cosine at or above which near-identical wording is merged directly with --merge.",
+            help="Cosine from which two experiences that no word-level difference tells apart are one lesson "
+            "(learn's dedup rule), merged with --merge.",
         ),
     ] = DEFAULT_MERGE_THRESHOLD,
     merge: Annotated[
-        bool | None, typer.Option("--merge", help="Merge near-exact groups and save LIB as the next version.")
+        bool | None, typer.Option("--merge", help="Merge what is one lesson and save LIB as the next version.")
     ] = None,
     store_dir: StoreOpt = None,
     history_dir: HistoryOpt = None,
@@ -204,7 +211,8 @@ def dedup(
     embed_model: EmbedModelOpt = None,
     embed_base_url: EmbedUrlOpt = None,
 ) -> None:
-    """Groups of near-duplicate experiences (vector store, offline embedder); optionally merge near-exact ones."""
+    """Groups of near-duplicate experiences (vector store, offline embedder); optionally merge those that are
+    one lesson by learn's rule (no number, operator, negation, contrast word or term tells them apart)."""
     from experiences import Library, apply_operations
     from experiences.dedup import dedup_library
     from experiences.embedders import build_embedder
@@ -231,11 +239,11 @@ def dedup(
                 library, report.merges, step=library.step, provenance={"operation": "merge"}, max_words=None
             )
             _commit(library_path, library, result, history_dir)
-        typer.echo(
-            f"merged {len(result.applied)} near-exact group(s); {library_path} is now version {result.library.version}"
-        )
+        typer.echo(f"merged {len(result.applied)} group(s); {library_path} is now version {result.library.version}")
     elif report.merges:
-        typer.echo(f"{len(report.merges)} group(s) are near-exact (>= merge threshold); --merge merges them")
+        for merge in report.merges:
+            typer.echo(f"same lesson: {' '.join(f'[{i}]' for i in merge.ids)} -> {merge.experience!r}")
+        typer.echo(f"{len(report.merges)} group(s) are the same lesson (learn's dedup rule); --merge merges them")
 
 
 def apply(

@@ -148,14 +148,25 @@ def prune_command(
     min_utility: Annotated[
         float | None, typer.Option("--min-utility", help="Also delete those with utility below this.")
     ] = None,
+    by_credit: Annotated[
+        bool,
+        typer.Option(
+            "--by-credit",
+            help="Retire experiences whose credit (learn's random leave-outs) has its 95% interval below 0.",
+        ),
+    ] = False,
 ) -> None:
-    """Remove experiences that hurt, by the utilities `library ablate` wrote (a new version, kept in the history)."""
+    """Remove experiences that hurt, by the utilities `library ablate` wrote or by the credit learn measured (a
+    new version, kept in the history; `library rollback` undoes it)."""
     from eval.ablation import prune_by_utility
     from experiences import History, Library
 
-    if not by_utility:
-        raise typer.BadParameter("say how to prune: --by-utility")
+    if by_utility == by_credit:
+        raise typer.BadParameter("say how to prune: --by-utility or --by-credit (one of them)")
     library = Library.load(library_path)
+    if by_credit:
+        _prune_by_credit(library_path, library)
+        return
     if not (library.metadata.get("ablation") or {}).get("utilities"):
         raise typer.BadParameter(
             f"{library_path} has no utilities: run `tfgrpo library ablate {library_path} --data VAL` first"
@@ -169,6 +180,24 @@ def prune_command(
     typer.echo(
         f"{library_path}: removed {len(removed)} ({', '.join(removed) or 'none'}); version {library.version} -> "
         f"{result.library.version} ({len(result.library)} experiences)"
+    )
+
+
+def _prune_by_credit(library_path: Path, library: Any) -> None:
+    from experiences import History
+    from experiences.credit import DEFAULT_LEVEL, DEFAULT_MIN_GROUPS
+    from tfgrpo.learn.credit import prune_by_credit
+
+    result, records = prune_by_credit(library, min_groups=DEFAULT_MIN_GROUPS, level=DEFAULT_LEVEL)
+    history = History.for_library(library_path)
+    history.ensure_baseline(library)
+    history.commit(result.library, records=[*result.log_records(), *records], step=result.library.step)
+    result.library.save(library_path)
+    measured = sum(e.credit.effect is not None for e in library)
+    typer.echo(
+        f"{library_path}: retired {len(records)} ({', '.join(r['ids'][0] for r in records) or 'none'}) of {measured} "
+        f"with a measured credit; version {library.version} -> {result.library.version} ({len(result.library)} "
+        "experiences)"
     )
 
 

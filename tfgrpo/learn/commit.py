@@ -105,7 +105,8 @@ def write_step(
             else [],
         },
         step_metrics=counters.as_dict(),
-        library_records=history_records(outputs.screened) + (gate_records or applied.log_records()),
+        library_records=history_records(outputs.screened)
+        + (gate_records or [*applied.log_records(), *outputs.retired]),
     )
     run.log(counters.one_line())
     console.print(counters.one_line(), highlight=False)

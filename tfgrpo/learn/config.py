@@ -11,6 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from experiences.credit import DEFAULT_LEVEL, DEFAULT_MIN_GROUPS
 from tfgrpo.core.datasets import DATASET_CACHE_HELP, DatasetCache
 from tfgrpo.core.textfile import MAX_ROW_BYTES
 from tfgrpo.llm.config import LLMConfig
@@ -123,11 +124,12 @@ class LearnConfig(BaseModel):
     )
     dedup_enforce_threshold: float = Field(
         # experiences.dedup.DEFAULT_ENFORCE_THRESHOLD: the rule and its measurement are documented there.
-        0.80,
+        0.70,
         gt=0.0,
         le=1.0,
-        description="Cosine similarity from which a proposed lesson in other words is the same lesson "
-        "(dedup: enforce); nearly the same words need 0.95.",
+        description="Cosine similarity from which a proposed lesson is the same lesson as another (dedup: "
+        "enforce), when no word-level difference (a number, an operator, a negation, a contrast word, a term "
+        "one side lacks) tells them apart.",
     )
     rollout_sampling: SamplingParams = Field(default_factory=lambda: SamplingParams(temperature=0.7, max_tokens=2048))
     stage_sampling: SamplingParams = Field(default_factory=lambda: SamplingParams(temperature=0.0, max_tokens=2048))
@@ -141,6 +143,26 @@ class LearnConfig(BaseModel):
     system_prompt: str | None = Field(
         None, description="A fixed system-prompt file instead of the rollout_system template."
     )
+
+    # -- credit: each experience's measured effect on the reward (tfgrpo.learn.credit) ------------------
+    credit_leave_out: float = Field(
+        # benchmarks/credit_world.py --sweep: on the tuning seeds no harmful rule survived from 0.15 on; 0.2 leaves
+        # a margin at a tenth of the rollouts' reward lost where every lesson helps (docs/learn.md#credit)
+        0.2,
+        ge=0.0,
+        lt=1.0,
+        description="Probability that a rollout leaves each experience out of its prompt, so that rollouts of "
+        "the same query with and without it measure its effect (credit); no extra call. 0 = off.",
+    )
+    credit_retire: bool = Field(
+        True,
+        description="Retire an experience whose effect's interval lies below 0 (a delete with reason credit, in "
+        "the history, undone by `library rollback`); its text is refused from then on.",
+    )
+    credit_min_groups: int = Field(
+        DEFAULT_MIN_GROUPS, ge=2, description="Queries with rollouts with and without an experience before a verdict."
+    )
+    credit_level: float = Field(DEFAULT_LEVEL, gt=0.5, lt=1.0, description="Confidence level of the credit interval.")
 
     # -- tools, validation --------------------------------------------------------------------------
     agent: AgentConfig = Field(
@@ -239,6 +261,10 @@ RESUME_LOCKED_KEYS = (
     "system_prompt",
     "agent",
     "on_consolidation_failure",
+    "credit_leave_out",
+    "credit_retire",
+    "credit_min_groups",
+    "credit_level",
     "max_experiences",
     "max_library_tokens",
     "leakage",

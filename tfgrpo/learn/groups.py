@@ -8,7 +8,7 @@ spread beyond `std_threshold`. Without ground truth, the group's majority answer
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from rewards.extraction import extract_answer
@@ -31,6 +31,8 @@ class Group:
     status: str = "kept"  # kept | homogeneous | too_few_valid | no_majority
     mean: float | None = None
     std: float | None = None
+    #: sample index -> the library text of a rollout that left experiences out (tfgrpo.learn.credit)
+    sample_experiences: dict[int, str] = field(default_factory=dict)
 
 
 def assess_group(group: Group, reward: Any, config: LearnConfig) -> None:

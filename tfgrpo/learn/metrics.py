@@ -59,6 +59,8 @@ SUMMED = (
     "leaks_rejected",
     "leaks_flagged",
     "dedup_merged",
+    "credit_contrasts",
+    "credit_rewrites_kept",
     "dedup_dropped",
     *(f"retries_{cause}" for cause in RETRY_CAUSES),
 )
@@ -120,6 +122,10 @@ class StepCounters:
     dedup_merged: int = 0  # proposed lessons folded into a near-duplicate (dedup: enforce)
     dedup_dropped: int = 0  # ... left out: their near-duplicate already says as much
     dedup: list[dict[str, Any]] = field(default_factory=list)
+    credit_contrasts: int = 0  # (query, experience) pairs with rollouts both with and without it
+    credit_rewrites_kept: int = 0  # modifies that changed what a lesson says, applied as adds (credit)
+    retired: list[dict[str, Any]] = field(default_factory=list)  # experiences credit retired (history records)
+    reward_collapse: dict[str, Any] | None = None  # tfgrpo.learn.credit.reward_collapse
     val_mean_at_k: float | None = None  # this step's candidate library on validation (select_by: step, or gate)
     gate: dict[str, Any] | None = None  # the gate's decision on this step (tfgrpo.learn.selection.gate_decision)
     cost_usd: float = 0.0
@@ -226,13 +232,14 @@ class StepCounters:
         accuracy = "n/a" if self.accuracy is None else f"{self.accuracy:.3f}"
         leaked_ops = len({id(r["op"]) for r in self.leakage if r["action"] == "rejected"})
         leaked = f" / rejected as leaks {leaked_ops}" if leaked_ops else ""
+        retired = f" / retired by credit {len(self.retired)}" if self.retired else ""
         everything = (
             " (every final op was a leak: nothing learned)" if leaked_ops and leaked_ops == self.ops_final else ""
         )
         return (
             f"step {self.step} (epoch {self.epoch}, batch {self.batch}): accuracy {accuracy}, groups kept "
             f"{self.groups_kept}/{self.groups_total}, ops proposed {self.ops_proposed} / final {self.ops_final}"
-            f"{leaked} / applied {self.ops_applied}{everything}, failed rollouts {self.rollouts_failed}, "
+            f"{leaked} / applied {self.ops_applied}{everything}{retired}, failed rollouts {self.rollouts_failed}, "
             f"library v{self.library_version} ({self.library_size} items), {self.wall_time_s:.1f}s"
         )
 
@@ -293,6 +300,19 @@ def run_metrics(state: Any, *, best_epoch: int | None, library: Any, config: Any
         "sessions": state.sessions,
         "totals": totals,
         "leakage": [{"step": s["step"], **r} for s in state.steps for r in s.get("leakage", [])],
+        # each final experience's measured effect (experiences.credit), and what credit retired on the way
+        "credit": [
+            {
+                "id": e.id,
+                "text": e.text,
+                **e.credit.summary(min_groups=config.credit_min_groups, level=config.credit_level),
+            }
+            for e in library
+        ],
+        "retired": [{"step": s["step"], **r} for s in state.steps for r in s.get("retired", [])],
+        "reward_collapses": [
+            {"step": s["step"], **s["reward_collapse"]} for s in state.steps if s.get("reward_collapse")
+        ],
     }
 
 

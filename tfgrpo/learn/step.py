@@ -1,6 +1,9 @@
 """One learning step: a batch of queries turned into a new library, stage by stage.
 
-  0. rollouts       G samples per query with the library injected, scored, groups filtered
+  0. rollouts       G samples per query with the library injected (each experience left out of a rollout's
+                    prompt at random: tfgrpo.learn.credit), scored, groups filtered
+  credit            every group's with/without contrasts added to its experiences' credit; those measured
+                    to hurt are retired by this step's apply
   1. summaries      every valid rollout of a kept group, summarised (stages/summarize.py)
   2. advantage      every kept group → operations on the library (stages/advantage.py)
   3. consolidation  the batch's operations → one final list, screened for leakage, applied
@@ -24,12 +27,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from experiences.apply import ApplyResult, Budget, apply_operations
-from experiences.model import Library
-from experiences.ops import Operation
+from experiences.model import Experience, Library
+from experiences.ops import DeleteOp, Operation
 from experiences.render import render
 from tfgrpo.core.answers import is_correct
 from tfgrpo.core.datasets import Problem
 from tfgrpo.core.progress import progress_task, stage_progress
+from tfgrpo.learn import credit
 from tfgrpo.learn.commit import StepCommits, write_step
 from tfgrpo.learn.config import LearnConfig
 from tfgrpo.learn.groups import Group, assess_group
@@ -73,6 +77,7 @@ class StepOutputs:
     consolidation: Consolidation
     screened: Screened
     applied: ApplyResult
+    retired: list[dict[str, Any]]  # history records of the experiences credit retired
 
 
 class Engine:
@@ -137,9 +142,13 @@ class Engine:
         groups = [o.group for o in outcomes]
         summaries = [s for o in outcomes for s in o.summaries]
         analyses = [o.analysis for o in outcomes if o.analysis is not None]
+        retiring = credit.measure(config, library, groups, counters, state.steps[-1] if state.steps else None)
+        if counters.reward_collapse:
+            self.console.print(credit.collapse_line(counters.reward_collapse), highlight=False)
         consolidation, screened, applied = await self.consolidation_stage(
-            plan, label, analyses, library, library_text, counters
+            plan, label, analyses, library, library_text, counters, retiring
         )
+        retired = credit.retire(config, applied, retiring, plan.step, counters)
         new_library, gate_records = applied.library, []
         if self.validator.problems and (config.select_by == "step" or config.gate):
             new_library, gate_records = await self.validator.validate_step(
@@ -148,7 +157,7 @@ class Engine:
             counters.lap("validation")
 
         counters.finish(usage_before, self.client.accounting.total, time.perf_counter() - started, new_library)
-        outputs = StepOutputs(groups, summaries, analyses, consolidation, screened, applied)
+        outputs = StepOutputs(groups, summaries, analyses, consolidation, screened, applied, retired)
         # written in the next step's network wait (tfgrpo.learn.commit), or by `flush` where nothing follows
         self.commits.hold(
             partial(
@@ -177,11 +186,10 @@ class Engine:
             # the step before is on disk before any query of this one goes past its rollouts; a failed write
             # stops this step here, before it pays for summaries
             self.commits.flush()
-            rewards = [r.reward for r in group.rollouts if r.ok]
-            correct = [is_correct(reward) for reward in rewards if reward is not None]
-            library.record_rollouts(
-                group.injected_ids, rollouts=len(rewards), correct=sum(correct), wrong=len(correct) - sum(correct)
-            )
+            for rollout in group.rollouts:
+                if rollout.ok:
+                    correct = None if rollout.reward is None else is_correct(rollout.reward)
+                    library.record_usage(credit.in_context(group.injected_ids, rollout), correct=correct)
             stages.advance("rollouts", config.group_size)
             stages.query_done("rollouts")
             summaries = await self.summarize_group(group, stages) if group.status == "kept" else []
@@ -225,6 +233,9 @@ class Engine:
         config = self.config
         chosen = injector.select(problem.problem)
         experiences = injector.text_for(problem.problem, chosen)
+        # each epoch draws fresh samples of a prompt (cache keys include the index); a rerun the same ones
+        offset = (plan.epoch - 1) * config.group_size
+        variants = credit.leave_out_variants(config, plan.step, self.prompt, problem, injector, chosen, offset)
         rollouts = await sample_group(
             self.client,
             problem.id,
@@ -233,19 +244,26 @@ class Engine:
             sampling=config.rollout_sampling,
             tag="rollout",
             agent=self.agent,
-            # each epoch draws fresh samples of a prompt (cache keys include the index); a rerun the same ones
-            sample_offset=(plan.epoch - 1) * config.group_size,
+            sample_offset=offset,
+            variants={index: (messages, left) for index, (messages, _, left) in variants.items()},
         )
         if store_due:  # no-op once started (the warm-up); here for waves that end before the warm-ups run
             self.stores.start()
         group = Group(problem, experiences, [e.id for e in chosen], rollouts)
+        group.sample_experiences = {index: text for index, (_, text, _) in variants.items()}
         await asyncio.to_thread(assess_group, group, self.reward, config)
         return group
 
     async def summarize_group(self, group: Group, stages: StageTracker) -> list[Summary]:
         """Stage 1 of one kept query: every valid rollout summarised."""
         requests = [
-            SummaryRequest(r, group.problem.problem, group.experiences, group.gold, group.gold_is_pseudo)
+            SummaryRequest(
+                r,
+                group.problem.problem,
+                group.sample_experiences.get(r.sample, group.experiences),
+                group.gold,
+                group.gold_is_pseudo,
+            )
             for r in group.rollouts
             if r.ok
         ]
@@ -298,8 +316,10 @@ class Engine:
         library: Library,
         library_text: str,
         counters: StepCounters,
+        retiring: list[Experience],
     ) -> tuple[Consolidation, Screened, ApplyResult]:
-        """One consolidation of the batch's proposals, screened for leakage, applied to the library."""
+        """One consolidation of the batch's proposals, screened for leakage, applied to the library after the
+        deletes of the experiences credit retires."""
         config = self.config
         near = await self.near_duplicates(library, analyses)
         (consolidation,) = await self.tracked(
@@ -326,10 +346,11 @@ class Engine:
             if self.guard
             else Screened(list(consolidation.final))
         )
-        folded = await self.enforce_dedup(library, screened.kept)
+        kept = credit.keep_rewrites(library, screened.kept, counters) if config.credit_leave_out else screened.kept
+        folded = await self.enforce_dedup(library, kept)
         applied = apply_operations(
             library,
-            folded.operations,
+            [*(DeleteOp(id=e.id) for e in retiring), *folded.operations],
             step=plan.step,
             provenance={
                 "run": self.run.root.name,

@@ -76,6 +76,8 @@ class Rollout:
     cached: bool = False
     trajectory: dict[str, Any] | None = None
     num_tool_calls: int = 0
+    #: experiences of the group's prompt that this rollout left out (learn's credit design; empty in eval)
+    left_out: list[str] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -103,6 +105,8 @@ class Rollout:
             row.update(reasoning=self.reasoning, reasoning_tokens=self.reasoning_tokens)
         if self.trajectory is not None:
             row["trajectory"] = self.trajectory
+        if self.left_out:
+            row["left_out"] = self.left_out
         row.update(self.extra)
         return row
 
@@ -117,8 +121,11 @@ async def sample_group(
     tag: str = "rollout",
     agent: Any | None = None,
     sample_offset: int = 0,
+    variants: dict[int, tuple[list[dict[str, Any]], list[str]]] | None = None,
 ) -> list[Rollout]:
     """G samples of one prompt, one call per sample, so one failed call loses one rollout, not the group.
+
+    `variants`: sample index -> (its own messages, the experiences they leave out), for learn's credit design.
 
     A call that still fails after the client's retries becomes a rollout with `error` set (excluded
     from scoring by callers); a budget stop or a configuration error (bad key, unknown model) propagates. Sample indices run from `sample_offset`
@@ -126,11 +133,12 @@ async def sample_group(
     """
 
     async def one(index: int) -> Rollout:
-        rollout = Rollout(query_id=query_id, sample=index, messages=messages)
+        own, left_out = (variants or {}).get(index, (messages, []))
+        rollout = Rollout(query_id=query_id, sample=index, messages=own, left_out=left_out)
         cache_index = sample_offset + index
         try:
             if agent is not None:
-                trajectory = await agent(client, messages, sampling=sampling, tag=tag, sample_index=cache_index)
+                trajectory = await agent(client, own, sampling=sampling, tag=tag, sample_index=cache_index)
                 rollout.completion = trajectory.final_text
                 rollout.trajectory = trajectory.to_jsonable()
                 rollout.num_tool_calls = trajectory.num_tool_calls
@@ -142,7 +150,7 @@ async def sample_group(
                 if trajectory.stop_reason == "error":
                     rollout.error = trajectory.error or "trajectory failed"
                 return rollout
-            (completion,) = await client.chat(messages, n=1, sampling=sampling, tag=tag, sample_offset=cache_index)
+            (completion,) = await client.chat(own, n=1, sampling=sampling, tag=tag, sample_offset=cache_index)
         except PER_REQUEST_FAILURES as exc:
             rollout.error = f"{type(exc).__name__}: {exc}"
             return rollout

@@ -54,6 +54,7 @@ def group_messages(
             "reward": s.rollout.reward,
             "outcome": outcome_of(s.rollout.reward),
             "summary": s.text,
+            "left_out": " ".join(s.rollout.left_out),  # the credit design's leave-outs: what it ran without
         }
         for s in ordered
     ]
