@@ -109,7 +109,7 @@ def main() -> None:
     default = [one_run(seed) for seed in REPORT_SEEDS]
     table(default, "Default flags, no validation set (seeds 100-109):")
     gated = [one_run(seed, val_data="auto", gate=True) for seed in REPORT_SEEDS]
-    table(gated, "--val-data --gate (12 validation problems, seeds 100-109):")
+    table(gated, "--val-data --gate (40 validation problems, seeds 100-109):")
     off = [one_run(seed, credit_leave_out=0.0) for seed in REPORT_SEEDS]
     table(off, "credit off (--credit-leave-out 0): the paper's algorithm with this project's dedup:")
     print(f"load at the end {_load()}")

@@ -70,6 +70,9 @@ increase decrease increasing decreasing ascending descending rise fall grow shri
 include exclude inclusive exclusive including excluding inclusion exclusion
 above below over under
 larger smaller greater less bigger higher lower fewer more
+large small big little high low long short wide narrow fast slow heavy light
+largest smallest greatest least biggest highest lowest fewest most longest shortest
+first second third fourth fifth last
 before after
 first last
 earlier later
@@ -199,6 +202,8 @@ def _template_difference(a: str, b: str, words_a: list[str], words_b: list[str])
     """The checks for one sentence with words changed: which words changed, and do they matter?"""
     if sorted(_number_words(words_a)) != sorted(_number_words(words_b)):
         return "different numbers"
+    if sorted(w for w in words_a if w in _NEGATIONS) != sorted(w for w in words_b if w in _NEGATIONS):
+        return "a negation one side has once more"  # "are not included" / "are included", beside an "avoid"
     if sorted(_SYMBOL.findall(a)) != sorted(_SYMBOL.findall(b)):
         return "different symbols"  # C(5, 2) / P(5, 2), x / y
     (terms_a, surface_a), (terms_b, surface_b) = _terms(a), _terms(b)

@@ -67,6 +67,7 @@ def _uniform(*parts: object) -> float:
 class NoisyWorld:
     seed: int = 0
     calls: list[str] = field(default_factory=list)  # the tag of every request answered
+    group_prompts: list[str] = field(default_factory=list)  # stage 2's prompts
 
     def respond(self, request: Any, index: int) -> str:
         """ScriptedBackend responder."""
@@ -77,6 +78,7 @@ class NoisyWorld:
             operations = re.findall(r"^\s+- (\{.*\})$", first, re.M)
             return "Plan: keep all.\n```json\n[" + ", ".join(operations) + "]\n```"
         if "<attempt " in first:
+            self.group_prompts.append(first)
             return self.propose(first, index)
         if "<trajectory>" in first:
             return "1. The assistant applied the rule it was given to the key."
@@ -132,9 +134,10 @@ def run_noisy_learn(tmp_path: Path, seed: int, *, train: int = 20, **settings: A
     from tfgrpo.llm.backends.scripted import ScriptedBackend
     from tfgrpo.llm.factory import build_client
 
+    tmp_path.mkdir(parents=True, exist_ok=True)
     data = write_keys(tmp_path / "train.jsonl", [100 + 7 * i + seed for i in range(train)])
     if settings.get("val_data") == "auto":
-        settings["val_data"] = str(write_keys(tmp_path / "val.jsonl", [900 + 3 * i + seed for i in range(12)]))
+        settings["val_data"] = str(write_keys(tmp_path / "val.jsonl", [900 + 3 * i + seed for i in range(40)]))
     config = LearnConfig(data=str(data), out=str(tmp_path / "run"), seed=seed, llm={"max_retries": 0}, **settings)
     world = NoisyWorld(seed=seed)
     client = build_client(config.llm, backends=[ScriptedBackend(world.respond)], cache_path=tmp_path / "cache.sqlite")

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 #: A collapse: the training accuracy fell by at least this much, and Fisher's exact test puts it beyond chance.
 COLLAPSE_DROP = 0.2
 COLLAPSE_P = 0.01
-#: The leave-out probability of an experience measured so far to lower the reward (benchmarks/credit_world.py).
+#: The leave-out probability of an experience measured and not found to help (benchmarks/credit_world.py).
 SUSPECT_LEAVE_OUT = 0.5
 
 
@@ -44,12 +44,13 @@ def left_out(rates: dict[str, float], *, seed: int, step: int, query_id: str, sa
 
 
 def leave_out_rate(experience: Experience, config: LearnConfig) -> float:
-    """`credit_leave_out`, raised to SUSPECT_LEAVE_OUT for an experience whose measured effect so far is below 0:
-    the evidence gathers where a retirement may be due. The rate is fixed for a step, so each query's with /
+    """`credit_leave_out`, raised to SUSPECT_LEAVE_OUT for an experience measured not to help so far: the evidence
+    gathers where a retirement may be due, and two harmful lessons that mask each other (either one spoils the
+    answer) are left out together often enough to show. The rate is fixed for a step, so each query's with /
     without comparison stays a randomized one."""
     rate = config.credit_leave_out
-    effect = experience.credit.effect
-    if rate > 0 and effect is not None and effect < 0 and experience.credit.groups >= config.credit_min_groups:
+    credit = experience.credit
+    if rate > 0 and credit.groups >= config.credit_min_groups and credit.verdict(level=config.credit_level) != "helps":
         return max(rate, SUSPECT_LEAVE_OUT)
     return rate
 
