@@ -39,7 +39,12 @@ def table(name: str, decisions: list[tuple[dict[str, Any], float, bool, str | No
         folded[row["rule"]] += fold
     same = [d for d in decisions if d[0]["same"]]
     different = [d for d in decisions if not d[0]["same"]]
-    lines = [f"\n{name}: {len(same)} paraphrase pairs, {len(different)} different pairs", "", "| rule | folded |", "|---|---:|"]
+    lines = [
+        f"\n{name}: {len(same)} paraphrase pairs, {len(different)} different pairs",
+        "",
+        "| rule | folded |",
+        "|---|---:|",
+    ]
     lines += [f"| {rule} | {folded[rule]}/{total[rule]} |" for rule in sorted(total)]
     lines.append(
         f"| **different pairs folded** | **{sum(d[2] for d in different)}/{len(different)}** |\n"
@@ -63,7 +68,9 @@ def main() -> None:
         if args.misses:
             for row, cosine, fold, why in decisions:
                 if fold != row["same"]:
-                    print(f"  {'FOLDED' if fold else 'kept'} {row['rule']} cos {cosine:.2f} ({why}): {row['a']} | {row['b']}")
+                    print(
+                        f"  {'FOLDED' if fold else 'kept'} {row['rule']} cos {cosine:.2f} ({why}): {row['a']} | {row['b']}"
+                    )
 
 
 if __name__ == "__main__":

@@ -1,26 +1,24 @@
 """Do two lessons say different things? The word-level differences that sentence embeddings barely see.
 
-MiniLM puts "multiply the key by 37" and "multiply the key by 73" at cosine 0.99, "Law of Sines" and "Law of
-Cosines" at 0.95, a lesson and its negation at 0.97. So before two lessons are folded into one
-(`experiences.dedup.is_near_duplicate`), `meaning_difference` looks for what makes them different lessons
-whatever the embedding says:
+MiniLM puts "multiply the key by 37, add 11 ..." and the same with "subtract 11" at cosine 0.99, with "73"
+at 0.89, "Law of Sines" and "Law of Cosines" at 0.87, a lesson and its negation at 0.97. So before two
+lessons are folded into one (`experiences.dedup.is_near_duplicate`), `meaning_difference` looks for what
+makes them different lessons whatever the embedding says:
 
-- a number: the numbers in digits differ;
-- an operator symbol: + - * / ^ = < > and their Unicode forms differ;
-- a negation on one side only, or the same words in another order ("degrees to radians" / "radians to degrees");
-
-and, when the two are one sentence with words changed here and there (word-sequence ratio >= SAME_TEMPLATE;
-in other words, "add up to" may well be "sum to", and the embedding judges):
-
-- a number word: "two", "twice", "half" on one side, another or none on the other;
-- a contrast: one side has a word of a contrast class (add / subtract, floor / ceiling, sine / cosine,
-  numerator / denominator, include / exclude, above / below, ...) and the other a different word of the same
-  class, each missing from the other side;
-- a term one lacks: one has a content word (not among the language's most common words: a word-frequency
-  list, `wordfreq`) that the other does not: a dropped or added condition ("positive integers" /
-  "integers", "distinct") or a term swapped for another ("incenter" / "circumcenter"). A synonym swapped in
-  ("verify" / "confirm") is lost with them: two lessons kept where one would do cost a prompt line, and
-  credit tells them apart; a wrong rule folded into a right one costs the right one.
+- always: different numbers in digits, different operator symbols (+ - * / ^ = < > and their Unicode
+  forms), a negation on one side only, the same words in another order ("degrees to radians" / "radians to
+  degrees");
+- when the two are one sentence with words changed here and there (word-sequence ratio >= SAME_TEMPLATE; in
+  other words, "add up to" may well be "sum to", and the embedding judges): different number words ("twice",
+  "half"), a negation said once more, a different one-letter symbol (C(5, 2) / P(5, 2)), two words of one
+  contrast class (add / subtract, floor / ceiling, sine / cosine, include / exclude, small / large, ...), a
+  qualifier of such a class on one side only ("even perfect numbers" / "perfect numbers"), or a term one side
+  lacks: an acronym, a code identifier, or a word rarer than the language's commonest words by a
+  word-frequency list (`wordfreq`): a dropped condition ("distinct") or a term swapped for another
+  ("incenter" / "circumcenter"). Instruction synonyms ("check" / "verify", "make sure" / "ensure") count as
+  one word; other synonyms swapped in ("align" / "line up") are lost with the terms: two lessons kept where
+  one would do cost a prompt line, and credit tells them apart; a wrong rule folded into a right one costs
+  the right one.
 
 A difference found is a reason never to fold; none found leaves the decision to the embedding.
 """

@@ -85,18 +85,18 @@ class Credit(BaseModel):
             reward_square_sum=self.reward_square_sum + other.reward_square_sum,
         )
 
-    @computed_field(description="Mean reward with it in context minus without it (None before any evidence).")
+    @computed_field(description="Mean reward with it in context minus without it.")  # type: ignore[prop-decorator]
     @property
     def effect(self) -> float | None:
         return round(self.weighted_effect / self.weight, 6) if self.weight > 0 else None
 
-    @computed_field(description="Lower end of the effect's 95% interval (None with fewer than two queries).")
+    @computed_field(description="Lower end of the effect's 95% interval.")  # type: ignore[prop-decorator]
     @property
     def low(self) -> float | None:
         interval = self.interval()
         return None if interval is None else round(interval[0], 6)
 
-    @computed_field(description="Upper end of the effect's 95% interval.")
+    @computed_field(description="Upper end of the effect's 95% interval.")  # type: ignore[prop-decorator]
     @property
     def high(self) -> float | None:
         interval = self.interval()

@@ -17,7 +17,7 @@ with `batch_size` unset every step is the same problems, so the two are comparab
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from experiences.apply import ApplyResult, apply_operations
@@ -161,11 +161,6 @@ def summary_lines(metrics: dict[str, Any]) -> list[str]:
     return lines
 
 
-def in_context(injected: Sequence[str], rollout: Any) -> list[str]:
-    """The experiences a rollout had in its prompt: the group's, less those it left out."""
-    return [i for i in injected if i not in rollout.left_out] if rollout.left_out else list(injected)
-
-
 def record_credit(library: Library, groups: Iterable[Any]) -> int:
     """Add every group's with/without contrast to its experiences' credit (in place); returns how many."""
     contrasts = 0
@@ -236,7 +231,6 @@ __all__ = [
     "collapse_line",
     "harmful",
     "keep_rewrites",
-    "in_context",
     "leave_out_variants",
     "left_out",
     "measure",

@@ -11,8 +11,9 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
+from experiences.model import Library
 from rewards.extraction import extract_answer
-from tfgrpo.core.answers import majority_vote
+from tfgrpo.core.answers import is_correct, majority_vote
 from tfgrpo.core.datasets import Problem
 from tfgrpo.learn.config import LearnConfig
 from tfgrpo.rollout.sampling import Rollout, score_group
@@ -33,6 +34,25 @@ class Group:
     std: float | None = None
     #: sample index -> the library text of a rollout that left experiences out (tfgrpo.learn.credit)
     sample_experiences: dict[int, str] = field(default_factory=dict)
+
+    def context_of(self, rollout: Rollout) -> list[str]:
+        """The experiences a rollout had in its prompt: the group's, less those it left out."""
+        return [i for i in self.injected_ids if i not in rollout.left_out]
+
+
+def record_usage(library: Library, group: Group) -> None:
+    """Each valid rollout counted on the experiences it had in context: one pass over the library per distinct
+    context (the group's prompt, and each leave-out's), not one per sample."""
+    counts: dict[tuple[str, ...], list[int]] = {}
+    for rollout in group.rollouts:
+        if rollout.ok:
+            tally = counts.setdefault(tuple(group.context_of(rollout)), [0, 0, 0])
+            correct = None if rollout.reward is None else is_correct(rollout.reward)
+            tally[0] += 1
+            tally[1] += correct is True
+            tally[2] += correct is False
+    for ids, (rollouts, right, wrong) in counts.items():
+        library.record_rollouts(ids, rollouts=rollouts, correct=right, wrong=wrong)
 
 
 def assess_group(group: Group, reward: Any, config: LearnConfig) -> None:

@@ -30,13 +30,12 @@ from experiences.apply import ApplyResult, Budget, apply_operations
 from experiences.model import Experience, Library
 from experiences.ops import DeleteOp, Operation
 from experiences.render import render
-from tfgrpo.core.answers import is_correct
 from tfgrpo.core.datasets import Problem
 from tfgrpo.core.progress import progress_task, stage_progress
 from tfgrpo.learn import credit
 from tfgrpo.learn.commit import StepCommits, write_step
 from tfgrpo.learn.config import LearnConfig
-from tfgrpo.learn.groups import Group, assess_group
+from tfgrpo.learn.groups import Group, assess_group, record_usage
 from tfgrpo.learn.guards import LeakageGuard, Screened
 from tfgrpo.learn.metrics import StepCounters
 from tfgrpo.learn.query_stages import QueryOutcome, StageTracker
@@ -186,10 +185,7 @@ class Engine:
             # the step before is on disk before any query of this one goes past its rollouts; a failed write
             # stops this step here, before it pays for summaries
             self.commits.flush()
-            for rollout in group.rollouts:
-                if rollout.ok:
-                    correct = None if rollout.reward is None else is_correct(rollout.reward)
-                    library.record_usage(credit.in_context(group.injected_ids, rollout), correct=correct)
+            record_usage(library, group)
             stages.advance("rollouts", config.group_size)
             stages.query_done("rollouts")
             summaries = await self.summarize_group(group, stages) if group.status == "kept" else []
