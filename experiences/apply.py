@@ -28,6 +28,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from experiences.contrast import meaning_difference
 from experiences.credit import Credit
 from experiences.limits import approximate_tokens  # re-exported: callers import it from here
 from experiences.model import MAX_ALIASES, Experience, Library, Provenance, Usage, count_words, sentence_problem
@@ -253,8 +254,6 @@ def _retired_text(library: Library, text: str) -> str | None:
 def same_lesson_aliases(text: str, phrasings: Iterable[str]) -> list[str]:
     """The phrasings that say what `text` says (experiences.contrast): an alias of another lesson would make
     dedup drop that lesson when it is proposed again ("37" folded into "73" by a rewrite)."""
-    from experiences.contrast import meaning_difference
-
     kept = [p for p in dict.fromkeys(phrasings) if p != text and meaning_difference(p, text) is None]
     return kept[-MAX_ALIASES:]
 

@@ -51,7 +51,8 @@ _TOKEN = re.compile(r"[\w']+")
 _POSSESSIVE = re.compile(r"'s$")
 _ACRONYM = re.compile(r"[A-Z]{2,}s?")  # UN, EU, AM-GM: names, whatever their frequency as words
 _NAME_MARK = "#"
-_SYMBOL = re.compile(r"(?<![\w'])[A-Za-z](?![\w'])")  # a one-letter word: a variable or function symbol
+#: a one-letter word but the articles and "I": a variable or a function symbol
+_SYMBOL = re.compile(r"(?<![\w'])(?![aAI](?![\w']))[A-Za-z](?![\w'])")
 _NUMBER = re.compile(r"\d+(?:[.,/]\d+)*")
 _HYPHENATED = re.compile(r"(?<=[A-Za-z])-(?=[A-Za-z])")  # "right-angled" is a word, not a minus
 _OPERATORS = re.compile(r"[-+*/^=<>≤≥≠×÷±√∑∏−–·]")
@@ -116,7 +117,7 @@ true false
 
 #: Contrast words whose addition alone changes little ("Always check ..." / "Check ..."): one side's extra
 #: qualifier is a difference only for the others ("even perfect numbers" / "perfect numbers").
-_LOOSE = "always sometimes usually rarely every each all some first last more most over".split()
+_LOOSE = "always sometimes usually rarely every each all some first last more most over before after start end".split()
 #: Instruction words said in other words: a lesson that says "verify" where the other says "check" says the
 #: same thing. Only words of how to proceed, never of mathematics (a term swapped for a related term is the
 #: contrast above, or a term one side lacks).

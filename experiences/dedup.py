@@ -12,9 +12,9 @@
 - `find_duplicate_groups`: over a whole library, groups of experiences linked by similarity >= threshold.
 - `dedup_library`: those groups, plus merge operations for the members that are one lesson by the same rule
   as enforcement (`is_near_duplicate`), keeping the text of the most valuable member. The word checks
-  matter: sentence embeddings barely see a number, a negation or a swapped term ("multiply by 37" / "by
-  73": 0.99; "Use degrees, not radians" / "Use radians, not degrees": 0.992), so such pairs are reported
-  as a group for a person to judge, never merged.
+  matter: sentence embeddings barely see an operator, a negation or a swapped term ("..., add 11 and ..."
+  / "..., subtract 11 and ...": 0.99; "Use degrees, not radians" / "Use radians, not degrees": 0.992), so
+  such pairs are reported as a group for a person to judge, never merged.
 """
 
 from __future__ import annotations

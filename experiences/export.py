@@ -62,6 +62,8 @@ def export_text(
         facts += [f"{key} {value}" for key, value in (("task", library.task), ("model", library.model)) if value]
         return f"# Experience library\n\n_{' · '.join(facts)}_\n\n{rendered}\n"
     if fmt == "system-prompt":
+        if not len(library):
+            return ""  # what an empty library sends: no system message (tfgrpo.rollout.sampling.PromptSpec)
         return render_system_prompt(library, template=template, system_template=system_template) + "\n"
     raise ImportFormatError(f"unknown export format {fmt!r}: use one of {', '.join(FORMATS)}")
 

@@ -154,3 +154,44 @@ def test_prune_by_credit_offline(tmp_path):
 
 def _rollout_rows(folder: Path) -> list[dict]:
     return [json.loads(line) for line in (folder / "run" / "rollouts.jsonl").read_text().splitlines() if line.strip()]
+
+
+def test_a_collapse_of_the_training_reward_is_detected_and_said():
+    from tfgrpo.learn.credit import collapse_line, reward_collapse
+
+    before = {"step": 4, "correct": 60, "rollouts_scored": 100}
+    collapse = reward_collapse(before, correct=5, scored=100)
+    assert collapse["from_step"] == 4 and collapse["accuracy_before"] == 0.6 and collapse["p"] < 1e-6
+    assert "collapsed after step 4: 0.600 -> 0.050" in collapse_line(collapse)
+    assert reward_collapse(before, correct=52, scored=100) is None  # a drop within noise
+    assert reward_collapse(before, correct=3, scored=10) is None  # too few rollouts to tell a 0.3 drop
+    assert reward_collapse(None, correct=0, scored=100) is None  # the first step has nothing to fall from
+    metrics = {"reward_collapses": [{"step": 5, **collapse}]}
+    assert summary_lines(metrics) == [f"step 5: {collapse_line(collapse)}"]
+
+
+def test_export_ships_only_what_credit_lets_through(tmp_path):
+    library = Library.from_texts(["Multiply the key by 37.", "Multiply the key by 73.", "Read carefully."])
+    for _ in range(6):
+        library.get("G0").credit.add([1, 1, 1], [0, 0])
+        library.get("G1").credit.add([0, 0, 0], [1, 1])
+    path = tmp_path / "library.json"
+    library.save(path)
+    runner = CliRunner()
+
+    def shipped(credit: str) -> str:
+        out = tmp_path / f"{credit}.txt"
+        outcome = runner.invoke(app, ["export", str(path), "-f", "txt", "--out", str(out), "--credit", credit])
+        assert outcome.exit_code == 0, outcome.output
+        return out.read_text()
+
+    assert shipped("all").count("[G") == 3
+    assert "[G1]" not in shipped("not-hurting") and "[G2]" in shipped("not-hurting")
+    assert shipped("helps").strip() == "[G0]. Multiply the key by 37."
+    Library.from_texts(["Read carefully."]).save(path)  # nothing measured to help: nothing ships
+    out = tmp_path / "prompt.txt"
+    outcome = runner.invoke(app, ["export", str(path), "-f", "system-prompt", "--out", str(out), "--credit", "helps"])
+    assert outcome.exit_code == 0 and "1 left out by --credit helps" in outcome.output
+    assert out.read_text() == ""  # an empty library sends no system message, so its prompt is empty
+    bad = runner.invoke(app, ["export", str(path), "-f", "txt", "--out", str(out), "--credit", "some"])
+    assert bad.exit_code != 0 and "--credit must be one of" in bad.output

@@ -332,5 +332,5 @@ def test_compare_report_lists_the_learned_experiences(tmp_path):
 
     markdown = files["markdown"].read_text(encoding="utf-8")
     assert "## Learned experiences (1)" in markdown
-    assert "| G0 | When counting, list the cases. | add, step 1, from easy-01 |" in markdown
+    assert "| G0 | When counting, list the cases. | – | add, step 1, from easy-01 |" in markdown
     assert "Stage replies lost" in markdown

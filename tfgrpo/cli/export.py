@@ -8,6 +8,11 @@ from typing import Annotated
 import typer
 
 FORMAT_HELP = "md | txt | json | yaml | system-prompt (default: from the --out suffix)."
+CREDIT_FILTERS = {
+    "all": ("helps", "hurts", "unclear", "untested"),
+    "not-hurting": ("helps", "unclear", "untested"),
+    "helps": ("helps",),
+}
 IMPORT_FORMAT_HELP = "md | txt | json | yaml | system-prompt; txt also reads a plain list of lines (default: from the source file's suffix)."
 
 
@@ -29,16 +34,32 @@ def register(app: typer.Typer) -> None:
                 "--system-template", help="Jinja template of the system prompt (sees `rendered`, `library`)."
             ),
         ] = None,
+        credit: Annotated[
+            str,
+            typer.Option(
+                "--credit",
+                help="Which experiences to ship by their measured credit: all | not-hurting (leave out those "
+                "whose interval lies below 0) | helps (only those whose interval lies above 0).",
+            ),
+        ] = "all",
     ) -> None:
         """Write LIB as md, txt, json, yaml or a ready system prompt (exactly the text injected while learning)."""
         from experiences import Library, export_library
         from experiences.errors import ExperienceError
         from tfgrpo.core.atomic import file_target
 
+        if credit not in CREDIT_FILTERS:
+            raise typer.BadParameter(f"--credit must be one of {', '.join(CREDIT_FILTERS)}, not {credit!r}")
         file_target(out, ExperienceError)
         library = Library.load(library_path)
+        kept = [e for e in library if e.credit.verdict() in CREDIT_FILTERS[credit]]
+        left = len(library) - len(kept)
+        library.experiences = kept
         path = export_library(library, out, fmt, template=template, system_template=system_template)
-        typer.echo(f"wrote {path} ({len(library)} experiences, version {library.version})")
+        typer.echo(
+            f"wrote {path} ({len(library)} experiences, version {library.version})"
+            + (f"; {left} left out by --credit {credit}" if left else "")
+        )
 
     @app.command("import")
     def import_command(

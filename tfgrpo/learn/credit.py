@@ -48,11 +48,11 @@ def leave_out_rate(experience: Experience, config: LearnConfig) -> float:
     gathers where a retirement may be due, and two harmful lessons that mask each other (either one spoils the
     answer) are left out together often enough to show. The rate is fixed for a step, so each query's with /
     without comparison stays a randomized one."""
-    rate = config.credit_leave_out
-    credit = experience.credit
-    if rate > 0 and credit.groups >= config.credit_min_groups and credit.verdict(level=config.credit_level) != "helps":
-        return max(rate, SUSPECT_LEAVE_OUT)
-    return rate
+    rate, verdict = (
+        config.credit_leave_out,
+        experience.credit.verdict(min_groups=config.credit_min_groups, level=config.credit_level),
+    )
+    return max(rate, SUSPECT_LEAVE_OUT) if rate > 0 and verdict in ("hurts", "unclear") else rate
 
 
 def _uniform(*parts: object) -> float:
