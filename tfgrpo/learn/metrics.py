@@ -59,9 +59,9 @@ SUMMED = (
     "leaks_rejected",
     "leaks_flagged",
     "dedup_merged",
+    "dedup_dropped",
     "credit_contrasts",
     "credit_rewrites_kept",
-    "dedup_dropped",
     *(f"retries_{cause}" for cause in RETRY_CAUSES),
 )
 #: How the structured replies of stages 2 and 3 fared: generated under the schema (enforced), used as they
