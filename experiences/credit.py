@@ -112,7 +112,7 @@ class Credit(BaseModel):
         spread = max(self.weighted_square - self.weight * effect * effect, 0.0) / (self.groups - 1)
         # a few queries can agree by chance (four differences of -0.5, -0.25, -0.5, -0.33): their spread is then
         # no measure of the rollouts' own noise, which the rewards' variance bounds from below
-        rollouts = self.with_rollouts + self.without_rollouts
+        rollouts = max(self.with_rollouts + self.without_rollouts, 1)  # 0 only in a hand-edited file
         mean = self.reward_sum / rollouts
         noise = max(self.reward_square_sum / rollouts - mean * mean, 0.0) * rollouts / max(rollouts - 1, 1)
         standard_error = math.sqrt(max(spread, noise) / self.weight)
