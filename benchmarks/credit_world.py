@@ -27,6 +27,9 @@ from typing import Any
 _HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 sys.path.insert(0, str(_HERE.parent))
+sys.path.append(str(_HERE))  # last: benchmarks/rewards.py must not shadow the rewards package
+
+from scale import cpu_model, load  # noqa: E402  (benchmarks/scale.py: the machine facts every table carries)
 
 from tests.helpers.noisy_world import (  # noqa: E402
     HARMFUL_RULES,
@@ -133,7 +136,7 @@ def main() -> None:
     parser.add_argument("--rates", default="0,0.1,0.2,0.25,0.3,0.4,0.5")
     parser.add_argument("--json", type=Path, help="Also write the rows here.")
     args = parser.parse_args()
-    print(f"machine: {platform.processor() or platform.machine()}, {_cpu_model()}; load {_load()}")
+    print(f"machine: {platform.machine()}, {cpu_model()}; load {load()}")
     if args.sweep:
         rates = [float(r) for r in args.rates.split(",")]
         sweep(rates)
@@ -145,26 +148,9 @@ def main() -> None:
     table(gated, "--val-data --gate (40 validation problems, seeds 100-109):")
     off = [one_run(seed, credit_leave_out=0.0) for seed in REPORT_SEEDS]
     table(off, "credit off (--credit-leave-out 0): the paper's algorithm with this project's dedup:")
-    print(f"load at the end {_load()}")
+    print(f"load at the end {load()}")
     if args.json:
         args.json.write_text(json.dumps({"default": default, "gated": gated, "off": off}, indent=1))
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown CPU"
-
-
-def _load() -> str:
-    try:
-        return Path("/proc/loadavg").read_text().split()[0]
-    except OSError:
-        return "?"
 
 
 if __name__ == "__main__":
