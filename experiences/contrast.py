@@ -143,6 +143,11 @@ _PHRASES = {("make", "sure"): "ensure", ("work", "out"): "compute", ("double", "
 
 
 @functools.cache
+def _loose_stems() -> frozenset[str]:
+    return frozenset(_stem(w) for w in _LOOSE)
+
+
+@functools.cache
 def _synonym_of() -> dict[str, str]:
     return {_stem(word): line.split()[0] for line in _SYNONYM_CLASSES for word in line.split()}
 
@@ -168,6 +173,7 @@ def _contrast_index() -> dict[str, frozenset[int]]:
     return {word: frozenset(classes) for word, classes in index.items()}
 
 
+@functools.lru_cache(maxsize=1 << 16)  # a language's words, not a run's texts: bounded all the same
 def _stem(word: str) -> str:
     """A light stemming, so "subtracting" meets "subtract" and "roots" meets "root" (not a full stemmer)."""
     for suffix in ("ing", "ed", "es", "s"):
@@ -210,8 +216,7 @@ def _template_difference(a: str, b: str, words_a: list[str], words_b: list[str])
     surface = {**surface_b, **surface_a}
     if only_a and only_b and (contrast := _contrast(only_a, only_b)):
         return f"a contrast: {contrast}"
-    loose = {_stem(w) for w in _LOOSE}
-    qualifier = next((w for w in only_a or only_b if w in _contrast_index() and w not in loose), None)
+    qualifier = next((w for w in only_a or only_b if w in _contrast_index() and w not in _loose_stems()), None)
     if qualifier and not (only_a and only_b):
         return f"a qualifier one side lacks: {qualifier!r}"  # "even perfect numbers" / "perfect numbers"
     # a word added or dropped is a condition unless it is among the commonest words; a word swapped for
@@ -257,7 +262,7 @@ def _contrast(only_a: list[str], only_b: list[str]) -> str | None:
     return None
 
 
-@functools.cache
+@functools.lru_cache(maxsize=1 << 16)
 def zipf(word: str) -> float:
     """The word's Zipf frequency in English (0 for a word the list does not know)."""
     from wordfreq import zipf_frequency  # its word lists load on first use (~0.2 s)

@@ -137,3 +137,12 @@ def test_negation_is_never_a_near_duplicate():
     assert is_near_duplicate("Check the domain first.", "Always check the domain first.", 0.96)
     swapped = ("Use degrees, not radians, in this task.", "Use radians, not degrees, in this task.")
     assert not is_near_duplicate(*swapped, 0.992)
+
+
+def test_an_alias_of_another_lesson_in_an_old_file_does_not_drop_that_lesson(store):
+    """A library written before aliases were checked on write: the 73 rule carries the 37 rule as an alias."""
+    true_rule = "To find the code, multiply the key by 37, add 11 and keep the last three digits."
+    library = Library.from_texts([true_rule.replace("37", "73")])
+    library.experiences[0].aliases = [true_rule]
+    folded = enforce_dedup(library, [AddOp(experience=true_rule)], store)
+    assert [op.experience for op in folded.operations] == [true_rule] and folded.decisions == []
