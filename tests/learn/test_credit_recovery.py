@@ -134,13 +134,18 @@ def test_stage_two_is_shown_what_each_attempt_ran_without(tmp_path):
     assert any('without="G' not in p for p in world.group_prompts)  # the first step's library is empty
 
 
-def test_prune_by_credit_offline(tmp_path):
-    library = Library.from_texts(["Multiply the key by 73.", "Multiply the key by 37.", "Read carefully."])
+def measured_library(path: Path, *, hurts: str, helps: str) -> None:
+    """G0 and G1 measured over 6 queries (the one that hurts first), G2 never measured; saved at `path`."""
+    library = Library.from_texts([hurts, helps, "Read carefully."])
     for _ in range(6):
         library.get("G0").credit.add([0, 0, 0], [1, 1])
         library.get("G1").credit.add([1, 1, 1], [0, 0])
-    path = tmp_path / "library.json"
     library.save(path)
+
+
+def test_prune_by_credit_offline(tmp_path):
+    path = tmp_path / "library.json"
+    measured_library(path, hurts="Multiply the key by 73.", helps="Multiply the key by 37.")
     outcome = CliRunner().invoke(app, ["library", "prune", str(path), "--by-credit"])
     assert outcome.exit_code == 0, outcome.output
     assert "retired 1 (G0) of 2 with a measured credit" in outcome.output
@@ -171,12 +176,8 @@ def test_a_collapse_of_the_training_reward_is_detected_and_said():
 
 
 def test_export_ships_only_what_credit_lets_through(tmp_path):
-    library = Library.from_texts(["Multiply the key by 37.", "Multiply the key by 73.", "Read carefully."])
-    for _ in range(6):
-        library.get("G0").credit.add([1, 1, 1], [0, 0])
-        library.get("G1").credit.add([0, 0, 0], [1, 1])
     path = tmp_path / "library.json"
-    library.save(path)
+    measured_library(path, hurts="Multiply the key by 73.", helps="Multiply the key by 37.")
     runner = CliRunner()
 
     def shipped(credit: str) -> str:
@@ -186,8 +187,8 @@ def test_export_ships_only_what_credit_lets_through(tmp_path):
         return out.read_text()
 
     assert shipped("all").count("[G") == 3
-    assert "[G1]" not in shipped("not-hurting") and "[G2]" in shipped("not-hurting")
-    assert shipped("helps").strip() == "[G0]. Multiply the key by 37."
+    assert "[G0]" not in shipped("not-hurting") and "[G2]" in shipped("not-hurting")
+    assert shipped("helps").strip() == "[G1]. Multiply the key by 37."
     Library.from_texts(["Read carefully."]).save(path)  # nothing measured to help: nothing ships
     out = tmp_path / "prompt.txt"
     outcome = runner.invoke(app, ["export", str(path), "-f", "system-prompt", "--out", str(out), "--credit", "helps"])
