@@ -72,19 +72,6 @@ class Credit(BaseModel):
         self.reward_sum += sum(with_rewards) + sum(without_rewards)
         self.reward_square_sum += sum(r * r for r in with_rewards) + sum(r * r for r in without_rewards)
 
-    def combined(self, other: Credit) -> Credit:
-        """The evidence of both (the same text measured in two runs)."""
-        return Credit(
-            groups=self.groups + other.groups,
-            with_rollouts=self.with_rollouts + other.with_rollouts,
-            without_rollouts=self.without_rollouts + other.without_rollouts,
-            weight=self.weight + other.weight,
-            weighted_effect=self.weighted_effect + other.weighted_effect,
-            weighted_square=self.weighted_square + other.weighted_square,
-            reward_sum=self.reward_sum + other.reward_sum,
-            reward_square_sum=self.reward_square_sum + other.reward_square_sum,
-        )
-
     @computed_field(description="Mean reward with it in context minus without it.")  # type: ignore[prop-decorator]
     @property
     def effect(self) -> float | None:
