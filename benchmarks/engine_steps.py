@@ -63,10 +63,11 @@ def run_steps(
     symbolic: bool = False,
     dedup: str = "hint",
     spread: float = 0.0,
+    root: Path | None = None,
 ) -> dict:
     """`tfgrpo learn` as a fresh process; wall time from process start, against the bound of its steps.
     `spread`: the server's latencies vary around `latency_s` (engine.request_latency); the report then has
-    the step-by-step bounds of `overlap_bounds`."""
+    the step-by-step bounds of `overlap_bounds`. `root`: the checkout whose code runs (default: this one)."""
     import subprocess
     import urllib.request
 
@@ -77,7 +78,7 @@ def run_steps(
         command += ["--backend", "openai", "--model", "bench", "--base-url", f"http://127.0.0.1:{port}/v1"]
         command += ["--api-key", "x", "-G", str(group_size), "--epochs", str(epochs)]
         command += ["--batch-size", str(batch_size), "--concurrency", str(concurrency), "--dedup", dedup]
-        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+        env = {**os.environ, "PYTHONPATH": str(root or Path(__file__).resolve().parent.parent)}
         started = time.time()
         finished = subprocess.run(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         total_s = time.time() - started
@@ -157,12 +158,12 @@ def steps_report(
     }
 
 
-def compile_project() -> None:
+def compile_project(root: Path | None = None) -> None:
     """Byte-compile the project once, as a user's first run does: where PYTHONDONTWRITEBYTECODE is set (this
     sandbox), every start would otherwise compile ~100 modules again (~0.1-0.2 s before the first request)."""
     import compileall
 
-    root = Path(__file__).resolve().parent.parent
+    root = root or Path(__file__).resolve().parent.parent
     for package in ("tfgrpo", "experiences", "rewards", "eval", "finetune"):
         compileall.compile_dir(root / package, quiet=1)
 

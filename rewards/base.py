@@ -79,13 +79,6 @@ class Reward:
     def score(self, completions: Sequence[Any], prompts: Sequence[Any] | None = None, **columns: Any) -> list[Score]:
         raise NotImplementedError
 
-    def warm_up(self, golds: Sequence[Any]) -> None:
-        """Start, in the background, whatever scoring against `golds` will need; returns at once.
-
-        Learn and eval call it once their first requests are on the wire, so a cold start (the math
-        verifier's worker processes) overlaps the network wait instead of the first scores. Nothing here.
-        """
-
     def __call__(
         self, prompts: Sequence[Any] | None = None, completions: Sequence[Any] | None = None, **columns: Any
     ) -> list[float | None]:

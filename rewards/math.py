@@ -13,7 +13,7 @@ from typing import Any
 
 from rewards.base import Reward, Score, column, completion_text
 from rewards.extraction import Source, all_boxes, extract_answer, extract_with_source, is_bare_answer
-from rewards.normalize import as_fraction, canonical_integer, fast_equivalent
+from rewards.normalize import fast_equivalent
 from rewards.params import number, optional_count
 from rewards.verifier import Verdict, Verifier, shared_verifier
 from tfgrpo.core.answers import normalize_answer
@@ -133,13 +133,6 @@ class MathReward(Reward):
     def verifier(self) -> Verifier:
         return self._verifier or shared_verifier(self.workers, self.timeout_s)
 
-    def warm_up(self, golds: Sequence[Any]) -> None:
-        """Boot the verifier's worker processes in the background (~0.6 s: an interpreter importing sympy)
-        when a reference is not a plain number: those always need math-verify; plain numbers are decided in
-        process, so a run on integer answers (AIME) starts no worker it may never use."""
-        if any(_needs_verifier(gold) for gold in golds):
-            self.verifier.start_in_background()
-
     def score(self, completions: Sequence[Any], prompts: Sequence[Any] | None = None, **columns: Any) -> list[Score]:
         golds = column(columns, self.answer_key, len(completions), reward_name=self.name)
         scores: list[Score | None] = [None] * len(completions)
@@ -157,14 +150,6 @@ class MathReward(Reward):
         for (index, gold, pred, source), verdict in zip(to_compare, verdicts, strict=True):
             scores[index] = _score(verdict, gold, pred, source)
         return scores  # type: ignore[return-value]
-
-
-def _needs_verifier(gold: Any) -> bool:
-    text = gold_answer(gold)
-    if text is None:
-        return False
-    normalized = normalize_answer(text)
-    return canonical_integer(normalized) is None and as_fraction(normalized) is None
 
 
 _WHERE = {"boxed": "boxed", "answer_line": "stated", "whole": "whole", "last_expression": "last"}

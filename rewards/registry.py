@@ -58,10 +58,6 @@ class CombinedReward(Reward):
         self.name = "+".join(f"{w:g}*{r.name}" for r, w in self.components)
         super().__init__()
 
-    def warm_up(self, golds: Sequence[Any]) -> None:
-        for component, _ in self.components:
-            component.warm_up(golds)
-
     def score(self, completions: Sequence[Any], prompts: Sequence[Any] | None = None, **columns: Any) -> list[Score]:
         per_component = [(r, w, r.score(completions, prompts=prompts, **columns)) for r, w in self.components]
         scores = []

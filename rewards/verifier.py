@@ -12,7 +12,6 @@ Thread-safe: each call checks workers out of a shared queue, so concurrent calle
 
 from __future__ import annotations
 
-import contextlib
 import os
 import queue
 import threading
@@ -209,18 +208,6 @@ class Verifier:
         if cpu_now is None or task.cpu_at_start is None:
             return task.started + self.timeout_s - now
         return min(self.timeout_s - (cpu_now - task.cpu_at_start), wall_left)
-
-    def start_in_background(self) -> None:
-        """Boot the workers on a thread of their own (a no-op once booted): what `MathReward.warm_up` asks for
-        while the first requests of a run are on the wire. A failure is left to the first real check, which
-        retries the start and reports it."""
-
-        def boot() -> None:
-            with contextlib.suppress(Exception):
-                self._prestart()
-
-        if not self._prestarted:
-            threading.Thread(target=boot, name="math-verify-boot", daemon=True).start()
 
     def _prestart(self) -> None:
         """Boot every idle slot at once on first use, so no later call waits for a cold interpreter."""

@@ -1,4 +1,4 @@
-from tfgrpo.cli.entry import main
+from tfgrpo.cli.app import main
 
 # The guard: vLLM's engine starts in a spawned process, which imports this module again.
 if __name__ == "__main__":

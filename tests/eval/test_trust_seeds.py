@@ -17,8 +17,8 @@ from eval.seed_eval import evaluate_seed_set
 from eval.seeds import SEED_SET_FILE, two_way_bootstrap_ci, write_seed_set
 from tests.helpers.learn_world import World, write_problems
 from tfgrpo.core.metrics import summarize
+from tfgrpo.experiment.learn_seeds import learn_seeds
 from tfgrpo.learn.config import LearnConfig
-from tfgrpo.learn_seeds import learn_seeds
 from tfgrpo.llm.backends.scripted import ScriptedBackend
 from tfgrpo.llm.factory import build_client
 

@@ -50,10 +50,9 @@ def builds(monkeypatch) -> list[tuple[float, str]]:
     return built
 
 
-def test_the_index_is_built_after_the_first_request_and_screens_the_first_step(tmp_path: Path, builds):
+def test_the_index_is_built_once_on_first_use_and_screens_the_first_step(tmp_path: Path, builds):
     world = World(lesson="For {a}+{b} the result is {sum}.")  # every proposed lesson states its gold answer
-    # 0.3 s a call: the wave is still out when the warm-ups run (at the latest 0.25 s after it began)
-    backend = FirstCallBackend(world.respond, latency_s=0.3)
+    backend = FirstCallBackend(world.respond, latency_s=0.05)
     data = write_problems(tmp_path / "train.jsonl", [(12, 19), (23, 38)])
     config = LearnConfig(
         data=str(data), out=str(tmp_path / "run"), group_size=2, epochs=1, batch_size=2, dedup=False,
@@ -63,9 +62,8 @@ def test_the_index_is_built_after_the_first_request_and_screens_the_first_step(t
     result = learn(config, client=client, console=Console(file=io.StringIO()))
 
     assert result.status == "completed"
-    ((built_at, thread),) = builds  # one index for the run
+    ((built_at, _),) = builds  # one index for the run, built when the first consolidation needs it
     assert backend.first_call is not None and built_at > backend.first_call
-    assert thread == "tfgrpo-leakage-index"
     # and it screened the step: both lessons name their problem's answer and were rejected
     assert {f["action"] for f in result.metrics["leakage"]} == {"rejected"}
     assert len(result.metrics["leakage"]) == 2
@@ -89,17 +87,13 @@ def test_an_empty_starting_library_needs_no_index_and_a_given_one_is_checked(bui
     assert len(builds) == 1
 
 
-def test_a_build_under_way_is_waited_for_and_a_failed_one_is_left_to_the_real_use(monkeypatch):
+def test_the_index_is_built_once_and_a_failed_build_is_raised_at_each_use(monkeypatch):
     guard = guard_for(PROBLEMS)
-    guard.prepare_in_background()
-    guard.prepare_in_background()  # once
-    checker = guard.checker  # waits for the thread's build
+    checker = guard.checker
     assert guard.checker is checker
 
     failing = guard_for(PROBLEMS)
     monkeypatch.setattr(failing, "_build", lambda: (_ for _ in ()).throw(RuntimeError("index failed")))
-    failing.prepare_in_background()
-    assert failing._background is not None
-    failing._background.join(timeout=10)  # the thread swallowed it: no traceback on the user's screen
-    with pytest.raises(RuntimeError, match="index failed"):
-        _ = failing.checker
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match="index failed"):
+            _ = failing.checker

@@ -1,10 +1,8 @@
-"""A finished step is written to the run directory in the next step's network wait (tfgrpo.learn.commit):
-the next step's first requests do not wait for the disk, the step is on disk before their replies arrive,
-steps are written in order, and a write that fails stops the run with its own error."""
+"""A finished step is written to the run directory when it ends, before the next step sends anything: steps
+are on disk in order, and a write that fails stops the run with its own error before it pays for more."""
 
 from __future__ import annotations
 
-import asyncio
 import io
 import json
 from pathlib import Path
@@ -13,7 +11,6 @@ import pytest
 from rich.console import Console
 
 from tests.helpers.learn_world import World, read_jsonl, write_problems
-from tfgrpo.learn.commit import StepCommits
 from tfgrpo.learn.config import LearnConfig
 from tfgrpo.learn.loop import learn
 from tfgrpo.learn.rundir import RunDir
@@ -61,17 +58,14 @@ def run_with(config: LearnConfig, backend: ScriptedBackend):
     return learn(config, client=client, console=Console(file=io.StringIO()))
 
 
-def test_a_step_is_written_while_the_next_steps_rollouts_are_out(tmp_path):
+def test_a_step_is_on_disk_before_the_next_step_sends_its_rollouts(tmp_path):
     config = make_config(tmp_path)
-    backend = DiskWatchingBackend(World(), Path(config.out), latency_s=0.2)
+    backend = DiskWatchingBackend(World(), Path(config.out), latency_s=0.05)
     result = run_with(config, backend)
     assert result.status == "completed"
-    # step 2's rollouts (the only ones with lessons in their prompt) left before step 1 was on disk, and every
-    # one of their replies found it written
+    # step 2's rollouts (the only ones with lessons in their prompt) all left with step 1 on disk
     assert backend.seen, "no rollout was sent with a library"
-    assert backend.seen[0][0] == 0
-    assert all(after == 1 for _, after in backend.seen)
-    # and the run directory is the one a step-by-step writer leaves: both steps, in order
+    assert all(sent == 1 and after == 1 for sent, after in backend.seen)
     steps = [row["step"] for row in read_jsonl(Path(config.out) / "rollouts.jsonl")]
     assert steps == sorted(steps) and set(steps) == {1, 2}
     assert completed_on_disk(Path(config.out)) == 2
@@ -80,76 +74,31 @@ def test_a_step_is_written_while_the_next_steps_rollouts_are_out(tmp_path):
 
 def test_a_failed_write_stops_the_run_with_its_error(tmp_path, monkeypatch):
     config = make_config(tmp_path)
-    write = RunDir.commit_step
+    write = RunDir.write_step
 
     def disk_full(self, state, *, step, **kwargs):
         if step == 1:
             raise OSError(28, "No space left on device")
         return write(self, state, step=step, **kwargs)
 
-    monkeypatch.setattr(RunDir, "commit_step", disk_full)
+    monkeypatch.setattr(RunDir, "write_step", disk_full)
     world = World()
     with pytest.raises(OSError, match="No space left"):
         run_with(config, ScriptedBackend(world.respond, latency_s=0.05))
     assert completed_on_disk(Path(config.out)) == 0
-    # the run stopped in step 2's rollouts: step 2 asked for no summary, analysis or consolidation
+    # the run stopped at step 1's end: nothing of step 2 was asked for
     tags = [r.tag for r in world.requests]
-    last_consolidation = max(i for i, tag in enumerate(tags) if tag == "consolidate")
-    assert tags.count("consolidate") == 1
-    assert set(tags[last_consolidation + 1 :]) == {"rollout"}
+    assert tags.count("consolidate") == 1 and tags[-1] == "consolidate"
     state = json.loads((Path(config.out) / "state.json").read_text(encoding="utf-8"))
     assert state["sessions"][-1]["status"] == "failed"
 
 
-def test_step_commits_write_in_order_once_each_and_raise_what_failed():
-    commits, written = StepCommits(), []
-    commits.hold(lambda: written.append(1))
-    commits.hold(lambda: written.append(2))  # the held one first
-    assert written == [1]
-    commits.flush()
-    commits.flush()
-    assert written == [1, 2]
-
-    def failing() -> None:
-        raise OSError("disk gone")
-
-    commits.hold(failing)
-    with pytest.raises(OSError, match="disk gone"):
-        commits.flush()
-    # and again at every later flush or hold, the next step not written: the run directory keeps no gap
-    with pytest.raises(OSError, match="disk gone"):
-        commits.flush()
-    with pytest.raises(OSError, match="disk gone"):
-        commits.hold(lambda: written.append(3))
-    commits._write_quietly()
-    assert written == [1, 2]
-
-
-def test_a_held_step_is_written_in_the_waves_wait_and_by_its_end_at_the_latest():
-    async def scenario() -> tuple[list[str], list[str]]:
-        commits, idle_order, busy_order = StepCommits(), [], []
-        commits.hold(lambda: idle_order.append("written"))
-        with commits.written_in_wait():
-            await asyncio.sleep(0.05)  # the wave's network wait: the loop is idle
-            idle_order.append("replies")
-        commits.hold(lambda: busy_order.append("written"))
-        with commits.written_in_wait():
-            busy_order.append("replies")  # no wait at all: written when the block ends
-        busy_order.append("after")
-        return idle_order, busy_order
-
-    idle_order, busy_order = asyncio.run(scenario())
-    assert idle_order == ["written", "replies"]
-    assert busy_order == ["replies", "written", "after"]
-
-
-def test_an_epochs_last_step_without_validation_is_written_in_the_next_epochs_first_wave(tmp_path):
+def test_an_epochs_end_is_saved_with_its_last_step(tmp_path):
     config = make_config(tmp_path, epochs=2, batch_size=4)  # one step per epoch: step 1 ends epoch 1
-    backend = DiskWatchingBackend(World(), Path(config.out), latency_s=0.2)
+    backend = DiskWatchingBackend(World(), Path(config.out), latency_s=0.05)
     result = run_with(config, backend)
     assert result.status == "completed"
-    assert backend.seen and backend.seen[0][0] == 0  # epoch 2's rollouts left before epoch 1 was on disk
-    assert all(after == 1 for _, after in backend.seen)
+    assert backend.seen and all(sent == 1 for sent, _ in backend.seen)  # epoch 2 began with epoch 1 on disk
     state = json.loads((Path(config.out) / "state.json").read_text(encoding="utf-8"))
     assert state["completed_step"] == 2
-    assert state["epoch_end_step"] == {"1": 1, "2": 2}  # saved with the held steps
+    assert state["epoch_end_step"] == {"1": 1, "2": 2}

@@ -95,32 +95,6 @@ def test_every_problem_k_times_in_problem_order_scored():
     assert sorted(done) == [(p.id, K) for p in PROBLEMS]
 
 
-def test_the_reward_warms_up_with_the_golds_once_the_requests_are_sent():
-    """The math verifier's cold start overlaps the network wait of eval's (and validation's) wave."""
-    replies, warmed = [0], []
-
-    def counting(request, index):
-        replies[0] += 1
-        return responder(request, index)
-
-    class Recording(type(get_reward("math"))):
-        def warm_up(self, golds):
-            warmed.append((replies[0], list(golds)))
-
-    sample(ScriptedBackend(counting, latency_s=0.3), Recording(), n=2)
-    assert warmed == [(0, [p.answer for p in PROBLEMS])]
-
-
-def test_a_failing_warm_up_changes_nothing(caplog):
-    class Failing(type(get_reward("math"))):
-        def warm_up(self, golds):
-            raise RuntimeError("warm-up failed")
-
-    groups = sample(ScriptedBackend(responder, latency_s=0.1), Failing())
-    assert [sum(r.reward == 1.0 for r in g) for g in groups] == [i % K for i in range(len(PROBLEMS))]
-    assert not [r for r in caplog.records if r.name == "asyncio"]  # no "Exception in callback" traceback
-
-
 def test_a_failed_call_is_one_unscored_rollout():
     def flaky(request, index):
         return ServerError("down") if index == 0 else responder(request, index)

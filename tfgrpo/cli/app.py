@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import atexit
-import gc
 import sys
 
 import typer
 
 from tfgrpo.cli.lazy import LazyGroup
-from tfgrpo.core.collector import resume_after_startup
 
 # The commands are listed in tfgrpo.cli.lazy.COMMANDS and imported when they run: `tfgrpo --help` and a
 # quick `tfgrpo library show` pay only for what they use (tests/cli/test_cli_lazy.py guards the import set).
@@ -30,17 +27,8 @@ def _group() -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Run the command line (`argv=None`: the process's arguments)."""
-    try:
-        _run(argv)
-    finally:  # paused by tfgrpo.cli.entry: a command that sent no wave (which resumes it) leaves it on too
-        resume_after_startup(freeze=False)
-
-
-def _run(argv: list[str] | None) -> None:
     from tfgrpo.cli.errors import user_facing_errors
 
-    atexit.unregister(_skip_final_collection)  # once, however often main() runs in one process (tests)
-    atexit.register(_skip_final_collection)
     try:
         # Not standalone: typer's own errors (an unknown option, a value it cannot parse, a missing argument)
         # come back here and print as one line like ours, instead of a usage line and a framed box.
@@ -73,12 +61,3 @@ def _print_error(message: str) -> None:
     # columns when stderr is a file, so a one-line error stays one line in logs.
     console = Console(stderr=True, soft_wrap=True)
     console.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
-
-
-def _skip_final_collection() -> None:
-    """At exit, the interpreter's last cyclic collection walks every object the SDKs, chromadb and
-    onnxruntime created: 1-2 s of exit time (measured, busy machine) that frees nothing the OS would not.
-    Frozen objects are skipped by it; finalizers that refcounting triggers still run. Not when a
-    nanobind extension (triton, loaded with torch) is in: it would report each frozen object as a leak."""
-    if "triton" not in sys.modules:
-        gc.freeze()

@@ -15,8 +15,6 @@ import typer
 import typer.main
 from typer.core import TyperCommand, TyperGroup
 
-from tfgrpo.core.collector import resume_after_startup
-
 #: name -> (module whose `register(app)` defines it, the one-line help shown by `tfgrpo --help`)
 COMMANDS: dict[str, tuple[str, str]] = {
     "chat": ("tfgrpo.cli.chat", "Print one reply."),
@@ -58,11 +56,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Run a recipe: learn runs, fine-tuned baselines, evals, then one table with CIs and paired tests.",
     ),
 }
-
-
-#: Commands that start by sending a wave of requests: the garbage collector the CLI pauses for start-up is
-#: resumed when that wave is on the wire (tfgrpo.rollout.warmup); every other command resumes it when loaded.
-RESUME_AT_FIRST_WAVE = frozenset({"learn", "eval"})
 
 
 #: `tfgrpo library` commands whose module imports the eval stack (their options come from EvalConfig)
@@ -127,8 +120,6 @@ class LazyGroup(TyperGroup):
             return _Listed(cmd_name, self.lazy_commands[cmd_name][1])
         command = load_command(cmd_name, self.lazy_commands)
         self.commands[cmd_name] = command
-        if cmd_name not in RESUME_AT_FIRST_WAVE:  # see tfgrpo.core.collector
-            resume_after_startup()
         return command
 
     def format_help(self, ctx: Any, formatter: Any) -> None:

@@ -112,7 +112,7 @@ def _learn(settings: LearnConfig, console) -> list:
 
     try:
         if settings.seeds > 1:
-            from tfgrpo.learn_seeds import learn_seeds  # numpy: only a multi-seed run needs it
+            from tfgrpo.experiment.learn_seeds import learn_seeds  # numpy: only a multi-seed run needs it
 
             return learn_seeds(settings, settings.seeds, console=console)
         return [learn(settings, console=console)]

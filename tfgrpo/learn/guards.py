@@ -12,8 +12,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -63,10 +61,8 @@ class Screened:
 class LeakageGuard:
     """Screens a step's final operations against the run's training, validation and test problems.
 
-    Its index of those problems (`checker`) is built on first use, or on a thread of its own started by
-    `prepare_in_background` in the first wave's network wait (the run's warm-ups): 0.3-0.4 s of CPU for
-    10,000 problems (2-core AMD EPYC) that used to come before the run's first request, and is first needed
-    by the first consolidation. A fresh run's empty starting library needs no index for its warnings.
+    Its index of those problems (`checker`) is built on first use, the first consolidation's screen: a fresh
+    run's empty starting library needs no index for its warnings.
     """
 
     def __init__(self, config: LearnConfig, sets: dict[str, Sequence[Problem]]) -> None:
@@ -75,28 +71,13 @@ class LeakageGuard:
             LeakageChecker, sets, ngram=config.leakage_ngram, copy_threshold=config.leakage_copy_threshold
         )
         self._checker: LeakageChecker | None = None
-        self._building = threading.Lock()  # the warm-up's thread and the screen's (asyncio.to_thread)
-        self._background: threading.Thread | None = None
 
     @property
     def checker(self) -> LeakageChecker:
-        """The index, built now if no one has built it yet (waits for a build under way)."""
-        with self._building:
-            if self._checker is None:
-                self._checker = self._build()
-            return self._checker
-
-    def prepare_in_background(self) -> None:
-        """Start building the index on a thread, once. The event loop keeps reading replies meanwhile (the
-        build is Python, so they share the GIL). A build that fails there is left to the first real use,
-        which builds again and raises."""
-        if self._checker is None and self._background is None:
-            self._background = threading.Thread(target=self._prepare_quietly, name="tfgrpo-leakage-index", daemon=True)
-            self._background.start()
-
-    def _prepare_quietly(self) -> None:
-        with contextlib.suppress(Exception):
-            _ = self.checker
+        """The index, built on first use."""
+        if self._checker is None:
+            self._checker = self._build()
+        return self._checker
 
     @classmethod
     def for_run(

@@ -139,7 +139,6 @@ async def _learn_in(run: RunDir, config: LearnConfig, *, client: LLMClient | Non
         console,
         guard=inputs.guard,
         val_problems=inputs.val_problems,
-        steps_planned=len(inputs.plans),
     )
     started = time.perf_counter()
     status, message = "failed", "crashed"  # until the loop finishes or stops cleanly
@@ -153,7 +152,6 @@ async def _learn_in(run: RunDir, config: LearnConfig, *, client: LLMClient | Non
         except (KeyboardInterrupt, asyncio.CancelledError):
             status, message = "interrupted", "interrupted by the user"
         finally:
-            engine.stores.release()  # the store's process exits while the run writes its last files
             _record_session(run, state, session, client, status=status, wall_time_s=time.perf_counter() - started)
             if owns_client:
                 await client.aclose()
@@ -180,22 +178,15 @@ def _warn(run: RunDir, console: Any, inputs: RunInputs, state: RunState, config:
 async def run_planned_steps(engine: Engine, run: RunDir, inputs: RunInputs, state: RunState) -> None:
     """Every step not yet completed, and each epoch's validation once its last step is done."""
     library = run.load_step_library(state.completed_step)
-    try:
-        for plan in inputs.plans:
-            if plan.step > state.completed_step:
-                library = await engine.run_step(plan, library, state)
-            if plan.last_in_epoch:
-                state.epoch_end_step[plan.epoch] = plan.step
-                if inputs.val_problems and plan.epoch not in state.validation:
-                    engine.commits.flush()  # the epoch's last step, written before its validation
-                    epoch_library = library if plan.step == state.completed_step else run.load_step_library(plan.step)
-                    state.validation[plan.epoch] = await engine.validator.validate(plan.epoch, epoch_library)
-                    run.save_state(state)
-                elif not engine.commits.holding:
-                    run.save_state(state)
-                # else the held step's write saves the state, the epoch's end with it, in the next wave's wait
-    finally:
-        engine.commits.flush()  # a step finished before the run ended, failed or was interrupted is kept
+    for plan in inputs.plans:
+        if plan.step > state.completed_step:
+            library = await engine.run_step(plan, library, state)
+        if plan.last_in_epoch:
+            state.epoch_end_step[plan.epoch] = plan.step
+            if inputs.val_problems and plan.epoch not in state.validation:
+                epoch_library = library if plan.step == state.completed_step else run.load_step_library(plan.step)
+                state.validation[plan.epoch] = await engine.validator.validate(plan.epoch, epoch_library)
+            run.save_state(state)
 
 
 def _remember_providers(run: RunDir, state: RunState, client: LLMClient) -> None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from filelock import FileLock, Timeout
 from pydantic import BaseModel, Field
@@ -32,6 +32,10 @@ from experiences.model import Library
 from tfgrpo.core.atomic import append_lines, atomic_write_text, folder_target, remove_stale_temps
 from tfgrpo.core.config import ConfigError, dump_config, read_yaml
 from tfgrpo.learn.config import RESUME_LOCKED_KEYS, LearnConfig
+
+if TYPE_CHECKING:
+    from tfgrpo.learn.groups import Group
+    from tfgrpo.rollout.sampling import Rollout
 
 STAGE_LOGS = ("summaries", "group_ops", "consolidation")
 
@@ -165,7 +169,7 @@ class RunDir:
     def save_state(self, state: RunState) -> None:
         atomic_write_text(self.state_path, state.model_dump_json(indent=1) + "\n")
 
-    def commit_step(
+    def write_step(
         self,
         state: RunState,
         *,
@@ -176,7 +180,7 @@ class RunDir:
         step_metrics: dict[str, Any],
         library_records: list[dict[str, Any]] = (),
     ) -> None:
-        """Append the step's logs, snapshot its library, then (last, atomically) mark it completed.
+        """Append the step's logs, commit its library to the history, then (last, atomically) mark it completed.
 
         `library_records` (applied / rejected / evicted operations) go to the library's op log, and the
         library version gets its snapshot there.
@@ -212,6 +216,24 @@ class RunDir:
         append_lines(self.events_path, [f"{stamp} {message}"])
 
 
+def rollout_row(
+    run: RunDir, group: Group, rollout: Rollout, library: Library, context: dict[str, int]
+) -> dict[str, Any]:
+    """One line of rollouts.jsonl: the rollout, its problem and group, the library it was sampled with."""
+    return {
+        "run": run.root.name,
+        **context,
+        "problem": group.problem.problem,
+        "answer": group.problem.answer,
+        **rollout.to_row(),
+        "library_version": library.version,
+        "group_mean": group.mean,
+        "group_std": group.std,
+        "group_status": group.status,
+        "pseudo_label": group.gold if group.gold_is_pseudo else None,
+    }
+
+
 def changed_keys(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
     """Locked settings (see RESUME_LOCKED_KEYS) that differ between the saved and the current config."""
     changed = []
@@ -232,4 +254,4 @@ def _json_line(row: dict[str, Any]) -> str:
     return json.dumps(row, ensure_ascii=False)
 
 
-__all__ = ["RunDir", "RunState", "STAGE_LOGS", "changed_keys"]
+__all__ = ["RunDir", "RunState", "STAGE_LOGS", "changed_keys", "rollout_row"]

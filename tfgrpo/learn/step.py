@@ -8,12 +8,11 @@
   2. advantage      every kept group → operations on the library (stages/advantage.py)
   3. consolidation  the batch's operations → one final list, screened for leakage, applied
   (validation)      with `select_by: step` or the gate: the candidate library validated, maybe rejected
-  commit            library, rollouts, stage replies and metrics written to the run directory at once,
-                    in the next step's network wait (tfgrpo.learn.commit)
+  write             library, rollouts, stage replies and metrics written to the run directory at once
 
 Stages 0-2 run for every query at once, each query going on to its next stage as soon as its own previous
-one is done (tfgrpo.learn.query_stages); the consolidation waits for all of them. The client bounds
-concurrency.
+one is done, so no stage waits for the batch's slowest reply of the stage before; the consolidation waits
+for all of them. The client bounds concurrency.
 """
 
 from __future__ import annotations
@@ -22,7 +21,6 @@ import asyncio
 import time
 from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -33,25 +31,23 @@ from experiences.render import render
 from tfgrpo.core.datasets import Problem
 from tfgrpo.core.progress import progress_task, stage_progress
 from tfgrpo.learn import credit
-from tfgrpo.learn.commit import StepCommits, write_step
 from tfgrpo.learn.config import LearnConfig
 from tfgrpo.learn.groups import Group, assess_group, record_usage
-from tfgrpo.learn.guards import LeakageGuard, Screened
+from tfgrpo.learn.guards import LeakageGuard, Screened, history_records
 from tfgrpo.learn.metrics import StepCounters
 from tfgrpo.learn.query_stages import QueryOutcome, StageTracker
-from tfgrpo.learn.rundir import RunDir, RunState
+from tfgrpo.learn.rundir import RunDir, RunState, rollout_row
 from tfgrpo.learn.stages.advantage import GroupAnalysis, GroupRequest, analyze_group
 from tfgrpo.learn.stages.consolidate import Consolidation, NearDuplicate, consolidate
 from tfgrpo.learn.stages.summarize import Summary, SummaryRequest, summarize_rollouts
-from tfgrpo.learn.store_worker import StoreWorker
 from tfgrpo.learn.validation import Validator
+from tfgrpo.learn.vector_store import VectorStore
 from tfgrpo.llm.client import LLMClient
 from tfgrpo.llm.errors import AllRequestsFailedError
 from tfgrpo.llm.types import SamplingParams
 from tfgrpo.rollout.sampling import PromptSpec, gather_all, sample_group
-from tfgrpo.rollout.warmup import warming_up
 
-if TYPE_CHECKING:  # the store's modules load with the first consolidation, not on learn's path to its first request
+if TYPE_CHECKING:  # the store's modules load with the first step that uses the store
     from experiences.dedup import Folded
 
 T = TypeVar("T")
@@ -92,7 +88,6 @@ class Engine:
         *,
         guard: LeakageGuard | None = None,
         val_problems: list[Problem] | None = None,
-        steps_planned: int = 0,
     ):
         self.config = config
         self.client = client
@@ -100,7 +95,6 @@ class Engine:
         self.console = console
         self.progress = stage_progress(console)
         self.guard = guard
-        self.steps_planned = steps_planned
         self.reward = reward
         self.prompt = PromptSpec(
             config.templates.rollout_system,
@@ -108,10 +102,9 @@ class Engine:
             Path(config.system_prompt).read_text(encoding="utf-8") if config.system_prompt else None,
         )
         self.agent = config.agent.build() if config.agent.tools else None
-        self.stores = StoreWorker(run.store_dir)
-        self.commits = StepCommits()
+        self.store = VectorStore(run.store_dir)
         self.validator = Validator(
-            config, client, reward, self.prompt, self.agent, run, self.stores, self.progress, val_problems or []
+            config, client, reward, self.prompt, self.agent, run, self.store, self.progress, val_problems or []
         )
 
     @property
@@ -120,18 +113,13 @@ class Engine:
             return self.config.stage_sampling
         return self.config.stage_sampling.model_copy(update={"max_tokens": self.config.summary_max_tokens})
 
-    @property
-    def needs_store(self) -> bool:
-        return self.config.dedup != "off" or self.config.inject != "all"
-
     def close(self) -> None:
-        self.stores.close()
+        self.store.close()
 
     async def run_step(self, plan: StepPlan, library: Library, state: RunState) -> Library:
-        """Run the stages of one step on `library` and commit the step; returns the library it ends with."""
+        """Run the stages of one step on `library` and write the step; returns the library it ends with."""
         config, started = self.config, time.perf_counter()
-        usage_before = self.client.accounting.total
-        usage_before = type(usage_before)(**vars(usage_before))
+        usage_before = self.client.accounting.total  # a copy: the totals of this moment
         counters = StepCounters(step=plan.step, epoch=plan.epoch, batch=plan.batch, queries=len(plan.problems))
         label = f"epoch {plan.epoch}/{config.epochs} · step {plan.step}"
         library = library.model_copy(deep=True)
@@ -157,15 +145,40 @@ class Engine:
 
         counters.finish(usage_before, self.client.accounting.total, time.perf_counter() - started, new_library)
         outputs = StepOutputs(groups, summaries, analyses, consolidation, screened, applied, retired)
-        # written in the next step's network wait (tfgrpo.learn.commit), or by `flush` where nothing follows
-        self.commits.hold(
-            partial(
-                write_step, self.run, self.console, plan, state, counters, library, new_library, outputs, gate_records
-            )
-        )
-        if self.needs_store and plan.step < self.steps_planned:
-            self.stores.sync_ahead(new_library)
+        self.write_step(plan, state, counters, library, new_library, outputs, gate_records)
         return new_library
+
+    def write_step(
+        self,
+        plan: StepPlan,
+        state: RunState,
+        counters: StepCounters,
+        before: Library,
+        after: Library,
+        outputs: StepOutputs,
+        gate_records: list[dict[str, Any]],
+    ) -> None:
+        """The step's rows, library and metrics to the run directory, the step marked completed last."""
+        context = {"epoch": plan.epoch, "step": plan.step, "batch": plan.batch}
+        run, consolidation, applied = self.run, outputs.consolidation, outputs.applied
+        run.write_step(
+            state,
+            step=plan.step,
+            library=after,
+            rollout_rows=[rollout_row(run, g, r, before, context) for g in outputs.groups for r in g.rollouts],
+            stage_rows={
+                "summaries": [{**context, **s.to_row()} for s in outputs.summaries],
+                "group_ops": [{**context, **a.to_row()} for a in outputs.analyses],
+                "consolidation": [{**context, **consolidation.to_row(), "apply": applied.log_records()}]
+                if consolidation.reply
+                else [],
+            },
+            step_metrics=counters.as_dict(),
+            library_records=history_records(outputs.screened)
+            + (gate_records or [*applied.log_records(), *outputs.retired]),
+        )
+        run.log(counters.one_line())
+        self.console.print(counters.one_line(), highlight=False)
 
     # -- stages 0-2: each query's rollouts, summaries and group analysis ------------------------------------
     async def query_stages(
@@ -174,17 +187,11 @@ class Engine:
         """Stages 0-2 of every query at once, each query going on as soon as its own previous stage is done
         (tfgrpo.learn.query_stages); the library records which experiences each rollout had in context."""
         config = self.config
-        injector = await self.stores.injector(library, config.inject)
-        # Dedup needs the store once the library has items (a later step, or a given library); a one-step
-        # run from scratch never loads it.
-        store_due = self.needs_store and bool(len(library) or plan.step < self.steps_planned)
+        injector = await self.store.injector(library, config.inject)
         stages = StageTracker(self.progress, label, counters, queries=len(plan.problems), group_size=config.group_size)
 
         async def one(problem: Problem) -> QueryOutcome:
-            group = await self.rollout_group(plan, problem, injector, store_due=store_due)
-            # the step before is on disk before any query of this one goes past its rollouts; a failed write
-            # stops this step here, before it pays for summaries
-            self.commits.flush()
+            group = await self.rollout_group(plan, problem, injector)
             record_usage(library, group)
             stages.advance("rollouts", config.group_size)
             stages.query_done("rollouts")
@@ -196,20 +203,8 @@ class Engine:
             stages.query_done("group_advantage")
             return QueryOutcome(group, summaries, analysis)
 
-        # Cold starts (the store's imports, the math verifier's processes, the leakage guard's index) begin once
-        # the first requests are on the wire, so they use the network wait, not the CPU the first requests or
-        # the replies need.
         try:
-            with (
-                warming_up(
-                    self.reward,
-                    [p.answer for p in plan.problems],
-                    *([self.stores.start] if store_due else []),
-                    *([self.guard.prepare_in_background] if self.guard else []),
-                ),
-                self.commits.written_in_wait(),
-            ):
-                outcomes = await gather_all(one(p) for p in plan.problems)
+            outcomes = await gather_all(one(p) for p in plan.problems)
         finally:
             stages.close()
         rollouts = [r for o in outcomes for r in o.group.rollouts]
@@ -224,7 +219,7 @@ class Engine:
         counters.count_analyses([o.analysis for o in outcomes if o.analysis is not None])
         return outcomes
 
-    async def rollout_group(self, plan: StepPlan, problem: Problem, injector: Any, *, store_due: bool) -> Group:
+    async def rollout_group(self, plan: StepPlan, problem: Problem, injector: Any) -> Group:
         """Stage 0 of one query: G samples with the library injected, scored, the group assessed."""
         config = self.config
         chosen = injector.select(problem.problem)
@@ -243,8 +238,6 @@ class Engine:
             sample_offset=offset,
             variants={index: (messages, left) for index, (messages, _, left) in variants.items()},
         )
-        if store_due:  # no-op once started (the warm-up); here for waves that end before the warm-ups run
-            self.stores.start()
         group = Group(problem, experiences, [e.id for e in chosen], rollouts)
         group.sample_experiences = {index: text for index, (_, text, _) in variants.items()}
         await asyncio.to_thread(assess_group, group, self.reward, config)
@@ -374,14 +367,14 @@ class Engine:
 
         if self.config.dedup != "enforce" or not operations:
             return Folded(list(operations))
-        return await self.stores.fold_duplicates(library, operations, self.config.dedup_enforce_threshold)
+        return await self.store.fold_duplicates(library, operations, self.config.dedup_enforce_threshold)
 
     async def near_duplicates(self, library: Library, analyses: list[GroupAnalysis]) -> list[NearDuplicate]:
         """Proposed texts very close to an existing experience, for stage 3 to merge instead of copying."""
         texts = [op.experience for a in analyses for op in a.reply.operations if hasattr(op, "experience")]
         if not (self.config.dedup != "off" and texts and len(library)):
             return []
-        return await self.stores.near_duplicates(library, texts, self.config.dedup_threshold)
+        return await self.store.near_duplicates(library, texts, self.config.dedup_threshold)
 
     # -- helpers ---------------------------------------------------------------------------------------
     async def tracked(self, description: str, coroutines: Iterable[Awaitable[T]], *, weight: int = 1) -> list[T]:

@@ -21,7 +21,7 @@ from tfgrpo.learn.config import LearnConfig
 from tfgrpo.learn.metrics import StepCounters
 from tfgrpo.learn.rundir import RunDir, RunState
 from tfgrpo.learn.selection import INITIAL, gate_decision, reference_step
-from tfgrpo.learn.store_worker import StoreWorker
+from tfgrpo.learn.vector_store import VectorStore
 from tfgrpo.llm.client import LLMClient
 from tfgrpo.rollout.sampling import PromptSpec, Rollout, sample_problems
 
@@ -36,14 +36,14 @@ class Validator:
     prompt: PromptSpec
     agent: Any | None
     run: RunDir
-    stores: StoreWorker
+    store: VectorStore
     progress: Progress
     problems: list[Problem]
 
     async def validate(self, epoch: int, library: Library, *, label: str | None = None) -> dict[str, Any]:
         """Mean@k of `library` on the validation problems (failed calls left out)."""
         config = self.config
-        injector = await self.stores.injector(library, config.inject)
+        injector = await self.store.injector(library, config.inject)
         before = self.client.accounting.total.cost_usd
         label = label or f"epoch {epoch}"
         with progress_task(self.progress, f"{label} · validation", len(self.problems) * config.val_samples) as advance:

@@ -19,7 +19,6 @@ from tfgrpo.llm.client import LLMClient
 from tfgrpo.llm.errors import PER_REQUEST_FAILURES, BudgetExceededError
 from tfgrpo.llm.types import SamplingParams
 from tfgrpo.prompts import render_prompt
-from tfgrpo.rollout.warmup import warming_up
 
 
 @dataclass
@@ -211,8 +210,7 @@ async def sample_problems(
             on_problem_done(problem, rollouts)
         return rollouts
 
-    with warming_up(reward, [problem.answer for problem in problems]):
-        return await gather_all(one(problem) for problem in problems)
+    return await gather_all(one(problem) for problem in problems)
 
 
 async def gather_all(coroutines: Iterable[Awaitable[T]]) -> list[T]:
