@@ -48,7 +48,7 @@ PROBLEM = re.compile(r"What is (\d+)\+(\d+)\?")
 
 
 def scripted_reply(messages: list[dict], count: int) -> str:
-    """The reply to a request seen `count` times before."""
+    """The reply to a request whose question was asked `count` times before."""
     first = messages[0]["content"]
     if "<proposed_changes>" in first:
         ops = re.findall(r"^\s+- (\{.*\})$", first, re.M)
@@ -78,6 +78,9 @@ def serve(port: int, latency_s: float, ready: multiprocessing.Event, spread: flo
     from aiohttp import web
 
     seen: dict[str, int] = {}
+    # a rollout is right or wrong in turn per question, whatever the experiences in its prompt: a prompt that
+    # leaves one out (credit's leave-outs) is another key of `seen` but the same question
+    asked: dict[str, int] = {}
     log: list[dict] = []  # arrival time, messages and latency of every request, for /log
 
     async def completions(request: web.Request) -> web.Response:
@@ -85,10 +88,13 @@ def serve(port: int, latency_s: float, ready: multiprocessing.Event, spread: flo
         key = json.dumps(body["messages"], sort_keys=True)
         count = seen.get(key, 0)
         seen[key] = count + 1
+        question = json.dumps(body["messages"][-1], sort_keys=True)
+        turn = asked.get(question, 0)
+        asked[question] = turn + 1
         latency = request_latency(latency_s, spread, key, count)
         log.append({"t": time.time(), "messages": body["messages"], "latency": latency})
         await asyncio.sleep(latency)
-        text = scripted_reply(body["messages"], count)
+        text = scripted_reply(body["messages"], turn)
         return web.json_response(
             {
                 "id": "bench",

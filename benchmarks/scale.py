@@ -115,7 +115,9 @@ def serve(port: int, latency_s: float, ready: multiprocessing.Event) -> None:
     """`engine.serve` with a compact log: (arrival time, stage, prompt characters) per request, and /count."""
     from aiohttp import web
 
-    seen: dict[str, int] = {}  # sha1 of the messages -> times seen (engine.serve keys by the messages themselves)
+    # sha1 of the question (the last message) -> times asked: as engine.serve, a rollout is right or wrong in turn
+    # per question, whatever the experiences its prompt left out
+    seen: dict[str, int] = {}
     log: list[tuple[float, str, int]] = []
     answered = [0]
 
@@ -123,7 +125,7 @@ def serve(port: int, latency_s: float, ready: multiprocessing.Event) -> None:
         body = await request.json()
         messages = body["messages"]
         log.append((time.time(), stage_of(messages), sum(len(str(m.get("content") or "")) for m in messages)))
-        key = hashlib.sha1(json.dumps(messages, sort_keys=True).encode()).hexdigest()
+        key = hashlib.sha1(json.dumps(messages[-1], sort_keys=True).encode()).hexdigest()
         count = seen.get(key, 0)
         seen[key] = count + 1
         await asyncio.sleep(latency_s)

@@ -37,6 +37,7 @@ from experiences.limits import (  # re-exported: callers import them from here
 from experiences.model import Library
 from experiences.ops import AddOp, MergeOp, ModifyOp, Operation
 from experiences.store import ExperienceStore, Match
+from experiences.store_process import StoreProcess
 
 #: Enforcement: two lessons are one when the embedding puts them at cosine >= 0.70 and the word-level checks
 #: of experiences.contrast find no difference in meaning (a number, an operator, a negation, a contrast word,
@@ -152,7 +153,7 @@ class Folded:
 def enforce_dedup(
     library: Library,
     operations: Iterable[Operation],
-    store: ExperienceStore | Embedder,
+    store: ExperienceStore | StoreProcess | Embedder,
     *,
     threshold: float = DEFAULT_ENFORCE_THRESHOLD,
 ) -> Folded:
@@ -165,7 +166,7 @@ def enforce_dedup(
         return Folded(operations)
     vectors: Sequence[Sequence[float]]
     matches: list[list[Match]]
-    if isinstance(store, ExperienceStore):
+    if isinstance(store, ExperienceStore | StoreProcess):
         store.sync(library)
         vectors = store.embed([op.experience for op in checked])
         matches = store.query_vectors(vectors, k=2)

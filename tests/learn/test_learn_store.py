@@ -50,8 +50,44 @@ def test_a_one_step_run_from_scratch_never_opens_the_store(tmp_path):
     assert not (tmp_path / "run" / "store").exists()
 
 
-def test_the_store_is_one_thread_in_this_process_and_closes_with_the_engine(tmp_path):
-    """Store calls run in order on one thread named for it; closing waits for the call under way."""
+def test_a_store_process_grown_past_its_bound_is_replaced_and_the_run_learns_the_same(tmp_path, monkeypatch):
+    """chromadb's process grows under a run's churn: past RECYCLE_GROWTH_MB it is replaced after a step is
+    written (here after every step), and the run's hints and library are those of a run that kept it."""
+    from experiences.store_process import StoreProcess
+    from tfgrpo.learn import vector_store
+
+    pairs = [(1, 2), (3, 4), (5, 6), (7, 8)]
+    (tmp_path / "kept").mkdir()
+    (tmp_path / "replaced").mkdir()
+    kept, kept_backend = run_learn(tmp_path / "kept", World(), pairs, group_size=2, epochs=1, batch_size=1, dedup=True)
+    started, stores = [], []
+    original_init, original_close = StoreProcess.__init__, vector_store.VectorStore.close
+
+    def init(self, *args, **kwargs):
+        original_init(self, *args, **kwargs)
+        started.append(self)
+
+    def close(self):
+        stores.append(self)
+        original_close(self)
+
+    monkeypatch.setattr(StoreProcess, "__init__", init)
+    monkeypatch.setattr(vector_store.VectorStore, "close", close)
+    monkeypatch.setattr(vector_store, "RECYCLE_GROWTH_MB", -1.0)  # always "grown": replaced after each step
+    replaced, backend = run_learn(
+        tmp_path / "replaced", World(), pairs, group_size=2, epochs=1, batch_size=1, dedup=True
+    )
+    assert replaced.status == "completed"
+    assert stores[0].replacements == 3  # after steps 2-4 (after step 1 it held no library yet)
+    assert len(started) == 4 and all(p._process.poll() is not None for p in started)  # none left running
+    assert [e.text for e in replaced.library.experiences] == [e.text for e in kept.library.experiences]
+    hints = [[m.content for m in r.messages] for r in backend.calls if r.tag == "consolidate"]
+    assert hints == [[m.content for m in r.messages] for r in kept_backend.calls if r.tag == "consolidate"]
+
+
+def test_the_store_is_one_thread_and_its_process_ends_with_close(tmp_path):
+    """Store calls run in order on one thread named for it; `close` waits for the call under way and ends the
+    store's process."""
     import asyncio
     import threading
 
@@ -67,9 +103,11 @@ def test_the_store_is_one_thread_in_this_process_and_closes_with_the_engine(tmp_
         return set(threads), hints
 
     threads, hints = asyncio.run(scenario())
+    process = store._process
     store.close()
     assert len(threads) == 1 and next(iter(threads)).startswith("vector-store")
     assert [h.id for h in hints] == ["G0"]
     assert (tmp_path / "store").is_dir()
+    assert process is not None and process._process.returncode == 0
     with pytest.raises(RuntimeError):  # no call is taken once closed
         asyncio.run(store.call(len, []))

@@ -146,6 +146,7 @@ class Engine:
         counters.finish(usage_before, self.client.accounting.total, time.perf_counter() - started, new_library)
         outputs = StepOutputs(groups, summaries, analyses, consolidation, screened, applied, retired)
         self.write_step(plan, state, counters, library, new_library, outputs, gate_records)
+        self.store.replace_if_grown(new_library)
         return new_library
 
     def write_step(

@@ -1,9 +1,15 @@
-"""The run's vector store (dedup, top-k injection): chromadb in this process, opened when a step first needs it.
+"""The run's vector store (dedup, top-k injection): chromadb in a process of its own, called from one thread.
 
-Its calls embed and search, which block on CPU, so they run on one worker thread of their own, one at a
-time and in order (chromadb's client is not shared between threads here); the event loop keeps reading
-replies meanwhile. The store is derived from the library, so it is brought in step with it before each use;
-while the library is empty, dedup compares a step's adds with the embedder alone and chromadb stays closed.
+Why a process: chromadb grows under a learn run's churn (its process by about 1 MB a step), and memory it
+takes is not given back while it lives. In the learn process that made peak RSS grow with the steps
+(`benchmarks/scale.py`: 416 -> 516 MB from 10 to 100 steps, 1.24x); in a child process
+(`experiences.store_process`) that is replaced once it has grown by RECYCLE_GROWTH_MB, the rows stay flat.
+The store is derived from the library, so a replacement opens the same store on disk and embeds nothing
+again, and one that fails costs no lesson: the next call that needs the store reports it.
+
+Every call is a blocking round trip to that process, made on this object's one thread, in order, so the
+event loop keeps reading replies meanwhile. The process starts on the first call; while the library is
+empty it only embeds (dedup of a step's own adds), and opens chromadb when a call needs the collection.
 """
 
 from __future__ import annotations
@@ -13,47 +19,53 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from experiences.model import Library
+from experiences.errors import ExperienceError
+from experiences.model import Experience, Library
 from experiences.ops import Operation
 from tfgrpo.learn.stages.consolidate import NearDuplicate
 from tfgrpo.rollout.injection import Injector
 
-if TYPE_CHECKING:  # chromadb and onnxruntime load with the first step that needs the store
+if TYPE_CHECKING:  # chromadb's side loads in the store's process, with the first step that needs it
     from experiences.dedup import Folded
-    from experiences.store import ExperienceStore
+    from experiences.store_process import StoreProcess
+
+#: growth of the store's process (RSS, MB) since it first held a library past which it is replaced
+RECYCLE_GROWTH_MB = 32.0
 
 
 class VectorStore:
-    """The store of one run directory, opened on first use, called from one thread."""
+    """The store of one run directory, in a child process started on first use, called from one thread."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self.log_path = path.parent / "store.log"
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vector-store")
-        self._store: ExperienceStore | None = None
-        self._embedder: Any = None
+        self._process: StoreProcess | None = None
+        self._started_mb: float | None = None  # its RSS when it first held a library: what growth is measured from
+        self.replacements = 0
 
     async def call(self, function: Any, *args: Any, **kwargs: Any) -> Any:
         """Run `function` on the store's thread."""
         return await asyncio.get_running_loop().run_in_executor(self._thread, lambda: function(*args, **kwargs))
 
-    def _embedder_now(self) -> Any:
-        if self._embedder is None:
-            from experiences.embedders import OnnxMiniLMEmbedder
+    def _current(self) -> StoreProcess:
+        """On the store's thread: the store's process, started now if it is not running."""
+        if self._process is None:
+            from experiences.store_process import StoreProcess
 
-            self._embedder = OnnxMiniLMEmbedder()
-        return self._embedder
+            self._process = StoreProcess(self.path, log_path=self.log_path, open_at_start=False)
+            self._process.wait_ready()
+            self._started_mb = None
+        return self._process
 
-    def _synced_now(self, library: Library) -> ExperienceStore:
-        if self._store is None:
-            from experiences.store import ExperienceStore
+    def _synced_now(self, library: Library) -> StoreProcess:
+        store = self._current()
+        store.sync(library)
+        return store
 
-            self._store = ExperienceStore(self.path, embedder=self._embedder_now())
-        self._store.sync(library)
-        return self._store
-
-    async def synced(self, library: Library) -> ExperienceStore:
+    async def synced(self, library: Library) -> StoreProcess:
         """The store, holding exactly `library`'s experiences."""
-        store: ExperienceStore = await self.call(self._synced_now, library)
+        store: StoreProcess = await self.call(self._synced_now, library)
         return store
 
     async def injector(self, library: Library, spec: str) -> Injector:
@@ -64,8 +76,8 @@ class VectorStore:
         """`experiences.dedup.enforce_dedup` of `operations` against `library`, on the store's thread."""
         from experiences.dedup import enforce_dedup
 
-        # an empty library: only the step's own adds to compare, which needs the embedder, not the store
-        store = await self.synced(library) if len(library) else await self.call(self._embedder_now)
+        # an empty library: only the step's own adds to compare, which needs the embedder, not the collection
+        store = await self.synced(library) if len(library) else (await self.call(self._current)).embedder
         folded: Folded = await self.call(enforce_dedup, library, operations, store, threshold=threshold)
         return folded
 
@@ -79,9 +91,36 @@ class VectorStore:
             if found and found[0].similarity >= threshold
         ]
 
+    def replace_if_grown(self, library: Library) -> None:
+        """After a step is written: queue, on the store's thread, a replacement of a process that has grown by
+        RECYCLE_GROWTH_MB; the next call waits for it. A no-op before the process has started."""
+        if self._process is not None:
+            # a snapshot of what the store holds: the run goes on changing the library's counters
+            lessons = Library(experiences=[Experience(id=e.id, text=e.text) for e in library.experiences])
+            self._thread.submit(self._replace_now, lessons)
+
+    def _replace_now(self, lessons: Library) -> None:
+        store = self._process
+        now = store.rss_mb() if store is not None and store.holds_library else None
+        if store is None or now is None:
+            return
+        if self._started_mb is None:  # the first library it holds: loaded, embedded, its buffers sized
+            self._started_mb = now
+        if now - self._started_mb <= RECYCLE_GROWTH_MB:
+            return
+        store.close()  # first: two processes must not hold the same store on disk
+        self._process = None
+        self.replacements += 1
+        try:
+            self._synced_now(lessons)
+        except ExperienceError:
+            self._process = None  # started again by the next call, which then reports what fails
+
     def close(self) -> None:
-        """Wait for the call under way, if any, and stop the thread."""
+        """Wait for the call under way, stop the thread and the store's process."""
         self._thread.shutdown(wait=True)
+        if self._process is not None:
+            self._process.close()
 
 
-__all__ = ["VectorStore"]
+__all__ = ["RECYCLE_GROWTH_MB", "VectorStore"]
