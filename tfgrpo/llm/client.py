@@ -1,8 +1,8 @@
 """The one client every LLM call goes through.
 
 Backends implement only `forward`; this class wraps them once with the per-sample response cache,
-retries with exponential backoff + jitter (honouring Retry-After), per-endpoint bounded concurrency,
-least-busy routing across replicas, token/cost/latency accounting and the budget cap.
+the retry policy and least-busy routing of `tfgrpo.llm.retry` (shared with serve's HTTP passthrough),
+per-endpoint bounded concurrency, token/cost/latency accounting and the budget cap.
 
 Structured outputs (`structured_output`): "off" drops every request's JSON schema; "on" sends it and
 refuses a backend that cannot enforce one; "auto" sends it where the backend can, and when an endpoint
@@ -17,8 +17,6 @@ import time
 from collections.abc import Awaitable, Sequence
 from typing import Any, TypeVar
 
-from tenacity import RetryCallState, wait_exponential_jitter
-
 from tfgrpo.llm.accounting import Accounting, Pricing
 from tfgrpo.llm.backends.profiles import ProviderProfile
 from tfgrpo.llm.base import Backend
@@ -29,12 +27,9 @@ from tfgrpo.llm.errors import (
     ContextWindowExceededError,
     InvalidRequestError,
     MalformedResponseError,
-    RateLimitError,
-    RequestFailedError,
     RequestTimeoutError,
-    ServerError,
-    TransientError,
 )
+from tfgrpo.llm.retry import LeastBusy, RetryPolicy
 from tfgrpo.llm.types import ChatRequest, Completion, Message, ResponseSchema, SamplingParams
 
 T = TypeVar("T")
@@ -78,18 +73,18 @@ class LLMClient:
         self.schema_fallbacks: dict[str, str] = {}
         self.model_name = self.backends[0].model_name
         self.cache = cache
-        self.max_retries = max_retries
+        self.retry = RetryPolicy(max_retries, backoff_initial_s, backoff_max_s, retry_after_max_s)
         self.timeout_s = timeout_s
         self.pricing = pricing or Pricing()
         self.budget_usd = budget_usd
         self.accounting = Accounting()
         #: the model's context window where known: prompts that cannot fit are refused before sending
         self.context_tokens = context_tokens
-        self._backoff = wait_exponential_jitter(multiplier=backoff_initial_s, max=backoff_max_s)
-        self._retry_after_max_s = retry_after_max_s
         self._concurrency = concurrency
         self._semaphores: dict[str, asyncio.Semaphore] = {}
-        self._in_flight: dict[str, int] = {b.endpoint: 0 for b in self.backends}
+        self._router = LeastBusy(b.endpoint for b in self.backends)
+        # the first backend of an endpoint answers for it
+        self._backend_at = {backend.endpoint: backend for backend in reversed(self.backends)}
         self._in_flight_samples: dict[str, asyncio.Future[Completion]] = {}
 
     # ------------------------------------------------------------------ public API
@@ -223,52 +218,21 @@ class LLMClient:
                 f"{self.model_name}'s context window of {self.context_tokens:,} tokens; not sent"
             )
 
-    def _pick_backend(self) -> Backend:
-        return min(self.backends, key=lambda b: self._in_flight[b.endpoint])
-
     def _semaphore(self, endpoint: str) -> asyncio.Semaphore:
         # Created lazily so the semaphore belongs to the running event loop.
         if endpoint not in self._semaphores:
             self._semaphores[endpoint] = asyncio.Semaphore(self._concurrency)
         return self._semaphores[endpoint]
 
-    def _retry_delay(self, error: TransientError, attempt: int) -> float:
-        """Seconds to wait after failed attempt number `attempt`: the server's Retry-After when it
-        gave one (capped), else tenacity's exponential backoff with jitter."""
-        retry_after = getattr(error, "retry_after", None)
-        if retry_after is not None:
-            return min(float(retry_after), self._retry_after_max_s)
-        state = RetryCallState(retry_object=None, fn=None, args=(), kwargs={})  # type: ignore[arg-type]
-        state.attempt_number = attempt
-        return self._backoff(state)
-
     async def _call_with_retries(self, request: ChatRequest) -> list[Completion]:
-        # A plain loop rather than tenacity's AsyncRetrying: that costs ~25 us of CPU per call, paid by
-        # every call (1,100 per learn epoch) although almost none is retried; the backoff is tenacity's.
         self._check_budget()
         self._check_context(request)
-        attempts = 0
-        while True:
-            attempts += 1
-            try:
-                return await self._call_once(request)
-            except TransientError as exc:
-                if attempts > self.max_retries:
-                    last_error = exc
-                    break
-                self.accounting.record_retry(request.tag, retry_cause(exc))
-                await asyncio.sleep(self._retry_delay(exc, attempts))
-        self.accounting.record_failure(request.tag)
-        raise RequestFailedError(
-            f"{request.tag or 'LLM'} request failed after {attempts} attempt(s): {type(last_error).__name__}: {last_error}",
-            cause=last_error,
-            attempts=attempts,
-        )
+        return await self.retry.run(lambda _attempt: self._call_once(request), self.accounting, request.tag)
 
     async def _call_once(self, request: ChatRequest) -> list[Completion]:
         self._check_budget()
-        backend = self._pick_backend()
-        self._in_flight[backend.endpoint] += 1
+        backend = self._backend_at[self._router.pick()]
+        self._router.start(backend.endpoint)
         try:
             async with self._semaphore(backend.endpoint):
                 # again once a slot is free: the calls that finished while this one queued may have spent
@@ -286,7 +250,7 @@ class LLMClient:
                     self.schema_fallbacks[backend.endpoint] = f"{type(exc).__name__}: {exc}"
                 latency = time.perf_counter() - started
         finally:
-            self._in_flight[backend.endpoint] -= 1
+            self._router.done(backend.endpoint)
         if len(completions) != request.n:
             raise MalformedResponseError(f"{backend.endpoint} returned {len(completions)} samples, {request.n} asked")
         priced = []
@@ -362,19 +326,6 @@ class LLMClient:
             and sent.response_schema is not None
             and not isinstance(error, ContextWindowExceededError)
         )
-
-
-def retry_cause(error: TransientError) -> str:
-    """The accounting bucket of a retried failure (RETRY_CAUSES)."""
-    for kind, cause in (
-        (RateLimitError, "rate_limit"),
-        (ServerError, "server_error"),
-        (RequestTimeoutError, "timeout"),
-        (MalformedResponseError, "bad_body"),
-    ):
-        if isinstance(error, kind):
-            return cause
-    return "connection"
 
 
 async def _within(awaitable: Awaitable[T], timeout_s: float) -> T:

@@ -2,14 +2,14 @@
 
 Why not `LLMClient.chat`: a proxy must pass every field it does not understand (tools, response_format,
 logprobs, stream_options, ...) and stream bytes as they come, while `ChatRequest` is a typed subset and
-returns whole completions. So the bytes go through one pooled aiohttp session (measured: httpx's pool
-added ~1 s at 64 concurrent requests on 2 cores, aiohttp a few ms; benchmarks/serve.py), and the client
-layer's policy is reused piece by piece: its error classification (`map_status_error`: what is
-transient), its Retry-After parsing, tenacity's exponential backoff with jitter, least-busy routing
-over replicas, and its `Accounting` for calls, tokens, latency, failures and retries by cause. A request
-is retried only before any byte reached the client (a 429/5xx/timeout/refused connection, or a 2xx whose
-body is not a chat.completion object: truncated, invalid JSON); then the last status goes back unchanged,
-except a bad body, which becomes a 502 (a client must never get a 200 it cannot parse).
+returns whole completions. So the bytes go through one pooled aiohttp session (its pool is the cheaper
+under many concurrent requests; benchmarks/serve.py), with the client layer's policy: each failed attempt
+becomes its typed error (`map_status_error` says which statuses are transient), and `tfgrpo.llm.retry`
+(the client's own retry loop, Retry-After cap, backoff and least-busy routing) decides what happens next;
+its `Accounting` counts calls, tokens, latency, failures and retries by cause. A request is retried only
+before any byte reached the client (a 429/5xx/timeout/refused connection, or a 2xx whose body is not a
+chat.completion object: truncated, invalid JSON); then the last status goes back unchanged, except a bad
+body, which becomes a 502 (a client must never get a 200 it cannot parse).
 """
 
 from __future__ import annotations
@@ -21,12 +21,18 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 import aiohttp
-from tenacity import RetryCallState, wait_exponential_jitter
 from yarl import URL
 
 from tfgrpo.llm.accounting import RETRY_CAUSES, Accounting
-from tfgrpo.llm.backends.errors_map import map_status_error, parse_retry_after
-from tfgrpo.llm.errors import TransientError
+from tfgrpo.llm.backends.errors_map import map_status_error
+from tfgrpo.llm.errors import (
+    ConnectionFailedError,
+    MalformedResponseError,
+    RequestFailedError,
+    RequestTimeoutError,
+    TransientError,
+)
+from tfgrpo.llm.retry import LeastBusy, RetryPolicy
 from tfgrpo.serve.errors import error_bytes
 
 TAG = "serve"
@@ -67,13 +73,6 @@ class StreamReply:
 
 
 @dataclass
-class _Retryable(Exception):
-    failure: UpstreamFailure
-    cause: str  # one of the client layer's RETRY_CAUSES
-    retry_after: float | None = None
-
-
-@dataclass
 class RetryCounters:
     timeouts: int = 0
     by_status: dict[int, int] = field(default_factory=dict)
@@ -88,11 +87,14 @@ class Upstream:
         timeout_s: float,
         max_retries: int,
         backoff_s: float,
-        retry_after_max_s: float = 60.0,
         on_retry: Callable[[str], None] | None = None,
     ):
-        """`on_retry(cause)`: called for each attempt retried (serve counts them)."""
+        """`max_retries`, `backoff_s`: serve's own settings of the client layer's `RetryPolicy` (its other
+        fields, the Retry-After cap included, are the client's). `on_retry(cause)`: called for each attempt
+        retried (serve counts them)."""
         self.urls = urls
+        self.retry = RetryPolicy(max_retries=max_retries, backoff_initial_s=backoff_s)
+        self.router = LeastBusy(urls)
         self.accounting = Accounting()
         self.counters = RetryCounters()
         self.on_retry = on_retry
@@ -100,20 +102,13 @@ class Upstream:
             {"authorization": f"Bearer {api_key}"} if api_key else {}
         )
         self._timeout_s = timeout_s
-        self._max_retries = max_retries
-        self._backoff = (
-            wait_exponential_jitter(multiplier=backoff_s, max=max(backoff_s, 10.0)) if backoff_s > 0 else None
-        )
-        self._retry_after_max_s = retry_after_max_s
-        self._in_flight = {url: 0 for url in urls}
         self._targets: dict[tuple[str, str], URL] = {}  # parsed once: yarl parses a str URL on every request
         self._session: aiohttp.ClientSession | None = None
 
     async def open(self) -> None:
         # No total deadline (a stream may run long); a timeout is `timeout_s` without a byte from the upstream.
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=self._timeout_s, sock_read=self._timeout_s)
-        # No cookie jar: a proxy must not keep one client's Set-Cookie for the next (and skipping it saves
-        # ~15% of aiohttp's CPU per request, measured).
+        # No cookie jar: a proxy must not keep one client's Set-Cookie for the next (and it costs CPU per request).
         self._session = aiohttp.ClientSession(
             timeout=timeout,
             connector=aiohttp.TCPConnector(limit=0),
@@ -126,7 +121,7 @@ class Upstream:
             await self._session.close()
 
     async def get(self, path: str, *, authorization: str | None = None) -> tuple[int, bytes]:
-        url = min(self.urls, key=self._in_flight.__getitem__)
+        url = self.router.pick()
         async with self._client().get(url + path, headers=self._with(authorization)) as response:
             return response.status, await response.read()
 
@@ -162,27 +157,22 @@ class Upstream:
         return self._headers if authorization is None else self._headers | {"authorization": authorization}
 
     async def _post(self, path: str, body: bytes, *, stream: bool, headers: dict[str, str]) -> StreamReply | JsonReply:
-        attempts = 0
-        while True:
-            attempts += 1
+        async def attempt(number: int) -> StreamReply | JsonReply:
             try:
-                url = min(self.urls, key=self._in_flight.__getitem__)
-                reply = await self._attempt(url, path, body, stream, headers)
-                reply.attempts = attempts
-                return reply
+                reply = await self._attempt(self.router.pick(), path, body, stream, headers)
             except UpstreamFailure as failure:  # the request's own fault: retrying cannot help
-                failure.attempts = attempts
+                failure.attempts = number
                 self.accounting.record_failure(TAG)
                 raise
-            except _Retryable as retryable:
-                retryable.failure.attempts = attempts
-                if attempts > self._max_retries:
-                    self.accounting.record_failure(TAG)
-                    raise retryable.failure from None
-                self.accounting.record_retry(TAG, retryable.cause)
-                if self.on_retry is not None:
-                    self.on_retry(retryable.cause)
-                await asyncio.sleep(self._delay(retryable.retry_after, attempts))
+            reply.attempts = number
+            return reply
+
+        try:
+            return await self.retry.run(attempt, self.accounting, TAG, self.on_retry)
+        except RequestFailedError as exhausted:  # the last attempt's answer goes back (`raise ... from failure`)
+            failure = cast(UpstreamFailure, getattr(exhausted.cause, "__cause__", None))
+            failure.attempts = exhausted.attempts
+            raise failure from None
 
     async def _attempt(
         self, url: str, path: str, body: bytes, stream: bool, headers: dict[str, str]
@@ -192,17 +182,16 @@ class Upstream:
         except asyncio.TimeoutError:
             self.counters.timeouts += 1
             message = f"the upstream did not answer within {self._timeout_s:g}s"
-            raise _Retryable(_failure(504, message, "upstream_timeout"), "timeout") from None
+            raise RequestTimeoutError(message) from _failure(504, message, "upstream_timeout")
         except aiohttp.ClientError as exc:
             message = f"upstream unreachable: {type(exc).__name__}"
-            raise _Retryable(_failure(502, message, "upstream_unreachable"), "connection") from None
+            raise ConnectionFailedError(message) from _failure(502, message, "upstream_unreachable")
         if response.status >= 400:
             failure = await self._failure(response)
             error = map_status_error(response.status, failure.body[:500].decode(errors="replace"), response.headers)
             if not isinstance(error, TransientError):
                 raise failure
-            cause = "rate_limit" if response.status == 429 else "server_error"
-            raise _Retryable(failure, cause, parse_retry_after(response.headers))
+            raise error from failure
         if stream and response.content_type == "text/event-stream":
             return StreamReply(response, url)
         return await self._whole(response, url)
@@ -218,7 +207,9 @@ class Upstream:
             response.release()
         if not isinstance(data, dict) or not isinstance(data.get("choices"), list):
             message = f"the upstream answered {response.status} with a body that is not a chat.completion object"
-            raise _Retryable(_failure(502, message + " (truncated or invalid JSON)", "bad_upstream_body"), "bad_body")
+            raise MalformedResponseError(message) from _failure(
+                502, message + " (truncated or invalid JSON)", "bad_upstream_body"
+            )
         return JsonReply(response.status, content, data, url)
 
     def record(self, *, prompt_tokens: int, completion_tokens: int, latency_s: float) -> None:
@@ -240,11 +231,11 @@ class Upstream:
         }
 
     async def _send(self, url: str, path: str, body: bytes, headers: dict[str, str]) -> aiohttp.ClientResponse:
-        self._in_flight[url] += 1
+        self.router.start(url)
         try:
             return await self._client().post(self._target(url, path), data=body, headers=headers)
         finally:
-            self._in_flight[url] -= 1
+            self.router.done(url)
 
     async def _failure(self, response: aiohttp.ClientResponse) -> UpstreamFailure:
         try:
@@ -256,15 +247,6 @@ class Upstream:
         self.counters.by_status[response.status] = self.counters.by_status.get(response.status, 0) + 1
         headers = {key.lower(): value for key, value in response.headers.items() if key.lower() == "retry-after"}
         return UpstreamFailure(response.status, body, headers)
-
-    def _delay(self, retry_after: float | None, attempt: int) -> float:
-        if retry_after is not None:
-            return min(retry_after, self._retry_after_max_s)
-        if self._backoff is None:
-            return 0.0
-        state = RetryCallState(retry_object=None, fn=None, args=(), kwargs={})  # type: ignore[arg-type]
-        state.attempt_number = attempt
-        return self._backoff(state)
 
     def _target(self, url: str, path: str) -> URL:
         target = self._targets.get((url, path))
