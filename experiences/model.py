@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from experiences.credit import Credit
 from experiences.errors import LibraryFileError
+from tfgrpo.core.answers import normalize_text
 from tfgrpo.core.atomic import atomic_write_text
 from tfgrpo.core.textfile import loads_json, read_text
 
@@ -331,10 +332,6 @@ class Library(BaseModel):
             raise LibraryFileError(_describe(exc, source)) from None
 
 
-def normalize_text(text: str) -> str:
-    return " ".join(text.split()).casefold()
-
-
 def experience_or_error(source: str, where: str, **fields: Any) -> Experience:
     """`Experience(**fields)`, or one `LibraryFileError` line naming `source` and `where` (e.g. "line 3")."""
     try:
@@ -374,5 +371,4 @@ __all__ = [
     "Retired",
     "Usage",
     "count_words",
-    "normalize_text",
 ]

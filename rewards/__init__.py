@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from rewards.extraction import extract_answer
     from rewards.format import FormatReward
     from rewards.judge import JudgeReward
-    from rewards.majority import MajorityReward, majority_vote
+    from rewards.majority import MajorityReward
     from rewards.math import MathReward, is_equivalent
     from rewards.numeric import NumericReward
     from rewards.verifier import Verifier
@@ -42,7 +42,6 @@ _LAZY = {
     "FormatReward": "rewards.format",
     "JudgeReward": "rewards.judge",
     "MajorityReward": "rewards.majority",
-    "majority_vote": "rewards.majority",
     "MathReward": "rewards.math",
     "is_equivalent": "rewards.math",
     "NumericReward": "rewards.numeric",
@@ -78,5 +77,4 @@ __all__ = [
     "extract_answer",
     "get_reward",
     "is_equivalent",
-    "majority_vote",
 ]

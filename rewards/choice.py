@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from rewards.base import Reward, Score, column, completion_text
-from rewards.exact import normalize_text
+from rewards.exact import exact_match_form
 from rewards.extraction import last_answer_line, last_boxed
 
 # "(B)", "B)", "B.", "**B**", "option B", "answer is B": a capital letter standing alone.
@@ -36,9 +36,9 @@ def choose(text: str, options: Sequence[str] | None = None, letters: str = "ABCD
 
 def _letter_or_option(candidate: str, options: Sequence[str] | None, letters: str) -> str | None:
     if options:
-        wanted = normalize_text(candidate)
+        wanted = exact_match_form(candidate)
         for index, option in enumerate(options):
-            if normalize_text(str(option)) == wanted:
+            if exact_match_form(str(option)) == wanted:
                 return letters[index]
     found = [m.group(1) for m in _LETTER.finditer(candidate.upper() if len(candidate) <= 3 else candidate)]
     found = [letter for letter in found if letter in letters]

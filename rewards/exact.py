@@ -3,25 +3,23 @@
 from __future__ import annotations
 
 import re
-import unicodedata
 from collections.abc import Sequence
 from typing import Any
 
 from rewards.base import Reward, Score, column, completion_text
 from rewards.extraction import last_answer_line, last_boxed
 from rewards.params import flag
-from tfgrpo.core.answers import normalize_answer
+from tfgrpo.core.answers import normalize_answer, normalize_text
 
 _ARTICLES = re.compile(r"\b(?:a|an|the)\b")
 _PUNCT_EDGES = re.compile(r"^[\s\"'`.,;:!?()\[\]]+|[\s\"'`.,;:!?()\[\]]+$")
 
 
-def normalize_text(text: str) -> str:
-    """Lower case, NFKC, no articles, single spaces, no punctuation at the edges (SQuAD-style)."""
-    text = unicodedata.normalize("NFKC", normalize_answer(text)).casefold()
-    text = _ARTICLES.sub(" ", text)
-    text = " ".join(text.split())
-    return _PUNCT_EDGES.sub("", text)
+def exact_match_form(answer: str) -> str:
+    """The form two free-text answers share to match (SQuAD's): `normalize_answer`, then the one text
+    normaliser (`normalize_text`), without articles and without punctuation at the edges."""
+    text = _ARTICLES.sub(" ", normalize_text(normalize_answer(answer)))
+    return _PUNCT_EDGES.sub("", " ".join(text.split()))
 
 
 def final_text(completion: str) -> str:
@@ -57,11 +55,11 @@ class ExactMatchReward(Reward):
                 scores.append(Score(None, answer, f"no reference answer in column '{self.answer_key}'"))
             elif not answer.strip():
                 scores.append(Score(0.0, None, "empty answer"))
-            elif normalize_text(answer) in {normalize_text(str(ref)) for ref in references}:
+            elif exact_match_form(answer) in {exact_match_form(str(ref)) for ref in references}:
                 scores.append(Score(1.0, answer, "correct: exact match"))
             else:
                 scores.append(Score(0.0, answer, f"wrong: {answer[:60]!r} does not match the reference"))
         return scores
 
 
-__all__ = ["ExactMatchReward", "final_text", "normalize_text"]
+__all__ = ["ExactMatchReward", "exact_match_form", "final_text"]

@@ -1,8 +1,8 @@
 """Majority-vote pseudo-labels, for learning without ground truth (the method's self-discrimination mode).
 
-The vote itself is `tfgrpo.core.answers.majority_vote` (classes by `vote_key`, unparsable answers never
-vote, ties to the class voted first), the same rule as maj@k in eval and learn's pseudo-label. This reward
-differs only in its default for a tie: no pseudo-gold (`ties="none"`), since scoring a TRL batch against a
+The vote is `tfgrpo.core.answers.majority_vote` (classes by `vote_key`, unparsable answers never vote,
+ties to the class voted first), the same function as maj@k in eval and learn's pseudo-label. This reward
+passes another default for a tie: no pseudo-gold (`ties="none"`), since scoring a TRL batch against a
 coin flip teaches noise; `ties="first"` gives the shared rule. With `min_share`, the winner needs that
 share of ALL G completions (unparsable ones included).
 """
@@ -19,19 +19,7 @@ from rewards.extraction import extract_answer
 from rewards.math import _compare
 from rewards.params import choice, number, optional_count, share
 from rewards.verifier import shared_verifier
-from tfgrpo.core.answers import TieRule, vote_key
-from tfgrpo.core.answers import majority_vote as core_majority_vote
-
-
-def majority_vote(answers: Sequence[str | None], *, ties: TieRule = "none", min_share: float = 0.0) -> str | None:
-    """The majority answer of a group (its first spelling), or None: no parsable answer, a tie, too few votes.
-
-    `tfgrpo.core.answers.majority_vote` decides; this reward only defaults to abstaining on a tie.
-    """
-    if ties not in ("none", "first"):
-        raise RewardError(f"ties must be 'none' or 'first', got {ties!r}")
-    vote = core_majority_vote(answers, ties=ties, min_share=min_share)
-    return None if vote is None else vote.first
+from tfgrpo.core.answers import TieRule, majority_vote
 
 
 def group_indices(
@@ -91,12 +79,12 @@ class MajorityReward(Reward):
         pairs: list[tuple[int, str, str, int]] = []
         for group in groups:
             answers = [extracted[i] for i in group]
-            pseudo = majority_vote(answers, ties=self.ties, min_share=self.min_share)
-            if pseudo is None:
+            vote = majority_vote(answers, ties=self.ties, min_share=self.min_share)
+            if vote is None:
                 for i in group:
                     scores[i] = Score(None, extracted[i], "no majority answer in the group (tie or nothing parsable)")
                 continue
-            votes = sum(1 for a in answers if a is not None and a.strip() and vote_key(a) == vote_key(pseudo))
+            pseudo, votes = vote.first, len(vote.indices)
             for i in group:
                 answer = extracted[i]
                 if answer is None:
@@ -117,4 +105,4 @@ class MajorityReward(Reward):
         return scores  # type: ignore[return-value]
 
 
-__all__ = ["MajorityReward", "group_indices", "majority_vote", "vote_key"]
+__all__ = ["MajorityReward", "group_indices"]

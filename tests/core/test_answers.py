@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from rewards.majority import majority_vote as reward_majority_vote
+from rewards.majority import MajorityReward
 from tests.helpers.learn_world import World, read_jsonl, write_problems
-from tfgrpo.core.answers import CORRECT_THRESHOLD, is_correct, majority_vote, vote_key
+from tfgrpo.core.answers import CORRECT_THRESHOLD, is_correct, majority_vote, normalize_text, vote_key
 from tfgrpo.core.metrics import majority_answer, problem_results
 from tfgrpo.learn.config import LearnConfig
 from tfgrpo.learn.loop import learn
@@ -28,15 +28,27 @@ def test_the_one_tie_rule_first_vote_wins():
     assert majority_vote([None, " ", None]) is None
     with pytest.raises(ValueError, match="ties"):
         majority_vote(["1"], ties="random")  # type: ignore[arg-type]
-    # the majority reward uses the same rule; it only defaults to abstaining on a tie
-    assert reward_majority_vote(["6", "5", "5", "6"], ties="first") == "6"
-    assert reward_majority_vote(["6", "5", "5", "6"]) is None
+    # the majority reward calls the same function; it only defaults to abstaining on a tie
+    tie = ["\\boxed{6}", "\\boxed{5}", "\\boxed{5}", "\\boxed{6}"]
+    assert [s.value for s in MajorityReward(ties="first").score(tie)] == [1.0, 0.0, 0.0, 1.0]
+    assert [s.value for s in MajorityReward().score(tie)] == [None] * 4
 
 
 def test_one_voting_class_for_eval_and_rewards():
     assert len({vote_key(a) for a in ("1/2", "0.5", "\\frac{1}{2}", "$\\boxed{\\dfrac{1}{2}}$.", "x = 0.50")}) == 1
     assert vote_key("073") == vote_key("73.0") == vote_key("\\$73") == "73"
     assert vote_key("x^2") == vote_key("$x^2$") != vote_key("2x")
+
+
+def test_one_text_normaliser_for_libraries_and_free_text_answers():
+    from experiences.model import Experience, Library
+    from rewards.exact import ExactMatchReward
+
+    assert normalize_text("  Ｕse\tTHE  rule ") == normalize_text("use the rule") == "use the rule"
+    library = Library(experiences=[Experience(id="G0", text="Check the units before adding.")])
+    assert library.find_text("check  the UNITS before adding.") is library.experiences[0]
+    scores = ExactMatchReward().score(["\\boxed{Ｐaris}", "\\boxed{the  PARIS.}"], answer=["paris", "paris"])
+    assert [s.value for s in scores] == [1.0, 1.0]
 
 
 def test_correctness_threshold_is_one_rule():

@@ -19,9 +19,8 @@ from rewards import (
     RewardError,
     combine,
     get_reward,
-    majority_vote,
 )
-from rewards.majority import vote_key
+from tfgrpo.core.answers import majority_vote, vote_key
 
 
 # ---- exact -------------------------------------------------------------------------------------------
@@ -223,16 +222,17 @@ def test_judge_honours_user_templates_and_reports_bad_ones(tmp_path):
     ],
 )
 def test_majority_vote_rules(answers, expected):
-    assert majority_vote(answers) == expected
+    vote = majority_vote(answers, ties="none")  # the majority reward's default
+    assert (vote and vote.first) == expected
 
 
 def test_majority_vote_options():
-    assert majority_vote(["5", "6"], ties="first") == "5"
+    assert majority_vote(["5", "6"], ties="first").first == "5"
     assert majority_vote(["5", None, None, None], min_share=0.5) is None
-    assert majority_vote(["5", "5", None, None], min_share=0.5) == "5"
+    assert majority_vote(["5", "5", None, None], min_share=0.5).first == "5"
     assert vote_key("\\$1,000") == vote_key("1000")
     with pytest.raises(RewardError, match="ties"):
-        majority_vote(["1"], ties="random")  # type: ignore[arg-type]
+        MajorityReward(ties="random")  # type: ignore[arg-type]
 
 
 @pytest.mark.timeout(60)

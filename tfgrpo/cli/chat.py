@@ -7,6 +7,7 @@ from typing import Annotated, Any
 import typer
 
 from tfgrpo.cli import options as opt
+from tfgrpo.cli.lazy import listed
 from tfgrpo.core.config import build_config
 from tfgrpo.llm.chat import ChatConfig, run_chat
 
@@ -18,7 +19,7 @@ FLAGS = [
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("chat")
+    @listed(app, "chat")
     @opt.config_options(ChatConfig, FLAGS)
     def chat(
         overrides: dict[str, Any],
@@ -28,7 +29,7 @@ def register(app: typer.Typer) -> None:
             bool, typer.Option("--usage/--no-usage", help="Print tokens, latency and cost to stderr.")
         ] = True,
     ) -> None:
-        """Print one reply. With no backend options: the embedded SmolLM2-135M-Instruct, offline."""
+        """With no backend options: the embedded SmolLM2-135M-Instruct, offline."""
         from rich.console import Console
 
         settings = build_config(ChatConfig, config, overrides)

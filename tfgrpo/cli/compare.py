@@ -7,9 +7,11 @@ from typing import Annotated
 
 import typer
 
+from tfgrpo.cli.lazy import listed
+
 
 def register(app: typer.Typer) -> None:
-    @app.command("compare")
+    @listed(app, "compare")
     def compare(
         run_dirs: Annotated[
             list[Path] | None,
@@ -37,7 +39,6 @@ def register(app: typer.Typer) -> None:
             ),
         ] = None,
     ) -> None:
-        """Compare eval runs: Mean@K with CIs, pass@k, maj@k, paired differences vs the first run, cost table."""
         from tfgrpo.core.atomic import folder_target
         from tfgrpo.core.config import ConfigError
 

@@ -8,6 +8,7 @@ import typer
 
 from eval.config import EvalConfig
 from tfgrpo.cli import options as opt
+from tfgrpo.cli.lazy import listed
 from tfgrpo.core.config import build_config
 
 FLAGS = [
@@ -43,7 +44,7 @@ FLAGS = [
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("eval")
+    @listed(app, "eval")
     @opt.config_options(EvalConfig, FLAGS)
     def eval_command(
         overrides: dict[str, Any],
@@ -52,7 +53,6 @@ def register(app: typer.Typer) -> None:
         ] = None,
         config: opt.ConfigOpt = None,
     ) -> None:
-        """Evaluate K samples per problem; writes metrics.json and samples.jsonl (cached, resumable)."""
         from rich.console import Console
 
         if matrix:

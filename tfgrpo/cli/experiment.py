@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from tfgrpo.cli import options as opt
+from tfgrpo.cli.lazy import listed
 from tfgrpo.experiment.recipe import BUNDLED_RECIPES, Recipe
 
 EXIT_BUDGET = 3
@@ -15,7 +16,7 @@ EXIT_INTERRUPTED = 130
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("experiment")
+    @listed(app, "experiment")
     def experiment_command(
         recipe: Annotated[
             str,
@@ -48,7 +49,6 @@ def register(app: typer.Typer) -> None:
             str | None, typer.Option("--api-key", help=opt.option_help(Recipe, opt.flag("model.api_key")))
         ] = None,
     ) -> None:
-        """Run a recipe: learn runs, fine-tuned baselines, evals, then one table with CIs and paired tests."""
         from rich.console import Console
 
         from tfgrpo.experiment.recipe import load_recipe

@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from tfgrpo.cli.lazy import listed
+
 FORMAT_HELP = "md | txt | json | yaml | system-prompt (default: from the --out suffix)."
 CREDIT_FILTERS = {
     "all": ("helps", "hurts", "unclear", "untested"),
@@ -17,7 +19,7 @@ IMPORT_FORMAT_HELP = "md | txt | json | yaml | system-prompt; txt also reads a p
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("export")
+    @listed(app, "export")
     def export(
         library_path: Annotated[Path, typer.Argument(help="Library JSON file.", show_default=False)],
         out: Annotated[Path, typer.Option("--out", "-o", help="File to write.")],
@@ -43,7 +45,6 @@ def register(app: typer.Typer) -> None:
             ),
         ] = "all",
     ) -> None:
-        """Write LIB as md, txt, json, yaml or a ready system prompt (exactly the text injected while learning)."""
         from experiences import Library, export_library
         from experiences.errors import ExperienceError
         from tfgrpo.core.atomic import file_target
@@ -61,7 +62,7 @@ def register(app: typer.Typer) -> None:
             + (f"; {left} left out by --credit {credit}" if left else "")
         )
 
-    @app.command("import")
+    @listed(app, "import")
     def import_command(
         source: Annotated[
             Path,
@@ -73,7 +74,6 @@ def register(app: typer.Typer) -> None:
         fmt: Annotated[str | None, typer.Option("--format", "-f", help=IMPORT_FORMAT_HELP)] = None,
         force: Annotated[bool | None, typer.Option("--force", help="Overwrite --out if it exists.")] = None,
     ) -> None:
-        """Read experiences from md / txt / json / yaml / system-prompt files or a plain list of lines into a library."""
         from experiences import import_library
         from experiences.errors import ExperienceError
         from tfgrpo.core.atomic import file_target

@@ -8,6 +8,7 @@ import typer
 
 from finetune.adapters import AdapterArguments
 from tfgrpo.cli import options as opt
+from tfgrpo.cli.lazy import listed
 from tfgrpo.core.config import ConfigError, deep_merge, drop_unset, load_yaml_value, read_yaml
 
 METHOD_HELP = "sft | dpo | ipo | cdpo | kto | orpo | ppo | grpo | gspo"
@@ -54,7 +55,7 @@ FLAGS = [
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("finetune")
+    @listed(app, "finetune")
     @opt.config_options(AdapterArguments, FLAGS)
     def finetune_command(
         overrides: dict[str, Any],
@@ -65,7 +66,6 @@ def register(app: typer.Typer) -> None:
             typer.Option("--set", help="Any config field: KEY=VALUE (repeatable), e.g. --set beta=0.2."),
         ] = None,
     ) -> None:
-        """Fine-tune a model with METHOD on a learn run's rollouts or a problem file; save adapter + summary."""
         from rich.console import Console
 
         from finetune.errors import FinetuneError

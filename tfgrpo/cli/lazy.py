@@ -1,14 +1,17 @@
 """Sub-commands loaded when they run, not when `tfgrpo` starts.
 
 Each command module imports typer and the pydantic config classes its options come from; importing all
-of them cost ~0.7 s of every invocation, `tfgrpo --help` included. The top-level group lists the
+of them would be paid by every invocation, `tfgrpo --help` included. The top-level group lists the
 commands from `COMMANDS` (name, module, one-line help) and imports a module only to run or describe its
-own command. tests/cli/test_cli_lazy.py checks that `COMMANDS` matches what the modules register.
+own command. The one-line help is written here only: a module registers its command with `listed`, which
+takes the line from the table (and the function's docstring, if any, as the details below it).
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
+from collections.abc import Callable
 from typing import Any
 
 import typer
@@ -77,6 +80,20 @@ LIBRARY_COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+def listed(
+    app: typer.Typer, name: str, table: dict[str, tuple[str, str]] = COMMANDS
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """`@listed(app, "learn")`: register the function as command `name` of `app`, its help the table's line
+    followed by the function's docstring (the details), if it has one."""
+
+    def register(function: Callable[..., Any]) -> Callable[..., Any]:
+        details = inspect.cleandoc(function.__doc__ or "")
+        app.command(name, help=table[name][1] + (f"\n\n{details}" if details else ""))(function)
+        return function
+
+    return register
+
+
 def load_command(name: str, commands: dict[str, tuple[str, str]] = COMMANDS) -> Any:
     """The click command `name`, built from its module's `register` (the module is imported now)."""
     module_name, _ = commands[name]
@@ -140,4 +157,4 @@ class LazyLibraryGroup(LazyGroup):
     plain_help = False
 
 
-__all__ = ["COMMANDS", "LIBRARY_COMMANDS", "LazyGroup", "LazyLibraryGroup", "load_command"]
+__all__ = ["COMMANDS", "LIBRARY_COMMANDS", "LazyGroup", "LazyLibraryGroup", "listed", "load_command"]

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from tfgrpo.cli import options as opt
+from tfgrpo.cli.lazy import listed
 from tfgrpo.core.config import ConfigError, build_config
 from tfgrpo.core.secrets import mask_url
 from tfgrpo.learn.config import LearnConfig
@@ -64,7 +65,7 @@ FLAGS = [
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("learn")
+    @listed(app, "learn")
     @opt.config_options(LearnConfig, FLAGS)
     def learn_command(
         overrides: dict[str, Any],
@@ -77,7 +78,6 @@ def register(app: typer.Typer) -> None:
             ),
         ] = None,
     ) -> None:
-        """Learn an experience library: G rollouts per query, summaries, group advantage, consolidation."""
         from rich.console import Console
 
         console = Console(stderr=True, soft_wrap=True)

@@ -13,6 +13,7 @@ import typer
 
 from eval.config import EvalConfig
 from tfgrpo.cli import options as opt
+from tfgrpo.cli.lazy import LIBRARY_COMMANDS, listed
 from tfgrpo.core.config import build_config
 
 EXIT_LEAKS = 1
@@ -26,9 +27,9 @@ ABLATE_FLAGS = [
 
 
 def register(library_app: typer.Typer) -> None:
-    library_app.command("check")(check)
-    library_app.command("ablate")(ablate_command)
-    library_app.command("prune")(prune_command)
+    listed(library_app, "check", LIBRARY_COMMANDS)(check)
+    listed(library_app, "ablate", LIBRARY_COMMANDS)(ablate_command)
+    listed(library_app, "prune", LIBRARY_COMMANDS)(prune_command)
 
 
 def check(
@@ -47,8 +48,6 @@ def check(
     ] = 10,
     as_json: Annotated[bool | None, typer.Option("--json", help="Print the findings as JSON lines.")] = None,
 ) -> None:
-    """Flag experiences containing a gold answer (equal under the math reward) or copying a problem; exit 1 if
-    any is a leak (tied to its problem), 0 when every match is a coincidence."""
     import json
 
     from rich.console import Console
@@ -111,7 +110,6 @@ def ablate_command(
         float | None, typer.Option("--budget-usd", help="Stop the ablation once this many USD were spent.")
     ] = None,
 ) -> None:
-    """Leave-one-out utility of every experience (with a bootstrap CI), written into LIB's metadata."""
     from rich.console import Console
 
     from eval.ablation import ablate
@@ -156,8 +154,6 @@ def prune_command(
         ),
     ] = False,
 ) -> None:
-    """Remove experiences that hurt, by the utilities `library ablate` wrote or by the credit learn measured (a
-    new version, kept in the history; `library rollback` undoes it)."""
     from eval.ablation import prune_by_utility
     from experiences import History, Library
 

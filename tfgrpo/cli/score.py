@@ -7,6 +7,7 @@ from typing import Annotated, Any
 import typer
 
 from tfgrpo.cli import options as opt
+from tfgrpo.cli.lazy import listed
 from tfgrpo.core.config import build_config, load_yaml_value
 from tfgrpo.llm.config import LLMConfig
 
@@ -28,7 +29,7 @@ JUDGE_FLAGS = opt.llm_flags("backend", "model", "base_url", "api_key", "timeout_
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("score")
+    @listed(app, "score")
     @opt.config_options(LLMConfig, JUDGE_FLAGS)  # the model of `--reward judge`
     def score(
         overrides: dict[str, Any],
@@ -51,8 +52,7 @@ def register(app: typer.Typer) -> None:
             typer.Option("--param", "-p", help="Reward parameter KEY=VALUE (repeatable), e.g. rel_tol=0.01."),
         ] = None,
     ) -> None:
-        """Score each row of a JSONL file. Malformed rows are reported by line number; the rest are scored.
-        Exit code 1 when any row was malformed."""
+        """Malformed rows are reported by line number; the rest are scored. Exit code 1 when any row was malformed."""
         import itertools
         import json
         import sys

@@ -7,6 +7,7 @@ from typing import Any
 import typer
 
 from tfgrpo.cli import options as opt
+from tfgrpo.cli.lazy import listed
 from tfgrpo.core.config import ConfigError, build_config
 from tfgrpo.serve.config import ServeConfig
 
@@ -44,10 +45,9 @@ FLAGS = [
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("serve")
+    @listed(app, "serve")
     @opt.config_options(ServeConfig, FLAGS)
     def serve_command(overrides: dict[str, Any], config: opt.ConfigOpt = None) -> None:
-        """Serve a library as an OpenAI-compatible endpoint: injection, A/B holdout, traces, feedback, hot reload."""
         from rich.console import Console
 
         if config is None and (overrides["library"] is None or not overrides["upstream"]):

@@ -1,6 +1,10 @@
 """What an answer *is*, one meaning each for every layer: its normalised text, its voting class,
 the majority vote over a group, and the reward at which a sample counts as correct.
 
+- `normalize_text` is the one text normaliser: NFKC, case folded, runs of whitespace as one space. Two
+  texts equal under it are the same text: an experience already in a library, a free-text answer (the
+  `exact` and `choice` rewards compare `normalize_answer` then this, articles and edge punctuation dropped).
+
 - `normalize_answer` strips presentation that never changes the value (math delimiters, spacing,
   `\\text{}` wrappers, `\\left`/`\\right`, degrees, currency, a trailing period, unit words after a
   number, `\\dfrac`). Rewards compare gold and prediction on this form.
@@ -20,6 +24,7 @@ the majority vote over a group, and the reward at which a sample counts as corre
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -69,6 +74,11 @@ _LATEX_FRACTION = re.compile(
 )
 
 MAX_FAST_DIGITS = 4000  # beyond this, Fraction(...) would trip Python's int-string conversion limit
+
+
+def normalize_text(text: str) -> str:
+    """NFKC, case folded, single spaces, stripped."""
+    return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
 
 
 def normalize_answer(answer: str) -> str:
@@ -254,5 +264,6 @@ __all__ = [
     "is_correct",
     "majority_vote",
     "normalize_answer",
+    "normalize_text",
     "vote_key",
 ]

@@ -20,50 +20,12 @@ totals:    sums of the step counters + validation cost, rollouts, cost_usd, wall
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from tfgrpo.core.answers import is_correct
 from tfgrpo.llm.accounting import RETRY_CAUSES, retries_line
 
-SUMMED = (
-    "queries",
-    "rollouts",
-    "rollouts_failed",
-    "rollouts_unscored",
-    "rollouts_scored",
-    "correct",
-    "groups_total",
-    "groups_kept",
-    "groups_skipped_homogeneous",
-    "groups_skipped_too_few_valid",
-    "groups_skipped_no_majority",
-    "groups_skipped_no_summaries",
-    "summaries",
-    "summaries_failed",
-    "group_calls_failed",
-    "ops_proposed",
-    "ops_final",
-    "ops_applied",
-    "ops_rejected",
-    "ops_evicted",
-    "parse_retries",
-    "parse_failures",
-    "consolidation_failed",
-    "api_failures",
-    "prompt_tokens",
-    "cached_prompt_tokens",
-    "uncached_prompt_tokens",
-    "completion_tokens",
-    "cached_samples",
-    "leaks_rejected",
-    "leaks_flagged",
-    "dedup_merged",
-    "dedup_dropped",
-    "credit_contrasts",
-    "credit_rewrites_kept",
-    *(f"retries_{cause}" for cause in RETRY_CAUSES),
-)
 #: How the structured replies of stages 2 and 3 fared: generated under the schema (enforced), used as they
 #: came (parsed: strict JSON, first try), fixed by the tolerant parser (repaired), asked again (retried),
 #: and given up on (lost: the call failed or the retry was still unusable).
@@ -242,6 +204,12 @@ class StepCounters:
             f"{leaked} / applied {self.ops_applied}{everything}{retired}, failed rollouts {self.rollouts_failed}, "
             f"library v{self.library_version} ({self.library_size} items), {self.wall_time_s:.1f}s"
         )
+
+
+#: what a step says about itself rather than counts: never summed over steps
+STEP_IDENTITY = ("step", "epoch", "batch", "library_version", "library_size")
+#: the totals of `metrics.json` sum every integer counter of the steps (a flag counts the steps it was set)
+SUMMED = tuple(f.name for f in fields(StepCounters) if f.type in ("int", "bool") and f.name not in STEP_IDENTITY)
 
 
 def epoch_rows(state: Any) -> list[dict[str, Any]]:
