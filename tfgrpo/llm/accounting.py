@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -35,51 +34,20 @@ class Pricing:
 
 
 @lru_cache(maxsize=1)
-def _litellm_price_file() -> bytes:
-    # Read litellm's bundled price file directly: importing litellm costs ~3 s and may reach the network.
-    # Kept as bytes: decoding its 3.5 MB took 3-4 ms of every start-up, and searching bytes is as fast.
+def _litellm_price_table() -> dict[str, Any]:
+    """litellm's bundled price table, read directly: importing litellm takes seconds and may reach the network."""
     spec = find_spec("litellm")
     if spec is None or not spec.submodule_search_locations:
-        return b""
+        return {}
     path = Path(spec.submodule_search_locations[0]) / "model_prices_and_context_window_backup.json"
-    return path.read_bytes() if path.is_file() else b""
+    return json.loads(path.read_bytes()) if path.is_file() else {}
 
 
-@lru_cache(maxsize=1)
-def _litellm_price_table() -> dict[str, Any]:
-    data = _litellm_price_file()
-    return json.loads(data) if data else {}
-
-
-_ENTRY_WINDOW = 64 * 1024
-
-
-@lru_cache(maxsize=64)
-def _litellm_entries(model: str) -> tuple[dict[str, Any], ...]:
-    """The table's entries for `model`'s candidate names, best first. Kept per model: a client looks its model
-    up twice (price, context window)."""
-    data = _litellm_price_file()
-    entries = (_litellm_entry(data, name) for name in _candidate_names(model))
-    return tuple(entry for entry in entries if entry is not None)
-
-
-def _litellm_entry(data: bytes, name: str) -> dict[str, Any] | None:
-    """Parsing the whole 3.5 MB table takes ~30 ms of a run's start-up, so a name whose key appears once
-    (`"name": {`, as every model's does in the file) is read from there alone (~0.1 ms); a name that is
-    not in it (a local or self-hosted model) costs one search (~2 ms); anything else reads the whole table."""
-    quoted = json.dumps(name).encode("utf-8")
-    if quoted not in data:
-        return None
-    key = quoted + b": {"
-    at = data.find(key)
-    if at >= 0 and data.find(key, at + 1) < 0:
-        start = at + len(key) - 1  # the entry's opening brace; an entry is 1-2 KB
-        window = data[start : start + _ENTRY_WINDOW].decode("utf-8", errors="replace")
-        with contextlib.suppress(ValueError):  # longer than the window: the whole table, below
-            entry, _ = json.JSONDecoder().raw_decode(window)
-            return entry if isinstance(entry, dict) else None
-    entry = _litellm_price_table().get(name)
-    return entry if isinstance(entry, dict) else None
+def _litellm_entries(model: str) -> list[dict[str, Any]]:
+    """The table's entries for `model`'s candidate names, best first."""
+    table = _litellm_price_table()
+    entries = (table.get(name) for name in _candidate_names(model))
+    return [entry for entry in entries if isinstance(entry, dict)]
 
 
 def resolve_pricing(

@@ -6,7 +6,6 @@ URL). WAL mode lets several processes share one file; a lock serialises this pro
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
 import threading
 import time
@@ -32,7 +31,6 @@ class ResponseCache:
     def __init__(self, path: str | Path):
         self.path = str(path)
         self._lock = threading.Lock()
-        self._turn: _Turn | None = None  # the samples put in this turn of the event loop (put_many_in_turn)
         try:
             if self.path != ":memory:":
                 Path(self.path).parent.mkdir(parents=True, exist_ok=True)
@@ -60,34 +58,6 @@ class ResponseCache:
         is already on disk (WAL), so a crash or Ctrl-C never makes a resumed run pay for it twice."""
         self._insert([(key, model, completion) for key, completion in items])
 
-    async def put_many_in_turn(self, model: str, items: Sequence[tuple[str, Completion]]) -> None:
-        """`put_many` for a caller on an event loop: the samples of every caller in the same turn of the loop
-        go into one transaction, committed at the start of the next turn, and each caller resumes once it is
-        committed, so what it hands on is on disk as with `put_many`.
-
-        A wave's replies are read over a few turns, several per turn; committing each alone cost 26 us plus
-        ~10 us of insert per sample (2-core AMD EPYC), on the critical path between a wave's last reply and
-        the next wave. The transaction never spans an `await`, so no other connection waits on it.
-        """
-        if not items:
-            return
-        loop = asyncio.get_running_loop()
-        if self._turn is None or self._turn.loop is not loop:  # a loop that ended left its turn behind
-            self._turn = _Turn(loop)
-            loop.call_soon(self._commit_turn, self._turn)
-        self._turn.rows.extend((key, model, completion) for key, completion in items)
-        await asyncio.shield(self._turn.committed)
-
-    def _commit_turn(self, turn: _Turn) -> None:
-        if self._turn is turn:
-            self._turn = None
-        try:
-            self._insert(turn.rows)
-        except Exception as exc:  # each caller of the turn raises it, as its own put_many would have
-            turn.committed.set_exception(exc)
-        else:
-            turn.committed.set_result(None)
-
     def _insert(self, items: Sequence[tuple[str, str, Completion]]) -> None:
         if not items:
             return
@@ -106,12 +76,3 @@ class ResponseCache:
     def close(self) -> None:
         with self._lock:
             self._conn.close()
-
-
-class _Turn:
-    """Samples put during one turn of `loop`, and the future their callers wait on."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-        self.rows: list[tuple[str, str, Completion]] = []
-        self.committed: asyncio.Future[None] = loop.create_future()

@@ -140,7 +140,7 @@ class LLMClient:
                 sub = request if whole else request.model_copy(update={"n": len(run), "sample_offset": run[0]})
                 fresh = await self._call_with_retries(sub)  # numbered from sub.sample_offset, cached=False
                 if self.cache is not None:
-                    await self.cache.put_many_in_turn(
+                    self.cache.put_many(
                         self.model_name, [(keys[i], completion) for i, completion in zip(run, fresh, strict=False)]
                     )
                 for i, completion in zip(run, fresh, strict=False):
