@@ -4,7 +4,7 @@
 
 The corpus is `tests/data/answer_equivalence/cases.jsonl`: (gold, completion, expected) cases transcribed
 from seven public suites (provenance in PROVENANCE.md beside it). Each case is scored twice, in the same
-run: by `rewards.MathReward` (credit >= 0.5 counts as "equal") and by math-verify called directly with its
+run: by `tfgrpo.rewards.MathReward` (credit >= 0.5 counts as "equal") and by math-verify called directly with its
 default settings (`verify(parse(gold), parse(completion))`). A verdict agrees when it equals the suite's
 expected one. Prints a Markdown table per suite and in total; `--disagreements` writes every case where
 the reward disagrees, with its classification from `classification.jsonl` (or "UNCLASSIFIED").
@@ -26,8 +26,8 @@ _HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 sys.path.insert(0, str(_HERE.parent))
 
-from rewards import MathReward  # noqa: E402
-from rewards.verifier import Verifier  # noqa: E402
+from tfgrpo.rewards import MathReward  # noqa: E402
+from tfgrpo.rewards.verifier import Verifier  # noqa: E402
 
 CORPUS = _HERE.parent / "tests" / "data" / "answer_equivalence"
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-from rewards.code import CodeReward  # noqa: E402
+from tfgrpo.rewards.code import CodeReward  # noqa: E402
 
 HUMANEVAL = Path(__file__).parents[1] / "tests" / "data" / "code_reward" / "humaneval.jsonl"
 

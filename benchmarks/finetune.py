@@ -87,7 +87,7 @@ def step_timer():
 def ours(method, model, tokenizer, options):
     from datasets import Dataset
 
-    from finetune.run import build_method_config, load_method
+    from tfgrpo.finetune.run import build_method_config, load_method
 
     data = {"sft": SFT, "dpo": PAIRS, "cdpo": PAIRS, "kto": KTO, "orpo": PAIRS}.get(method, PROMPTS)
     _, builder = load_method(method)

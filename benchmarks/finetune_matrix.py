@@ -28,9 +28,9 @@ from pathlib import Path  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from finetune.errors import FinetuneError  # noqa: E402
 from tests.helpers.finetune_cells import ADAPTERS, METHODS, OBJECTIVES, learnable_model_dir, run_cell  # noqa: E402
 from tests.helpers.tiny_models import build_tiny_tokenizer  # noqa: E402
+from tfgrpo.finetune.errors import FinetuneError  # noqa: E402
 
 
 def one_cell(method: str, peft: str, model_dir: Path, tokenizer, root: Path) -> dict:

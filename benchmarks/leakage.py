@@ -27,7 +27,7 @@ _HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 sys.path.insert(0, str(_HERE.parent))
 
-from experiences.leakage import LeakageChecker  # noqa: E402
+from tfgrpo.experiences.leakage import LeakageChecker  # noqa: E402
 
 ROOT = _HERE.parent
 SETS = {

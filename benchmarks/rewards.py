@@ -2,7 +2,7 @@
 
     OMP_NUM_THREADS=1 python benchmarks/rewards.py [--n 4000] [--workers 2] [--direct-hostile]
 
-Compares, in the same run, `rewards.MathReward` (extraction + exact fast path + killable worker pool)
+Compares, in the same run, `tfgrpo.rewards.MathReward` (extraction + exact fast path + killable worker pool)
 with math-verify called directly (`verify(parse(gold), parse(completion))`, one process, its own
 signal-based timeouts). Pairs are distinct and the verdict cache is off, so no number comes from caching.
 Prints a Markdown table.
@@ -24,8 +24,8 @@ _HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 sys.path.insert(0, str(_HERE.parent))
 
-from rewards import MathReward  # noqa: E402
-from rewards.verifier import Verifier  # noqa: E402
+from tfgrpo.rewards import MathReward  # noqa: E402
+from tfgrpo.rewards.verifier import Verifier  # noqa: E402
 
 
 def integer_pairs(n: int, rng: random.Random) -> list[tuple[str, str]]:

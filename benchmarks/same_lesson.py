@@ -11,7 +11,7 @@ Three sets of pairs (tests/data, provenance in each set's .md):
 - lesson_contrasts_final.jsonl (132): built the same way from other seeds again, after both: the set the
   result is reported on.
 
-A pair is folded when `experiences.dedup.is_near_duplicate` says so with the offline MiniLM's cosine; the
+A pair is folded when `tfgrpo.experiences.dedup.is_near_duplicate` says so with the offline MiniLM's cosine; the
 table gives, per rule of the perturbation, how many pairs were folded (0 is the target for different
 pairs; >= 80% for paraphrases).
 """
@@ -55,7 +55,7 @@ def table(name: str, decisions: list[tuple[dict[str, Any], float, bool, str | No
 
 
 def main() -> None:
-    from experiences.onnx_embedder import OnnxMiniLMEmbedder
+    from tfgrpo.experiences.onnx_embedder import OnnxMiniLMEmbedder
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--misses", action="store_true", help="List the pairs decided wrongly.")

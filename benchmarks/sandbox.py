@@ -18,7 +18,7 @@ import time
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-from rewards.code import run_tests  # noqa: E402
+from tfgrpo.rewards.code import run_tests  # noqa: E402
 from tfgrpo.rollout.tools.python_sandbox import PythonTool  # noqa: E402
 
 

@@ -5,7 +5,7 @@
 Each step deletes C lessons, adds C new ones (`ExperienceStore.sync`, as learn's consolidation does) and
 asks for the nearest neighbours of C proposed texts (`query_many`, as dedup does). chromadb's HNSW index
 keeps every deleted element in its graph, so without compaction each query walks more of them; the store
-rebuilds its collection once it has replaced more ids than it holds (`experiences.store.COMPACT_AFTER`).
+rebuilds its collection once it has replaced more ids than it holds (`tfgrpo.experiences.store.COMPACT_AFTER`).
 The table compares the store as shipped with compaction switched off and with a lower threshold, on the
 same steps, as the mean per step over the first, middle and last tenth of the run, with the peak RSS of
 the process that ran it (each row runs in a fresh process): every rebuild leaks a few MB in chromadb 1.5
@@ -32,8 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
-import experiences.store as store_module  # noqa: E402
-from experiences.model import Experience, Library  # noqa: E402
+import tfgrpo.experiences.store as store_module  # noqa: E402
+from tfgrpo.experiences.model import Experience, Library  # noqa: E402
 
 
 class HashEmbedder:

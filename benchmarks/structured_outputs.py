@@ -36,10 +36,9 @@ from pathlib import Path
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch is imported: 2 shared cores
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from experiences.model import Library  # noqa: E402
-from experiences.parse import parse_operations  # noqa: E402
-from experiences.schemas import reply_format  # noqa: E402
-from rewards.judge import JudgeReward  # noqa: E402
+from tfgrpo.experiences.model import Library  # noqa: E402
+from tfgrpo.experiences.parse import parse_operations  # noqa: E402
+from tfgrpo.experiences.schemas import reply_format  # noqa: E402
 from tfgrpo.learn.config import LearnConfig  # noqa: E402
 from tfgrpo.learn.loop import learn_async, load_problems  # noqa: E402
 from tfgrpo.learn.metrics import REPLY_COUNTS  # noqa: E402
@@ -50,6 +49,7 @@ from tfgrpo.llm.client import LLMClient  # noqa: E402
 from tfgrpo.llm.config import LLMConfig  # noqa: E402
 from tfgrpo.llm.factory import build_client  # noqa: E402
 from tfgrpo.llm.types import ChatRequest, Message, SamplingParams  # noqa: E402
+from tfgrpo.rewards.judge import JudgeReward  # noqa: E402
 from tfgrpo.rollout.scoring import judge_schema  # noqa: E402
 
 PROBLEMS = [

@@ -19,12 +19,12 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from eval.runner import EvalConfig, EvalResult, evaluate
-from experiences.apply import ApplyResult, apply_operations, approximate_tokens
-from experiences.model import Library
-from experiences.ops import DeleteOp
-from experiences.render import render
 from tfgrpo.core.stats import paired_bootstrap_ci
+from tfgrpo.eval.runner import EvalConfig, EvalResult, evaluate
+from tfgrpo.experiences.apply import ApplyResult, apply_operations, approximate_tokens
+from tfgrpo.experiences.model import Library
+from tfgrpo.experiences.ops import DeleteOp
+from tfgrpo.experiences.render import render
 from tfgrpo.llm.client import LLMClient
 from tfgrpo.llm.errors import BudgetExceededError
 

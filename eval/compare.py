@@ -13,14 +13,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from eval.comparison import Comparison, EvalRun, PairedRow, SystemSummary
-from eval.matrix import matrix_rows, read_matrix
-from eval.report import write_report
-from eval.seeds import expand_run_dirs, seed_set_rows
 from tfgrpo.core.datasets import iter_jsonl_objects
 from tfgrpo.core.errors import RunDirError
 from tfgrpo.core.metrics import N_BOOTSTRAP, aggregate, summarize
 from tfgrpo.core.stats import compare_paired
+from tfgrpo.eval.comparison import Comparison, EvalRun, PairedRow, SystemSummary
+from tfgrpo.eval.matrix import matrix_rows, read_matrix
+from tfgrpo.eval.report import write_report
+from tfgrpo.eval.seeds import expand_run_dirs, seed_set_rows
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:

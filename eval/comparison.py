@@ -1,5 +1,5 @@
 """What a comparison is made of: eval runs as read from disk, each system's summary, the paired rows, and the
-`Comparison` a report renders (also written as comparison.json). Data only; `eval.compare` builds it.
+`Comparison` a report renders (also written as comparison.json). Data only; `tfgrpo.eval.compare` builds it.
 """
 
 from __future__ import annotations
@@ -73,10 +73,10 @@ class Comparison(BaseModel):
         description="The learn run's pareto, gate counts, best_step and leakage findings (docs/trust.md).",
     )
     seed_sets: list[dict[str, Any]] = Field(
-        default_factory=list, description="Across-seed rows of seed-set systems (eval.seeds)."
+        default_factory=list, description="Across-seed rows of seed-set systems (tfgrpo.eval.seeds)."
     )
     matrix: dict[str, Any] = Field(
-        default_factory=dict, description="Model x library table of an eval matrix (eval.matrix)."
+        default_factory=dict, description="Model x library table of an eval matrix (tfgrpo.eval.matrix)."
     )
     learn_experiences: list[dict[str, Any]] = Field(
         default_factory=list, description="The learn run's final library: id, text, provenance of each experience."

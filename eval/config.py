@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from experiences import Injection
 from tfgrpo.core.datasets import DATASET_CACHE_HELP, DatasetCache
 from tfgrpo.core.textfile import MAX_ROW_BYTES
+from tfgrpo.experiences import Injection
 from tfgrpo.llm.config import LLMConfig
 from tfgrpo.llm.types import SamplingParams
 from tfgrpo.rollout.agent import AgentConfig
@@ -27,7 +27,7 @@ class EvalConfig(BaseModel):
         ge=1024,
         description="Longest dataset row accepted, in bytes (a longer row is an error naming its line).",
     )
-    reward: str = Field("math", description="Reward name from rewards.get_reward.")
+    reward: str = Field("math", description="Reward name from tfgrpo.rewards.get_reward.")
     dataset_cache: DatasetCache = Field("default", description=DATASET_CACHE_HELP)
     problem_key: str = "problem"
     answer_key: str = "answer"

@@ -15,10 +15,10 @@ from typing import Any
 
 import yaml
 
-from experiences.leakage import LeakageChecker
-from experiences.model import Library
 from tfgrpo.core.config import ConfigError, load_yaml_text
 from tfgrpo.core.datasets import Problem
+from tfgrpo.experiences.leakage import LeakageChecker
+from tfgrpo.experiences.model import Library
 
 _GENERATED_ID = re.compile(r"^row-\d{4,}$")
 _KEPT_FINDINGS = 20

@@ -27,9 +27,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from eval.runner import EvalConfig, EvalResult, evaluate
 from tfgrpo.core.errors import RunDirError
 from tfgrpo.core.stats import compare_paired
+from tfgrpo.eval.runner import EvalConfig, EvalResult, evaluate
 from tfgrpo.llm.client import LLMClient
 from tfgrpo.llm.config import LLMConfig
 

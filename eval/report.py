@@ -1,6 +1,6 @@
 """Render a `Comparison` as report.md and a self-contained report.html (PNGs inlined), plus comparison.json.
 
-The tables are built once (`eval.report_tables.build_tables`) and rendered three ways: markdown, HTML,
+The tables are built once (`tfgrpo.eval.report_tables.build_tables`) and rendered three ways: markdown, HTML,
 and the rich table the CLI prints, so the three never disagree.
 """
 
@@ -10,9 +10,9 @@ import base64
 import json
 from pathlib import Path
 
-from eval.comparison import Comparison
-from eval.plots import plot_accuracy, plot_heatmap, plot_learning_curve
-from eval.report_tables import Table, build_tables
+from tfgrpo.eval.comparison import Comparison
+from tfgrpo.eval.plots import plot_accuracy, plot_heatmap, plot_learning_curve
+from tfgrpo.eval.report_tables import Table, build_tables
 
 
 def draw_plots(comparison: Comparison, out_dir: Path) -> dict[str, Path]:

@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from eval.comparison import Comparison, SystemSummary
+from tfgrpo.eval.comparison import Comparison, SystemSummary
 from tfgrpo.llm.accounting import retries_line
 
 ALPHA = 0.05

@@ -19,10 +19,6 @@ from typing import Any, TextIO
 from pydantic import BaseModel
 from rich.console import Console
 
-from eval.config import EvalConfig
-from eval.library_overlap import describe_overlap, library_eval_overlap
-from experiences.model import Library
-from rewards import is_equivalent
 from tfgrpo import __version__
 from tfgrpo.core.atomic import folder_target, removed_on_failure
 from tfgrpo.core.config import config_dict, dump_config
@@ -30,9 +26,13 @@ from tfgrpo.core.datasets import Problem, dataset_cache_dir, load_dataset_rows
 from tfgrpo.core.errors import EvalError
 from tfgrpo.core.metrics import summarize
 from tfgrpo.core.progress import stage_progress
+from tfgrpo.eval.config import EvalConfig
+from tfgrpo.eval.library_overlap import describe_overlap, library_eval_overlap
+from tfgrpo.experiences.model import Library
 from tfgrpo.llm.client import LLMClient
 from tfgrpo.llm.errors import AllRequestsFailedError
 from tfgrpo.llm.factory import build_client
+from tfgrpo.rewards import is_equivalent
 from tfgrpo.rollout.injection import Injector, injection_warning
 from tfgrpo.rollout.sampling import PromptSpec, Rollout, sample_problems
 from tfgrpo.rollout.scoring import build_reward
@@ -265,7 +265,7 @@ def _finetune_provenance(adapter: str | None) -> dict[str, Any]:
                 "finetune_peft": data.get("peft"),
                 "finetune_wall_s": data.get("wall_time_s"),
                 "train_samples": data.get("samples"),
-                # what the training did (finetune.run.learning_signal): the per-set report's training table
+                # what the training did (tfgrpo.finetune.run.learning_signal): the per-set report's training table
                 "finetune_steps": data.get("steps"),
                 "finetune_tokens_processed": data.get("tokens_processed"),
                 "finetune_tokens_in_loss": data.get("tokens_in_loss"),

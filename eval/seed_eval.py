@@ -6,10 +6,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from eval.runner import EvalConfig, EvalResult, evaluate
-from eval.seeds import read_seed_set, write_seed_set
 from tfgrpo.core.atomic import folder_target
 from tfgrpo.core.errors import EvalError
+from tfgrpo.eval.runner import EvalConfig, EvalResult, evaluate
+from tfgrpo.eval.seeds import read_seed_set, write_seed_set
 from tfgrpo.llm.client import LLMClient
 
 

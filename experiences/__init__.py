@@ -1,14 +1,14 @@
 """The experience library of Training-Free GRPO: data model, operations, tolerant parser, apply, history,
 vector-store dedup, the one renderer, and export/import.
 
-    from experiences import Library, parse_operations, apply_operations, render
+    from tfgrpo.experiences import Library, parse_operations, apply_operations, render
     parsed = parse_operations(reply, library)             # never raises on a reply
     result = apply_operations(library, parsed.operations, step=3)
     prompt_block = render(result.library)                 # "[G0]. ..." lines
 
 Importing this package is cheap: every name loads its module on first use (`tfgrpo library show` needs
 the model, not the renderer's jinja2 or the apply engine), and chromadb and sentence-transformers load
-only when a store or the local embedder is used (`experiences.store.ExperienceStore`).
+only when a store or the local embedder is used (`tfgrpo.experiences.store.ExperienceStore`).
 """
 
 from __future__ import annotations
@@ -16,70 +16,70 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from experiences.apply import Applied, ApplyResult, Budget, Eviction, apply_operations, approximate_tokens
-    from experiences.dedup import DedupReport, MergeCandidate, dedup_library, screen_adds
-    from experiences.errors import (
+    from tfgrpo.experiences.apply import Applied, ApplyResult, Budget, Eviction, apply_operations, approximate_tokens
+    from tfgrpo.experiences.dedup import DedupReport, MergeCandidate, dedup_library, screen_adds
+    from tfgrpo.experiences.errors import (
         EmbeddingError,
         ExperienceError,
         ImportFormatError,
         LibraryFileError,
         UnknownVersionError,
     )
-    from experiences.export import FORMATS, export_library, export_text, import_library
-    from experiences.history import History, LibraryDiff, diff_libraries
-    from experiences.model import FORMAT, Experience, Library, Provenance, Usage
-    from experiences.ops import AddOp, DeleteOp, MergeOp, ModifyOp, Operation, Rejection, operation_from_wire
-    from experiences.parse import DEFAULT_MAX_WORDS, ParseResult, parse_operations
-    from experiences.store import ExperienceStore
+    from tfgrpo.experiences.export import FORMATS, export_library, export_text, import_library
+    from tfgrpo.experiences.history import History, LibraryDiff, diff_libraries
+    from tfgrpo.experiences.model import FORMAT, Experience, Library, Provenance, Usage
+    from tfgrpo.experiences.ops import AddOp, DeleteOp, MergeOp, ModifyOp, Operation, Rejection, operation_from_wire
+    from tfgrpo.experiences.parse import DEFAULT_MAX_WORDS, ParseResult, parse_operations
+    from tfgrpo.experiences.store import ExperienceStore
 
 # `render` is also the name of its module: a lazy name would be shadowed by the module once imported
-from experiences.render import Injection, render, render_system_prompt  # noqa: E402
+from tfgrpo.experiences.render import Injection, render, render_system_prompt  # noqa: E402
 
 _LAZY = {
-    "Applied": "experiences.apply",
-    "ApplyResult": "experiences.apply",
-    "Budget": "experiences.apply",
-    "Eviction": "experiences.apply",
-    "apply_operations": "experiences.apply",
-    "approximate_tokens": "experiences.limits",
-    "EmbeddingError": "experiences.errors",
-    "ExperienceError": "experiences.errors",
-    "ImportFormatError": "experiences.errors",
-    "LibraryFileError": "experiences.errors",
-    "UnknownVersionError": "experiences.errors",
-    "FORMATS": "experiences.export",
-    "export_library": "experiences.export",
-    "export_text": "experiences.export",
-    "import_library": "experiences.export",
-    "History": "experiences.history",
-    "LibraryDiff": "experiences.history",
-    "diff_libraries": "experiences.history",
-    "FORMAT": "experiences.model",
-    "Experience": "experiences.model",
-    "Library": "experiences.model",
-    "Provenance": "experiences.model",
-    "Usage": "experiences.model",
-    "AddOp": "experiences.ops",
-    "DeleteOp": "experiences.ops",
-    "MergeOp": "experiences.ops",
-    "ModifyOp": "experiences.ops",
-    "Operation": "experiences.ops",
-    "Rejection": "experiences.ops",
-    "operation_from_wire": "experiences.ops",
-    "DEFAULT_MAX_WORDS": "experiences.parse",
-    "ParseResult": "experiences.parse",
-    "parse_operations": "experiences.parse",
-    "ExperienceStore": "experiences.store",
-    "Match": "experiences.store",
-    "screen_adds": "experiences.dedup",
-    "dedup_library": "experiences.dedup",
-    "find_duplicate_groups": "experiences.dedup",
-    "MergeCandidate": "experiences.dedup",
-    "DedupReport": "experiences.dedup",
-    "LocalEmbedder": "experiences.embedders",
-    "OnnxMiniLMEmbedder": "experiences.onnx_embedder",
-    "OpenAIEmbedder": "experiences.embedders",
-    "build_embedder": "experiences.embedders",
+    "Applied": "tfgrpo.experiences.apply",
+    "ApplyResult": "tfgrpo.experiences.apply",
+    "Budget": "tfgrpo.experiences.apply",
+    "Eviction": "tfgrpo.experiences.apply",
+    "apply_operations": "tfgrpo.experiences.apply",
+    "approximate_tokens": "tfgrpo.experiences.limits",
+    "EmbeddingError": "tfgrpo.experiences.errors",
+    "ExperienceError": "tfgrpo.experiences.errors",
+    "ImportFormatError": "tfgrpo.experiences.errors",
+    "LibraryFileError": "tfgrpo.experiences.errors",
+    "UnknownVersionError": "tfgrpo.experiences.errors",
+    "FORMATS": "tfgrpo.experiences.export",
+    "export_library": "tfgrpo.experiences.export",
+    "export_text": "tfgrpo.experiences.export",
+    "import_library": "tfgrpo.experiences.export",
+    "History": "tfgrpo.experiences.history",
+    "LibraryDiff": "tfgrpo.experiences.history",
+    "diff_libraries": "tfgrpo.experiences.history",
+    "FORMAT": "tfgrpo.experiences.model",
+    "Experience": "tfgrpo.experiences.model",
+    "Library": "tfgrpo.experiences.model",
+    "Provenance": "tfgrpo.experiences.model",
+    "Usage": "tfgrpo.experiences.model",
+    "AddOp": "tfgrpo.experiences.ops",
+    "DeleteOp": "tfgrpo.experiences.ops",
+    "MergeOp": "tfgrpo.experiences.ops",
+    "ModifyOp": "tfgrpo.experiences.ops",
+    "Operation": "tfgrpo.experiences.ops",
+    "Rejection": "tfgrpo.experiences.ops",
+    "operation_from_wire": "tfgrpo.experiences.ops",
+    "DEFAULT_MAX_WORDS": "tfgrpo.experiences.parse",
+    "ParseResult": "tfgrpo.experiences.parse",
+    "parse_operations": "tfgrpo.experiences.parse",
+    "ExperienceStore": "tfgrpo.experiences.store",
+    "Match": "tfgrpo.experiences.store",
+    "screen_adds": "tfgrpo.experiences.dedup",
+    "dedup_library": "tfgrpo.experiences.dedup",
+    "find_duplicate_groups": "tfgrpo.experiences.dedup",
+    "MergeCandidate": "tfgrpo.experiences.dedup",
+    "DedupReport": "tfgrpo.experiences.dedup",
+    "LocalEmbedder": "tfgrpo.experiences.embedders",
+    "OnnxMiniLMEmbedder": "tfgrpo.experiences.onnx_embedder",
+    "OpenAIEmbedder": "tfgrpo.experiences.embedders",
+    "build_embedder": "tfgrpo.experiences.embedders",
 }
 
 
@@ -89,7 +89,7 @@ def __getattr__(name: str) -> Any:
         import importlib
 
         return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'experiences' has no attribute {name!r}")
+    raise AttributeError(f"module 'tfgrpo.experiences' has no attribute {name!r}")
 
 
 __all__ = [

@@ -4,14 +4,14 @@ Semantics (documented in docs/experiences.md, "Apply semantics"; tested in tests
 - Operations apply in order, each checked against the library as it stands at that point; a rejected
   operation changes nothing. The input library is never mutated.
 - `add` gets a fresh id; an add whose text equals an existing experience's (ignoring case and spacing)
-  is rejected as a duplicate. Near-duplicates are the vector store's job (`experiences.dedup`).
+  is rejected as a duplicate. Near-duplicates are the vector store's job (`tfgrpo.experiences.dedup`).
 - `modify` / `delete` of an unknown id are rejected (never turned into an add). A modify that changes the
   text starts its credit anew, and so does a merge (a credit measures one text); usage counters carry on.
 - An add, modify or merge to a retired experience's text (`Library.retired`: measured to hurt) is rejected.
 - `merge` needs two or more existing ids; the sources are removed and the merged experience gets a new
   id, `parents` = the source ids, and the sum of their usage counters.
 - Texts over `max_words` words (default 32) or empty are rejected, and so (with `require_sentence`, which
-  `tfgrpo learn` sets) is a text that does not read as a lesson (`experiences.model.sentence_problem`: at least two
+  `tfgrpo learn` sets) is a text that does not read as a lesson (`tfgrpo.experiences.model.sentence_problem`: at least two
   words, mostly letters, ending as a sentence ends, not the prompt's placeholder).
 - Then the budget: while the library has more than `max_items` experiences or its rendered form more
   than `max_prompt_tokens` tokens, the lowest-value experience is evicted: lowest smoothed success rate
@@ -28,13 +28,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from experiences.contrast import meaning_difference
-from experiences.credit import Credit
-from experiences.limits import approximate_tokens  # re-exported: callers import it from here
-from experiences.model import MAX_ALIASES, Experience, Library, Provenance, Usage, count_words, sentence_problem
-from experiences.ops import AddOp, DeleteOp, MergeOp, ModifyOp, Operation, Rejection
-from experiences.parse import DEFAULT_MAX_WORDS
-from experiences.render import render
+from tfgrpo.experiences.contrast import meaning_difference
+from tfgrpo.experiences.credit import Credit
+from tfgrpo.experiences.limits import approximate_tokens  # re-exported: callers import it from here
+from tfgrpo.experiences.model import MAX_ALIASES, Experience, Library, Provenance, Usage, count_words, sentence_problem
+from tfgrpo.experiences.ops import AddOp, DeleteOp, MergeOp, ModifyOp, Operation, Rejection
+from tfgrpo.experiences.parse import DEFAULT_MAX_WORDS
+from tfgrpo.experiences.render import render
 
 logger = logging.getLogger(__name__)
 
@@ -201,7 +201,7 @@ def _modify_or_delete(
             return f"same text as existing {duplicate.id}"
         if (retired := _retired_text(library, text)) is not None:
             return retired
-        if text != target.text:  # a credit measures one text (experiences.credit); a phrasing says the new one
+        if text != target.text:  # a credit measures one text (tfgrpo.experiences.credit); a phrasing says the new one
             target.credit = Credit()
             target.aliases = same_lesson_aliases(text, [*target.aliases, target.text])
         target.text, target.updated_step, target.provenance = text, step, stamp
@@ -252,7 +252,7 @@ def _retired_text(library: Library, text: str) -> str | None:
 
 
 def same_lesson_aliases(text: str, phrasings: Iterable[str]) -> list[str]:
-    """The phrasings that say what `text` says (experiences.contrast): an alias of another lesson would make
+    """The phrasings that say what `text` says (tfgrpo.experiences.contrast): an alias of another lesson would make
     dedup drop that lesson when it is proposed again ("37" folded into "73" by a rewrite)."""
     kept = [p for p in dict.fromkeys(phrasings) if p != text and meaning_difference(p, text) is None]
     return kept[-MAX_ALIASES:]

@@ -2,7 +2,7 @@
 
 MiniLM puts "multiply the key by 37, add 11 ..." and the same with "subtract 11" at cosine 0.99, with "73"
 at 0.89, "Law of Sines" and "Law of Cosines" at 0.87, a lesson and its negation at 0.97. So before two
-lessons are folded into one (`experiences.dedup.is_near_duplicate`), `meaning_difference` looks for what
+lessons are folded into one (`tfgrpo.experiences.dedup.is_near_duplicate`), `meaning_difference` looks for what
 makes them different lessons whatever the embedding says:
 
 - always: different numbers in digits, different operator symbols (+ - * / ^ = < > and their Unicode
@@ -29,7 +29,7 @@ import functools
 import re
 from collections import Counter
 
-from experiences.lexical import lexical_similarity, words
+from tfgrpo.experiences.lexical import lexical_similarity, words
 
 #: Word-sequence ratio from which two texts are one sentence with a few words changed (a template).
 SAME_TEMPLATE = 0.6

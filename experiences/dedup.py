@@ -25,22 +25,22 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from experiences.apply import ApplyResult, same_lesson_aliases
-from experiences.contrast import meaning_difference
-from experiences.embedders import Embedder
-from experiences.lexical import lexical_similarity, lexically_similar
-from experiences.limits import (  # re-exported: callers import them from here
+from tfgrpo.experiences.apply import ApplyResult, same_lesson_aliases
+from tfgrpo.experiences.contrast import meaning_difference
+from tfgrpo.experiences.embedders import Embedder
+from tfgrpo.experiences.lexical import lexical_similarity, lexically_similar
+from tfgrpo.experiences.limits import (  # re-exported: callers import them from here
     DEFAULT_MERGE_THRESHOLD,
     DEFAULT_THRESHOLD,
     SAME_LESSON_COSINE,
 )
-from experiences.model import Library
-from experiences.ops import AddOp, MergeOp, ModifyOp, Operation
-from experiences.store import ExperienceStore, Match
-from experiences.store_process import StoreProcess
+from tfgrpo.experiences.model import Library
+from tfgrpo.experiences.ops import AddOp, MergeOp, ModifyOp, Operation
+from tfgrpo.experiences.store import ExperienceStore, Match
+from tfgrpo.experiences.store_process import StoreProcess
 
 #: Enforcement: two lessons are one when the embedding puts them at cosine >= 0.70 and the word-level checks
-#: of experiences.contrast find no difference in meaning (a number, an operator, a negation, a contrast word,
+#: of tfgrpo.experiences.contrast find no difference in meaning (a number, an operator, a negation, a contrast word,
 #: a term one side lacks). Chosen on tests/data/lesson_pairs.jsonl (40 paraphrase and 40 different-lesson
 #: pairs): 0.70 is the lowest cosine at which no different pair folds; docs/experiences.md#enforced-dedup has
 #: the tables, on that set and on held-out pairs from public lesson libraries.
@@ -126,7 +126,7 @@ class DedupDecision(BaseModel):
 
 def is_near_duplicate(a: str, b: str, cosine: float, threshold: float = DEFAULT_ENFORCE_THRESHOLD) -> bool:
     """The same lesson: close in meaning (cosine >= threshold) and no word-level difference in what they say
-    (experiences.contrast: numbers, operators, negation, contrast words, a term one side lacks). The one rule
+    (tfgrpo.experiences.contrast: numbers, operators, negation, contrast words, a term one side lacks). The one rule
     of `tfgrpo learn` (dedup: enforce) and `tfgrpo library dedup --merge`."""
     return cosine >= threshold and meaning_difference(a, b) is None
 

@@ -12,8 +12,8 @@ import os
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from experiences.errors import EmbeddingError
-from experiences.onnx_embedder import OnnxMiniLMEmbedder
+from tfgrpo.experiences.errors import EmbeddingError
+from tfgrpo.experiences.onnx_embedder import OnnxMiniLMEmbedder
 
 
 @runtime_checkable

@@ -1,6 +1,6 @@
 """Export a library to prompt-ready files, and import experiences back from them or from plain lists.
 
-Every text format goes through the one renderer (`experiences.render`), so the file holds exactly what
+Every text format goes through the one renderer (`tfgrpo.experiences.render`), so the file holds exactly what
 the engine injected while learning:
 
     txt            the rendered lines, nothing else ([G0]. ... one per line by default)
@@ -21,12 +21,12 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from experiences.errors import ImportFormatError, LibraryFileError
-from experiences.model import Library, Provenance, experience_or_error
-from experiences.render import render, render_system_prompt
 from tfgrpo.core.atomic import atomic_write_text
 from tfgrpo.core.config import ConfigError, load_yaml_text, yaml_error_line
 from tfgrpo.core.textfile import loads_json, read_text
+from tfgrpo.experiences.errors import ImportFormatError, LibraryFileError
+from tfgrpo.experiences.model import Library, Provenance, experience_or_error
+from tfgrpo.experiences.render import render, render_system_prompt
 
 ExportFormat = Literal["md", "txt", "json", "yaml", "system-prompt"]
 FORMATS: tuple[str, ...] = ("md", "txt", "json", "yaml", "system-prompt")

@@ -21,11 +21,11 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from experiences.apply import ApplyResult
-from experiences.errors import ExperienceError, LibraryFileError, UnknownVersionError
-from experiences.model import Experience, Library
 from tfgrpo.core.atomic import append_lines, atomic_write_text
 from tfgrpo.core.textfile import read_text
+from tfgrpo.experiences.apply import ApplyResult
+from tfgrpo.experiences.errors import ExperienceError, LibraryFileError, UnknownVersionError
+from tfgrpo.experiences.model import Experience, Library
 
 logger = logging.getLogger(__name__)
 

@@ -42,10 +42,10 @@ from typing import Literal, Protocol
 
 from pydantic import BaseModel, Field
 
-from experiences.model import Library
-from rewards.math import equivalent_many, gold_answer
-from rewards.verifier import Verifier
 from tfgrpo.core.answers import as_fraction, normalize_answer
+from tfgrpo.experiences.model import Library
+from tfgrpo.rewards.math import equivalent_many, gold_answer
+from tfgrpo.rewards.verifier import Verifier
 
 LeakKind = Literal["answer", "copy"]
 LeakageMode = Literal["reject", "flag", "off"]

@@ -8,8 +8,8 @@ import math
 DEFAULT_MAX_WORDS = 32
 #: cosine similarity at which `library dedup` reports two experiences as near-duplicates
 DEFAULT_THRESHOLD = 0.90
-#: cosine similarity from which two lessons with no difference in meaning (experiences.contrast) are one lesson:
-#: `tfgrpo learn`'s enforced dedup and `library dedup --merge` (experiences.dedup.is_near_duplicate)
+#: cosine similarity from which two lessons with no difference in meaning (tfgrpo.experiences.contrast) are one lesson:
+#: `tfgrpo learn`'s enforced dedup and `library dedup --merge` (tfgrpo.experiences.dedup.is_near_duplicate)
 SAME_LESSON_COSINE = 0.70
 DEFAULT_MERGE_THRESHOLD = SAME_LESSON_COSINE
 

@@ -17,11 +17,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from experiences.credit import Credit
-from experiences.errors import LibraryFileError
 from tfgrpo.core.answers import normalize_text
 from tfgrpo.core.atomic import atomic_write_text
 from tfgrpo.core.textfile import loads_json, read_text
+from tfgrpo.experiences.credit import Credit
+from tfgrpo.experiences.errors import LibraryFileError
 
 FORMAT = "tfgrpo.library/1"
 DEFAULT_ID_PREFIX = "G"
@@ -83,7 +83,7 @@ class Experience(BaseModel):
     usage: Usage = Field(default_factory=Usage)
     credit: Credit = Field(
         default_factory=Credit,
-        description="Its measured effect on the reward (learn's random leave-outs; experiences.credit), for this text.",
+        description="Its measured effect on the reward (learn's random leave-outs; tfgrpo.experiences.credit), for this text.",
     )
 
     @field_validator("id")

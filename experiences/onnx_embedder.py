@@ -9,7 +9,7 @@ with either stay compatible. `benchmarks/embedders.py` has the measurements.
 
 The ONNX graph is exported once per machine with torch (`torch.onnx.export`, which needs the `onnx`
 package) into the user cache folder, under a file lock, written atomically; `scripts/install.sh` runs
-the export at install time (`python -m experiences.onnx_embedder`) so a first learn run does not.
+the export at install time (`python -m tfgrpo.experiences.onnx_embedder`) so a first learn run does not.
 Pooling is sentence-transformers' for this model: attention-masked mean, then unit length.
 """
 
@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from experiences.errors import EmbeddingError
+from tfgrpo.experiences.errors import EmbeddingError
 
 MODEL_NAME = "all-MiniLM-L6-v2"
 MAX_TOKENS = 256  # the model's sentence_bert_config max_seq_length
@@ -151,5 +151,5 @@ class OnnxMiniLMEmbedder:
         return np.concatenate(vectors).astype(np.float32).tolist()
 
 
-if __name__ == "__main__":  # `python -m experiences.onnx_embedder`: export now (install time)
+if __name__ == "__main__":  # `python -m tfgrpo.experiences.onnx_embedder`: export now (install time)
     print(export_onnx(onnx_path()))

@@ -21,11 +21,11 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from experiences import jsonscan
-from experiences.limits import DEFAULT_MAX_WORDS  # re-exported: callers import them from here
-from experiences.model import MAX_EXPERIENCE_CHARS, Library, count_words
-from experiences.ops import OPTIONS, AddOp, DeleteOp, MergeOp, ModifyOp, Operation, Rejection
-from experiences.render import bundled_template
+from tfgrpo.experiences import jsonscan
+from tfgrpo.experiences.limits import DEFAULT_MAX_WORDS  # re-exported: callers import them from here
+from tfgrpo.experiences.model import MAX_EXPERIENCE_CHARS, Library, count_words
+from tfgrpo.experiences.ops import OPTIONS, AddOp, DeleteOp, MergeOp, ModifyOp, Operation, Rejection
+from tfgrpo.experiences.render import bundled_template
 
 OPTION_KEYS = ("option", "operation", "op", "action", "type")
 TEXT_KEYS = ("experience", "content", "text", "new_experience", "lesson", "insight")

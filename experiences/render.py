@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from experiences.errors import ExperienceError
-from experiences.model import Experience, Library
 from tfgrpo.core.textfile import read_text
+from tfgrpo.experiences.errors import ExperienceError
+from tfgrpo.experiences.model import Experience, Library
 
 if TYPE_CHECKING:
-    from experiences.store import ExperienceStore
+    from tfgrpo.experiences.store import ExperienceStore
 
 
 def render(
@@ -52,7 +52,7 @@ def render_system_text(
 def bundled_template(name: str) -> str:
     """Source of a template shipped in experiences/templates/ (library.jinja, system_prompt.jinja); read once,
     as package data does not change while the process runs (every prompt of a run renders one)."""
-    return resources.files("experiences").joinpath("templates", name).read_text(encoding="utf-8")
+    return resources.files("tfgrpo.experiences").joinpath("templates", name).read_text(encoding="utf-8")
 
 
 def _render(template: str | Path | None, bundled: str, **variables: object) -> str:

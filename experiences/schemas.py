@@ -1,5 +1,5 @@
 """The JSON schema of every structured reply the engine parses, generated from the pydantic models of
-`experiences.ops`, and the reply-format text the prompt templates show: one source for both.
+`tfgrpo.experiences.ops`, and the reply-format text the prompt templates show: one source for both.
 
 A stage-2/3 reply is one object, reasoning first (models think better before they commit):
 
@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from experiences.ops import OPTIONS, AddOp, DeleteOp, MergeOp, ModifyOp
+from tfgrpo.experiences.ops import OPTIONS, AddOp, DeleteOp, MergeOp, ModifyOp
 
 OPERATIONS_SCHEMA_NAME = "library_operations"
 #: Upper bound on a lesson's characters for a lesson of `max_words` words (grammars count characters, the
@@ -160,7 +160,7 @@ def lesson_pattern(min_chars: int, max_chars: int | None) -> str:
     placeholder is `<text of the new lesson>`), no line break and no `"` or backslash (llama.cpp emits a
     pattern's characters raw inside the JSON string: a quote there ends the string and breaks the reply),
     ending as a sentence ends. The length bounds are part of the pattern (xgrammar ignores maxLength next to
-    one). The rest of the rule (mostly letters) is checked at apply (`experiences.model.sentence_problem`)."""
+    one). The rest of the rule (mostly letters) is checked at apply (`tfgrpo.experiences.model.sentence_problem`)."""
     rest_min = max(0, min_chars - FIRST_WORD_CHARS - 2)
     rest_max = "" if max_chars is None else str(max(rest_min, max_chars - FIRST_WORD_CHARS - 2))
     return f'^[A-Za-z]{{1,{FIRST_WORD_CHARS}}} [^<>"\\\\\\n]{{{rest_min},{rest_max}}}[.!?]$'

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from experiences.embedders import Embedder, OnnxMiniLMEmbedder
-from experiences.errors import ExperienceError
-from experiences.model import Library
+from tfgrpo.experiences.embedders import Embedder, OnnxMiniLMEmbedder
+from tfgrpo.experiences.errors import ExperienceError
+from tfgrpo.experiences.model import Library
 
 if TYPE_CHECKING:  # chromadb is heavy: imported lazily at run time
     from chromadb.api.types import PyEmbeddings
@@ -60,7 +60,7 @@ def _chroma_embedding_function(embedder: Embedder) -> Any:
 
         @staticmethod
         def build_from_config(config: dict[str, Any]) -> Any:
-            raise ExperienceError("reopen the store through experiences.store.ExperienceStore with an embedder")
+            raise ExperienceError("reopen the store through tfgrpo.experiences.store.ExperienceStore with an embedder")
 
     return _Adapter(embedder)
 

@@ -25,15 +25,15 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from experiences.errors import ExperienceError
-from experiences.model import Library
-from experiences.store import library_fingerprint
+from tfgrpo.experiences.errors import ExperienceError
+from tfgrpo.experiences.model import Library
+from tfgrpo.experiences.store import library_fingerprint
 
 #: onnxruntime threads of the child's embedder (see `_serve`)
 EMBEDDING_THREADS = min(2, os.cpu_count() or 1)
 #: how long `close` waits for the child to exit by itself before killing it
 CLOSE_TIMEOUT_S = 5.0
-_PROJECT_ROOT = str(Path(__file__).resolve().parent.parent)
+_PROJECT_ROOT = str(Path(__file__).parents[2])  # the folder that holds the tfgrpo package
 
 
 class StoreProcess:
@@ -53,7 +53,7 @@ class StoreProcess:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path or os.devnull, "ab") as log:
             self._process = subprocess.Popen(
-                [sys.executable, "-m", "experiences.store_process", str(theirs.fileno()), str(self.path or "")]
+                [sys.executable, "-m", "tfgrpo.experiences.store_process", str(theirs.fileno()), str(self.path or "")]
                 + (["--open"] if open_at_start else []),
                 pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL,
@@ -167,8 +167,8 @@ class _RemoteEmbedder:
 
 def _serve(connection: Connection, path: Path | None, *, open_at_start: bool) -> None:
     """The child: load the embedder (and the collection), then answer calls until the parent closes the socket."""
-    from experiences.embedders import OnnxMiniLMEmbedder
-    from experiences.store import ExperienceStore
+    from tfgrpo.experiences.embedders import OnnxMiniLMEmbedder
+    from tfgrpo.experiences.store import ExperienceStore
 
     # Two threads: the calls a learn run waits on (consolidation's near-duplicate hints) come while the learn
     # process is idle, so the embedder may take both cores.

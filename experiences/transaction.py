@@ -21,10 +21,10 @@ import logging
 from collections.abc import Iterator
 from pathlib import Path
 
-from experiences.apply import ApplyResult
-from experiences.history import History
-from experiences.model import Library
 from tfgrpo.core.atomic import LOCK_TIMEOUT_S, crash_point, locked, remove_stale_temps
+from tfgrpo.experiences.apply import ApplyResult
+from tfgrpo.experiences.history import History
+from tfgrpo.experiences.model import Library
 
 logger = logging.getLogger(__name__)
 

@@ -23,9 +23,9 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
-from finetune.errors import FinetuneDataError
 from tfgrpo.core.datasets import BUNDLED, iter_jsonl_objects, load_dataset_rows
 from tfgrpo.core.errors import DatasetError
+from tfgrpo.finetune.errors import FinetuneDataError
 from tfgrpo.prompts import render_prompt as render_eval_prompt
 
 PromptSource = Literal["problem", "messages"]
@@ -202,7 +202,7 @@ def prompt_examples(
     template: str | None = None,
     prompt_source: PromptSource = "problem",
 ) -> list[dict[str, Any]]:
-    """RL prompts with their gold `answer` column (what `rewards.get_reward("math")` reads), one per problem."""
+    """RL prompts with their gold `answer` column (what `tfgrpo.rewards.get_reward("math")` reads), one per problem."""
     seen: set[str] = set()
     examples = []
     for row in rows:

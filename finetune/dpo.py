@@ -24,8 +24,8 @@ from typing import Any
 
 import trl
 
-from finetune.adapters import BASE_CHANGING_INITS, AdapterArguments, build_peft_config
-from finetune.longlora import enable_for_config
+from tfgrpo.finetune.adapters import BASE_CHANGING_INITS, AdapterArguments, build_peft_config
+from tfgrpo.finetune.longlora import enable_for_config
 
 # TRL 1.16 loss types whose formula reads `label_smoothing`; every other loss type ignores it.
 LABEL_SMOOTHING_LOSSES = ("exo_pair", "robust", "aot", "aot_unpaired")

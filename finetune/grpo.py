@@ -1,4 +1,4 @@
-"""GRPO and GSPO over `trl.GRPOTrainer`, fed by our reward functions (`rewards.get_reward`).
+"""GRPO and GSPO over `trl.GRPOTrainer`, fed by our reward functions (`tfgrpo.rewards.get_reward`).
 
 What we add to TRL's trainer, each a few lines in `GroupFilteredGRPOTrainer`:
 - **group size 1-16**: TRL requires >= 2 generations per prompt. With 1, the group baseline is
@@ -35,12 +35,12 @@ import torch
 import trl
 from trl.trainer.utils import nanstd
 
-from finetune.adapters import BASE_CHANGING_INITS, AdapterArguments, build_peft_config
-from finetune.errors import FinetuneError
-from finetune.longlora import enable_for_config
-from finetune.tools import build_tool_environment, check_tool_calling_tokenizer
-from rewards import get_reward
 from tfgrpo.core.secrets import masked
+from tfgrpo.finetune.adapters import BASE_CHANGING_INITS, AdapterArguments, build_peft_config
+from tfgrpo.finetune.errors import FinetuneError
+from tfgrpo.finetune.longlora import enable_for_config
+from tfgrpo.finetune.tools import build_tool_environment, check_tool_calling_tokenizer
+from tfgrpo.rewards import get_reward
 from tfgrpo.rollout.tools import parse_tool_names
 
 logger = logging.getLogger(__name__)
@@ -55,7 +55,7 @@ class GRPOFinetuneConfig(trl.GRPOConfig, AdapterArguments):
     reward: str = field(
         default="math",
         metadata={
-            "help": "Reward name for rewards.get_reward (math, exact, "
+            "help": "Reward name for tfgrpo.rewards.get_reward (math, exact, "
             "choice, numeric, format, ...) or a path to a reward model."
         },
     )
@@ -234,7 +234,7 @@ class GroupFilteredGRPOTrainer(LearningSignalMixin, trl.GRPOTrainer):
 
 
 def resolve_reward_funcs(reward: str | Any) -> list[Any]:
-    """Our reward by name (`rewards.get_reward`), a reward model path, or callables passed as they are."""
+    """Our reward by name (`tfgrpo.rewards.get_reward`), a reward model path, or callables passed as they are."""
     if not isinstance(reward, str):
         return list(reward) if isinstance(reward, (list, tuple)) else [reward]
     if Path(reward).is_dir():  # a sequence-classification reward model: TRL loads and scores with it

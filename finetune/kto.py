@@ -8,8 +8,8 @@ from typing import Any
 
 import trl
 
-from finetune.adapters import BASE_CHANGING_INITS, AdapterArguments, build_peft_config
-from finetune.longlora import enable_for_config
+from tfgrpo.finetune.adapters import BASE_CHANGING_INITS, AdapterArguments, build_peft_config
+from tfgrpo.finetune.longlora import enable_for_config
 
 
 @dataclass

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from finetune.errors import FinetuneError
+from tfgrpo.finetune.errors import FinetuneError
 from tfgrpo.llm.embedded import embedded_model_dir
 from tfgrpo.llm.errors import BackendUnavailableError
 from tfgrpo.llm.factory import default_cache_dir

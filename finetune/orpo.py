@@ -11,8 +11,8 @@ from typing import Any
 
 from trl.experimental.orpo import ORPOConfig, ORPOTrainer
 
-from finetune.adapters import AdapterArguments, build_peft_config
-from finetune.longlora import enable_for_config
+from tfgrpo.finetune.adapters import AdapterArguments, build_peft_config
+from tfgrpo.finetune.longlora import enable_for_config
 
 
 @dataclass

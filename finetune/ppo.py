@@ -29,9 +29,9 @@ import torch
 import trl
 from trl.trainer.utils import add_fused_lm_head, use_adapter
 
-from finetune.adapters import BASE_CHANGING_INITS, build_peft_config
-from finetune.grpo import GRPOFinetuneConfig, LearningSignalMixin, resolve_reward_funcs
-from finetune.longlora import enable_for_config
+from tfgrpo.finetune.adapters import BASE_CHANGING_INITS, build_peft_config
+from tfgrpo.finetune.grpo import GRPOFinetuneConfig, LearningSignalMixin, resolve_reward_funcs
+from tfgrpo.finetune.longlora import enable_for_config
 
 VALUE_HEAD = "v_head"
 

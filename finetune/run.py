@@ -20,19 +20,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from finetune import adapters
-from finetune import data as data_builders
-from finetune.errors import FinetuneDataError, FinetuneError
-from finetune.longlora import disable_s2_attention, s2_call_counts
-from finetune.models import (
+from tfgrpo.core.atomic import folder_target
+from tfgrpo.finetune import adapters
+from tfgrpo.finetune import data as data_builders
+from tfgrpo.finetune.errors import FinetuneDataError, FinetuneError
+from tfgrpo.finetune.longlora import disable_s2_attention, s2_call_counts
+from tfgrpo.finetune.models import (
     count_parameters,
     device_training_defaults,
     load_model,
     load_tokenizer,
     resolve_model_source,
 )
-from rewards import REWARD_NAMES
-from tfgrpo.core.atomic import folder_target
+from tfgrpo.rewards import REWARD_NAMES
 from tfgrpo.rollout.tools import BUILTIN_TOOLS, parse_tool_names
 
 logger = logging.getLogger(__name__)
@@ -88,7 +88,7 @@ def require_finetune_extra() -> None:
 def load_method(method: str) -> tuple[type, Any]:
     spec = method_spec(method)
     require_finetune_extra()  # before finetune.<module>, which imports trl at its top
-    module = importlib.import_module(f"finetune.{spec.module}")
+    module = importlib.import_module(f"tfgrpo.finetune.{spec.module}")
     return getattr(module, spec.config_class), getattr(module, spec.builder)
 
 
@@ -408,7 +408,7 @@ def learning_signal(trainer: Any) -> dict[str, Any]:
     """What the training saw: `tokens_processed` (TRL's count of tokens through the model), `tokens_in_loss`
     (SFT: the completion tokens the loss is computed on; RL: the completion tokens of groups kept, per
     generation batch), and for RL methods the generation batches, those with nothing to learn and the
-    groups filtered for equal rewards (see finetune.grpo.LearningSignalMixin)."""
+    groups filtered for equal rewards (see tfgrpo.finetune.grpo.LearningSignalMixin)."""
     import torch
 
     signal: dict[str, Any] = {}

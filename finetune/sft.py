@@ -7,8 +7,8 @@ from typing import Any
 
 import trl
 
-from finetune.adapters import AdapterArguments, build_peft_config
-from finetune.longlora import enable_for_config
+from tfgrpo.finetune.adapters import AdapterArguments, build_peft_config
+from tfgrpo.finetune.longlora import enable_for_config
 
 
 @dataclass
@@ -26,7 +26,7 @@ class LossTokenCountingSFTTrainer(trl.SFTTrainer):
     """`trl.SFTTrainer` that counts the tokens its training loss is computed on (labels not -100, after the
     one-token shift): with prompt/completion rows, the completion tokens only."""
 
-    tokens_in_loss_total = 0  # this process's count; `finetune.run` sums it over processes
+    tokens_in_loss_total = 0  # this process's count; `tfgrpo.finetune.run` sums it over processes
 
     def compute_loss(
         self, model: Any, inputs: Any, return_outputs: bool = False, num_items_in_batch: Any = None

@@ -27,7 +27,7 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar
 
-from finetune.errors import FinetuneError
+from tfgrpo.finetune.errors import FinetuneError
 from tfgrpo.rollout.tools import ToolError, get_tools
 
 #: JSON-schema types → the Python type hints `transformers.get_json_schema` turns back into the same schema

@@ -2,7 +2,7 @@
 
 math-verify's own timeouts use `signal.alarm`, which only works in the main thread; here they are off
 (`None`) and the parent enforces the deadline by killing a worker. Killed workers must come back fast,
-so the parent starts ONE fresh interpreter, the zygote (`python -m rewards._verify_worker CONTROL_FD
+so the parent starts ONE fresh interpreter, the zygote (`python -m tfgrpo.rewards._verify_worker CONTROL_FD
 MEMORY_LIMIT_BYTES`), which imports sympy and math-verify once and then forks a worker per request
 (~10 ms instead of ~0.5 s for a new interpreter). The zygote is single-threaded, so forking it is safe,
 unlike forking a multi-threaded trainer; and the caller's main script is never re-imported.
@@ -21,7 +21,7 @@ from multiprocessing.connection import Connection
 from math_verify import parse, verify
 from sympy import Basic, Expr, Float, I, MatrixBase
 
-from rewards.verify_processes import READY
+from tfgrpo.rewards.verify_processes import READY
 
 # Verdict wire format: (task_id, equal: bool | None, reason: str); equal=None means the gold is unusable.
 

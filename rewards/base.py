@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rewards.errors import RewardError
+from tfgrpo.rewards.errors import RewardError
 
 
 @dataclass(frozen=True)

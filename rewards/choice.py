@@ -7,9 +7,9 @@ import string
 from collections.abc import Sequence
 from typing import Any
 
-from rewards.base import Reward, Score, column, completion_text
-from rewards.exact import exact_match_form
-from rewards.extraction import last_answer_line, last_boxed
+from tfgrpo.rewards.base import Reward, Score, column, completion_text
+from tfgrpo.rewards.exact import exact_match_form
+from tfgrpo.rewards.extraction import last_answer_line, last_boxed
 
 # "(B)", "B)", "B.", "**B**", "option B", "answer is B": a capital letter standing alone.
 _LETTER = re.compile(r"(?<![A-Za-z0-9])\(?([A-Z])\)?(?![A-Za-z0-9])")

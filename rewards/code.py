@@ -1,15 +1,15 @@
 """Code reward: run the completion's program against given tests; the verdict comes from a process the
-program cannot reach (`rewards.code_sandbox`).
+program cannot reach (`tfgrpo.rewards.code_sandbox`).
 
 The program runs in a fresh `python -I` process, in an empty temporary directory, with limits on
 wall time, CPU time, address space, file size and processes, in its own session (so a fork bomb's
 children die with it); the tests run in a second process that calls the program's functions over a pipe
-and gets plain values back. With `sandbox="auto"` (default) or `"bubblewrap"` it runs under bubblewrap (`rewards.isolation`):
+and gets plain values back. With `sandbox="auto"` (default) or `"bubblewrap"` it runs under bubblewrap (`tfgrpo.rewards.isolation`):
 its own /proc and PID namespace, no network, a read-only view of only Python, no home or run directory,
 and a total disk cap (`max_disk_mb`: its work dir is a tmpfs of that size, nothing else writable; bwrap
 >= 0.7, probed). `sandbox="process"` (or auto where bwrap is missing, with a warning) is a plain process:
 16 MiB per file and no total cap; it contains mistakes of an honest policy, not hostile code. The first
-batch of a reward removes the folders of runs that died (`rewards.sandbox_folders`). docs/security.md has
+batch of a reward removes the folders of runs that died (`tfgrpo.rewards.sandbox_folders`). docs/security.md has
 the threat model.
 """
 
@@ -23,12 +23,12 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from rewards.base import Reward, Score, column, completion_text
-from rewards.code_sandbox import MAX_DISK_MB, run_tests
-from rewards.errors import RewardError
-from rewards.isolation import probe_bubblewrap
-from rewards.params import choice, count, flag, number, optional_count
-from rewards.sandbox_folders import CODE_FOLDER_PREFIX, remove_stale_folders
+from tfgrpo.rewards.base import Reward, Score, column, completion_text
+from tfgrpo.rewards.code_sandbox import MAX_DISK_MB, run_tests
+from tfgrpo.rewards.errors import RewardError
+from tfgrpo.rewards.isolation import probe_bubblewrap
+from tfgrpo.rewards.params import choice, count, flag, number, optional_count
+from tfgrpo.rewards.sandbox_folders import CODE_FOLDER_PREFIX, remove_stale_folders
 
 logger = logging.getLogger(__name__)
 

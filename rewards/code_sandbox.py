@@ -10,7 +10,7 @@ candidate has a private working directory, RLIMIT_NPROC (`max_processes`) and, w
 private uid. Its disk: a file-size limit of 16 MiB per file everywhere, and under bubblewrap a total cap
 (`max_disk_mb`): its work dir is a tmpfs of that size and nothing else is writable, so the host folder
 stays empty; a plain process writes into the host folder with the per-file limit only. Both folders are
-`rewards.sandbox_folders` claims: a killed run's are removed by the next run's first batch. As a plain process (`sandbox="process"`), the harness turns off its dumpable flag so a
+`tfgrpo.rewards.sandbox_folders` claims: a killed run's are removed by the next run's first batch. As a plain process (`sandbox="process"`), the harness turns off its dumpable flag so a
 process of the same uid cannot open its pipes or memory. A verdict line with the wrong nonce or out of
 order voids the row (0 tests passed); a harness that dies leaves its remaining tests failed.
 """
@@ -26,8 +26,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from rewards.isolation import MAX_PROCESSES, bwrap_command
-from rewards.sandbox_folders import CODE_FOLDER_PREFIX, SandboxFolder
+from tfgrpo.rewards.isolation import MAX_PROCESSES, bwrap_command
+from tfgrpo.rewards.sandbox_folders import CODE_FOLDER_PREFIX, SandboxFolder
 
 _HERE = Path(__file__).parent
 _SCRIPTS = {name: _HERE / name for name in ("_code_harness.py", "_code_candidate.py", "_code_wire.py")}
@@ -103,8 +103,8 @@ def run_tests(
 ) -> tuple[int, list[str]]:
     """(tests passed, failure lines) of `code` against `tests` (each a Python snippet, e.g. an assert).
 
-    `sandbox`: "bubblewrap" or "process" (see `rewards.code.resolve_sandbox`). `max_disk_mb`: under
-    bubblewrap, all the program may write (a tmpfs; needs bwrap >= 0.7, see `rewards.code`); None binds the
+    `sandbox`: "bubblewrap" or "process" (see `tfgrpo.rewards.code.resolve_sandbox`). `max_disk_mb`: under
+    bubblewrap, all the program may write (a tmpfs; needs bwrap >= 0.7, see `tfgrpo.rewards.code`); None binds the
     host folder instead, with the per-file limit only, as a plain process always has."""
     quota_bytes = max_disk_mb * 1024 * 1024 if max_disk_mb is not None and sandbox == "bubblewrap" else None
     nonce = secrets.token_hex(16)

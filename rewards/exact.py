@@ -6,10 +6,10 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from rewards.base import Reward, Score, column, completion_text
-from rewards.extraction import last_answer_line, last_boxed
-from rewards.params import flag
 from tfgrpo.core.answers import normalize_answer, normalize_text
+from tfgrpo.rewards.base import Reward, Score, column, completion_text
+from tfgrpo.rewards.extraction import last_answer_line, last_boxed
+from tfgrpo.rewards.params import flag
 
 _ARTICLES = re.compile(r"\b(?:a|an|the)\b")
 _PUNCT_EDGES = re.compile(r"^[\s\"'`.,;:!?()\[\]]+|[\s\"'`.,;:!?()\[\]]+$")

@@ -6,10 +6,10 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from rewards.base import Reward, Score, completion_text
-from rewards.errors import RewardError
-from rewards.extraction import last_boxed
-from rewards.params import flag
+from tfgrpo.rewards.base import Reward, Score, completion_text
+from tfgrpo.rewards.errors import RewardError
+from tfgrpo.rewards.extraction import last_boxed
+from tfgrpo.rewards.params import flag
 
 _THINK = re.compile(r"<think>(?P<thought>.*?)</think>(?P<rest>.*)", re.DOTALL)
 

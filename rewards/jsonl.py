@@ -12,9 +12,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from rewards.base import Reward
-from rewards.errors import RewardError
 from tfgrpo.core.textfile import JSONValueError, strict_json_loads
+from tfgrpo.rewards.base import Reward
+from tfgrpo.rewards.errors import RewardError
 
 NEEDS_REFERENCE = frozenset({"math", "exact", "choice", "numeric", "judge"})
 

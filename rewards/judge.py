@@ -2,7 +2,7 @@
 
 The judge receives a plain synchronous `complete(messages)` callable, so this module needs no LLM
 client: the engine adapts its own (`tfgrpo.rollout.scoring`), asking for the reply under the verdict's
-JSON schema (`rewards.verdict`). `complete` returns the reply text, or an object with `.text` and
+JSON schema (`tfgrpo.rewards.verdict`). `complete` returns the reply text, or an object with `.text` and
 `.schema_enforced` (the client's `Completion`) so the counters know which replies were enforced. A reply
 without a readable verdict is asked once more with the parser's feedback; still none = unscored (None).
 Errors of `complete` propagate: an outage must never turn into a score of 0.
@@ -17,10 +17,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from rewards.base import Reward, Score, completion_text
-from rewards.errors import RewardError
-from rewards.params import count
-from rewards.verdict import (
+from tfgrpo.rewards.base import Reward, Score, completion_text
+from tfgrpo.rewards.errors import RewardError
+from tfgrpo.rewards.params import count
+from tfgrpo.rewards.verdict import (
     REPLY_COUNTS,
     VerdictParse,
     count_outcome,

@@ -13,13 +13,13 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from rewards.base import Reward, Score, completion_text
-from rewards.errors import RewardError
-from rewards.extraction import extract_answer
-from rewards.math import _compare
-from rewards.params import choice, number, optional_count, share
-from rewards.verifier import shared_verifier
 from tfgrpo.core.answers import TieRule, majority_vote
+from tfgrpo.rewards.base import Reward, Score, completion_text
+from tfgrpo.rewards.errors import RewardError
+from tfgrpo.rewards.extraction import extract_answer
+from tfgrpo.rewards.math import _compare
+from tfgrpo.rewards.params import choice, number, optional_count, share
+from tfgrpo.rewards.verifier import shared_verifier
 
 
 def group_indices(

@@ -1,7 +1,7 @@
 """The math reward: extract the final answer, then decide equivalence with the reference.
 
-Plain numbers are decided in-process by exact rational arithmetic (`rewards.normalize`); everything
-else goes to math-verify in a killable worker process (`rewards.verifier`) under a hard deadline, so a
+Plain numbers are decided in-process by exact rational arithmetic (`tfgrpo.rewards.normalize`); everything
+else goes to math-verify in a killable worker process (`tfgrpo.rewards.verifier`) under a hard deadline, so a
 hostile answer costs at most about `timeout_s` and never blocks a thread or an event loop.
 """
 
@@ -11,12 +11,12 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from rewards.base import Reward, Score, column, completion_text
-from rewards.extraction import Source, all_boxes, extract_answer, extract_with_source, is_bare_answer
-from rewards.normalize import fast_equivalent
-from rewards.params import number, optional_count
-from rewards.verifier import Verdict, Verifier, shared_verifier
 from tfgrpo.core.answers import normalize_answer
+from tfgrpo.rewards.base import Reward, Score, column, completion_text
+from tfgrpo.rewards.extraction import Source, all_boxes, extract_answer, extract_with_source, is_bare_answer
+from tfgrpo.rewards.normalize import fast_equivalent
+from tfgrpo.rewards.params import number, optional_count
+from tfgrpo.rewards.verifier import Verdict, Verifier, shared_verifier
 
 _SHOWN = 60  # characters of an answer quoted in a reason
 # math-verify drops primes (`E'` parses as `E`), so a prime that one side has and the other lacks decides alone.

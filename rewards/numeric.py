@@ -6,10 +6,10 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from rewards.base import Reward, Score, column, completion_text
-from rewards.extraction import extract_answer
-from rewards.params import number
 from tfgrpo.core.answers import as_fraction, normalize_answer
+from tfgrpo.rewards.base import Reward, Score, column, completion_text
+from tfgrpo.rewards.extraction import extract_answer
+from tfgrpo.rewards.params import number
 
 
 def parse_number(text: str | None) -> float | None:

@@ -11,7 +11,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from rewards.errors import RewardError
+from tfgrpo.rewards.errors import RewardError
 
 
 def number(reward: str, name: str, value: Any, *, minimum: float = 0.0, inclusive: bool = False) -> float:

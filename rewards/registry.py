@@ -6,19 +6,19 @@ import importlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from rewards.base import Reward, Score
-from rewards.errors import RewardError
+from tfgrpo.rewards.base import Reward, Score
+from tfgrpo.rewards.errors import RewardError
 
 #: name -> (module, class): a reward's module is imported when that reward is built, not with the registry
 _FACTORIES = {
-    "math": ("rewards.math", "MathReward"),
-    "exact": ("rewards.exact", "ExactMatchReward"),
-    "choice": ("rewards.choice", "ChoiceReward"),
-    "numeric": ("rewards.numeric", "NumericReward"),
-    "format": ("rewards.format", "FormatReward"),
-    "code": ("rewards.code", "CodeReward"),
-    "judge": ("rewards.judge", "JudgeReward"),
-    "majority": ("rewards.majority", "MajorityReward"),
+    "math": ("tfgrpo.rewards.math", "MathReward"),
+    "exact": ("tfgrpo.rewards.exact", "ExactMatchReward"),
+    "choice": ("tfgrpo.rewards.choice", "ChoiceReward"),
+    "numeric": ("tfgrpo.rewards.numeric", "NumericReward"),
+    "format": ("tfgrpo.rewards.format", "FormatReward"),
+    "code": ("tfgrpo.rewards.code", "CodeReward"),
+    "judge": ("tfgrpo.rewards.judge", "JudgeReward"),
+    "majority": ("tfgrpo.rewards.majority", "MajorityReward"),
 }
 
 REWARD_NAMES = tuple(_FACTORIES)

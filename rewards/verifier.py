@@ -4,7 +4,7 @@ Why processes: sympy can run for minutes (or forever) on a hostile answer such a
 math-verify's own timeout (`signal.alarm`) only works in the main thread, so it cannot protect a reward
 called from a thread or an asyncio loop. Here each comparison runs in a worker; when its deadline passes
 the worker is killed (SIGKILL works whatever sympy is doing) and a replacement forks in ~10 ms from a
-zygote process that has already imported sympy (see `rewards._verify_worker`). A batch is spread over
+zygote process that has already imported sympy (see `tfgrpo.rewards._verify_worker`). A batch is spread over
 all workers, so the pool also uses every core. POSIX only (fork, SCM_RIGHTS).
 
 Thread-safe: each call checks workers out of a shared queue, so concurrent callers never share a pipe.
@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from multiprocessing.connection import wait
 from typing import Any, NamedTuple
 
-from rewards.errors import RewardError
-from rewards.verify_processes import WorkerProcess, Zygote
+from tfgrpo.rewards.errors import RewardError
+from tfgrpo.rewards.verify_processes import WorkerProcess, Zygote
 
 
 class Verdict(NamedTuple):

@@ -1,6 +1,6 @@
-"""The processes behind `rewards.verifier.Verifier`: a zygote that has imported sympy, and the workers it forks.
+"""The processes behind `tfgrpo.rewards.verifier.Verifier`: a zygote that has imported sympy, and the workers it forks.
 
-The zygote is `python -m rewards._verify_worker`; asked over a control socket, it forks a worker in ~10 ms
+The zygote is `python -m tfgrpo.rewards._verify_worker`; asked over a control socket, it forks a worker in ~10 ms
 and passes back its pid, and the worker talks to the pool over its own connection. A worker past its
 deadline is killed with SIGKILL (the zygote reaps it). POSIX only (fork, SCM_RIGHTS).
 """
@@ -15,16 +15,16 @@ import sys
 from multiprocessing.connection import Connection
 from typing import Any
 
-from rewards.errors import RewardError
+from tfgrpo.rewards.errors import RewardError
 
-_WORKER_MODULE = "rewards._verify_worker"
+_WORKER_MODULE = "tfgrpo.rewards._verify_worker"
 READY = "ready"  # the worker's first message, once sympy is imported
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 _STARTUP_TIMEOUT_S = 120.0  # a cold worker imports sympy; generous, and counted apart from task deadlines
 
 
 class Zygote:
-    """The `python -m rewards._verify_worker` process that forks workers on request (see that module)."""
+    """The `python -m tfgrpo.rewards._verify_worker` process that forks workers on request (see that module)."""
 
     def __init__(self, memory_limit_bytes: int | None) -> None:
         # A stream socket: when this side closes, the zygote reads EOF and exits (a datagram pair would not).

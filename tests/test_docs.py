@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from eval.config import EvalConfig
+from tfgrpo.eval.config import EvalConfig
 from tfgrpo.learn.config import LearnConfig
 from tfgrpo.llm.config import LLMConfig
 
@@ -113,7 +113,7 @@ def test_a_stale_marker_fails_the_build_in_one_line():
 
 def test_finetune_reference_lists_our_fields_and_the_trl_defaults_we_change():
     pytest.importorskip("trl")
-    from finetune.adapters import AdapterArguments
+    from tfgrpo.finetune.adapters import AdapterArguments
 
     hook = load_hook()
     markdown = hook.render_markers("<!-- config-reference: finetune.grpo.GSPOFinetuneConfig -->")

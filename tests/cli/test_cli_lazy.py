@@ -15,7 +15,16 @@ from tfgrpo.cli.lazy import COMMANDS, LIBRARY_COMMANDS, load_command
 
 COMMAND_MODULES = {module for module, _ in COMMANDS.values()} | {"tfgrpo.cli.library_trust"}
 #: what no quick command may pull in: the engine, the client layer, eval, fine-tuning, serving, the store
-ENGINE = ("tfgrpo.learn", "tfgrpo.llm", "tfgrpo.rollout", "tfgrpo.serve", "eval", "finetune", "chromadb", "openai")
+ENGINE = (
+    "tfgrpo.learn",
+    "tfgrpo.llm",
+    "tfgrpo.rollout",
+    "tfgrpo.serve",
+    "tfgrpo.eval",
+    "tfgrpo.finetune",
+    "chromadb",
+    "openai",
+)
 
 
 @pytest.mark.parametrize(
@@ -52,7 +61,7 @@ def _under(modules: set[str], prefixes: tuple[str, ...] | set[str]) -> set[str]:
 def test_help_imports_no_command_module():
     modules = imported_by("--help")
     assert _under(modules, COMMAND_MODULES) == set()
-    assert _under(modules, ("rich", "pydantic", "experiences", *ENGINE)) == set()
+    assert _under(modules, ("rich", "pydantic", "tfgrpo.experiences", *ENGINE)) == set()
 
 
 def test_library_show_imports_no_engine(tmp_path):
@@ -63,8 +72,12 @@ def test_library_show_imports_no_engine(tmp_path):
         )
     )
     modules = imported_by("library", "show", str(library))
-    assert "tfgrpo.cli.library" in modules and "experiences.model" in modules  # it did run
+    assert "tfgrpo.cli.library" in modules and "tfgrpo.experiences.model" in modules  # it did run
     assert _under(modules, ENGINE) == set()
     assert (
-        _under(modules, ("tfgrpo.cli.library_trust", "experiences.dedup", "experiences.apply", "json_repair")) == set()
+        _under(
+            modules,
+            ("tfgrpo.cli.library_trust", "tfgrpo.experiences.dedup", "tfgrpo.experiences.apply", "json_repair"),
+        )
+        == set()
     )

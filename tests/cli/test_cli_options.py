@@ -19,11 +19,11 @@ import yaml
 from pydantic import BaseModel, SecretStr
 from typer.testing import CliRunner
 
-import finetune.run
-from eval.config import EvalConfig
+import tfgrpo.finetune.run
 from tfgrpo.cli import chat, evaluate, learn, library_trust, options, score, serve
 from tfgrpo.cli.app import app
 from tfgrpo.core.config import build_config
+from tfgrpo.eval.config import EvalConfig
 from tfgrpo.experiment.recipe import Recipe
 from tfgrpo.learn.config import LearnConfig
 from tfgrpo.llm.config import LLMConfig
@@ -251,8 +251,8 @@ def _run(monkeypatch, tmp_path, command: str, yaml_data: dict[str, Any] | None, 
             captured["settings"] = {**options, "data": data, "out": out, "model": model}
             raise _Captured
 
-        monkeypatch.setattr(finetune.run, "load_method", lambda method: None)
-        monkeypatch.setattr(finetune.run, "run_finetune", run_finetune)
+        monkeypatch.setattr(tfgrpo.finetune.run, "load_method", lambda method: None)
+        monkeypatch.setattr(tfgrpo.finetune.run, "run_finetune", run_finetune)
     args = [*command.split(), *words, *extra]
     if yaml_data is not None:
         (tmp_path / "config.yaml").write_text(yaml.safe_dump(yaml_data))

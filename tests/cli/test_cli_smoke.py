@@ -35,7 +35,7 @@ def test_cli_start_imports_no_heavy_library():
         f"import sys, tfgrpo.cli.app; print(sorted({{m.split('.')[0] for m in sys.modules}} & set({sorted(HEAVY)!r})))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
-    # A config class whose module imports one of these at the top (eval.runner -> tfgrpo.core.metrics -> scipy)
+    # A config class whose module imports one of these at the top (tfgrpo.eval.runner -> tfgrpo.core.metrics -> scipy)
     # belongs in a light module of its own (e.g. eval/config.py), which the CLI then imports.
     assert out == "[]", f"`import tfgrpo.cli.app` loads {out}"
 
@@ -86,7 +86,7 @@ def test_eval_and_compare_on_the_embedded_model(tmp_path):
     """SmolLM2 on three easy problems with and without a hand-written library, then the report."""
     from PIL import Image
 
-    from experiences import Library
+    from tfgrpo.experiences import Library
 
     library = tmp_path / "library.json"
     Library.from_texts(["Add the two numbers, then write only the result in \\boxed{}."]).save(library)

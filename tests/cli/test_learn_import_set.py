@@ -17,9 +17,9 @@ from tests.helpers.serve_upstream import ScriptedUpstream, running
 #: aiohttp and friends, httpx), retries (tenacity), reply repair (json_repair)
 ALLOWED = {
     "aiohappyeyeballs", "aiohttp", "aiosignal", "annotated_doc", "annotated_types", "anyio", "attr", "certifi",
-    "click", "distro", "experiences", "filelock", "frozenlist", "h11", "h2", "hpack", "httpcore", "httpcore2",
+    "click", "distro", "filelock", "frozenlist", "h11", "h2", "hpack", "httpcore", "httpcore2",
     "httpx", "httpx2", "hyperframe", "idna", "jinja2", "jiter", "json_repair", "markdown_it", "markupsafe", "mdurl",
-    "multidict", "openai", "propcache", "pydantic", "pydantic_core", "pygments", "rewards", "rich", "shellingham",
+    "multidict", "openai", "propcache", "pydantic", "pydantic_core", "pygments", "rich", "shellingham",
     "sniffio", "tenacity", "tfgrpo", "truststore", "typer", "typing_extensions", "typing_inspection", "yaml",
     "yarl",
 }  # fmt: skip

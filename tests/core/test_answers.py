@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from rewards.majority import MajorityReward
 from tests.helpers.learn_world import World, read_jsonl, write_problems
 from tfgrpo.core.answers import CORRECT_THRESHOLD, is_correct, majority_vote, normalize_text, vote_key
 from tfgrpo.core.metrics import majority_answer, problem_results
@@ -17,6 +16,7 @@ from tfgrpo.learn.loop import learn
 from tfgrpo.learn.stages.summarize import outcome_of
 from tfgrpo.llm.backends.scripted import ScriptedBackend
 from tfgrpo.llm.factory import build_client
+from tfgrpo.rewards.majority import MajorityReward
 
 TIE = ["\\boxed{6}", "\\boxed{5}", "\\boxed{5}", "\\boxed{6}"]  # 2 votes each; 6 is voted first
 
@@ -41,8 +41,8 @@ def test_one_voting_class_for_eval_and_rewards():
 
 
 def test_one_text_normaliser_for_libraries_and_free_text_answers():
-    from experiences.model import Experience, Library
-    from rewards.exact import ExactMatchReward
+    from tfgrpo.experiences.model import Experience, Library
+    from tfgrpo.rewards.exact import ExactMatchReward
 
     assert normalize_text("  Ｕse\tTHE  rule ") == normalize_text("use the rule") == "use the rule"
     library = Library(experiences=[Experience(id="G0", text="Check the units before adding.")])

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from filelock import FileLock
 
-from experiences import History, Library
 from tfgrpo.core.atomic import CRASH_ENV, CRASH_EXIT_CODE, LockTimeoutError, atomic_write_text, locked
 from tfgrpo.core.config import ConfigError
+from tfgrpo.experiences import History, Library
 from tfgrpo.learn.config import LearnConfig
 from tfgrpo.learn.rundir import RunDir
 

@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from eval.runner import EvalConfig, evaluate
-from experiences import Library
-from experiences.errors import ImportFormatError, LibraryFileError
-from experiences.export import import_library
 from tfgrpo.cli.app import main
 from tfgrpo.core.config import ConfigError, build_config
 from tfgrpo.core.datasets import load_dataset_rows
 from tfgrpo.core.errors import DatasetError
 from tfgrpo.core.textfile import MAX_ROW_BYTES
+from tfgrpo.eval.runner import EvalConfig, evaluate
+from tfgrpo.experiences import Library
+from tfgrpo.experiences.errors import ImportFormatError, LibraryFileError
+from tfgrpo.experiences.export import import_library
 from tfgrpo.learn.config import LearnConfig
 
 BAD_BYTES = b'{"version": 0, "experiences": [{"id": "G0", "text": "caf\xe9 \xff"}]}\n'

@@ -8,9 +8,7 @@ import typing
 import pytest
 from pydantic import BaseModel, SecretStr, ValidationError
 
-import rewards
-from eval.config import EvalConfig
-from eval.matrix import MatrixConfig
+from tfgrpo import rewards
 from tfgrpo.core.config import ConfigError, build_config, config_dict, dump_config, format_validation_error
 from tfgrpo.core.secrets import (
     MASK,
@@ -22,6 +20,8 @@ from tfgrpo.core.secrets import (
     refuse_url_credentials,
     reveal_secrets,
 )
+from tfgrpo.eval.config import EvalConfig
+from tfgrpo.eval.matrix import MatrixConfig
 from tfgrpo.experiment.recipe import Recipe
 from tfgrpo.learn.config import LearnConfig
 from tfgrpo.llm.chat import ChatConfig

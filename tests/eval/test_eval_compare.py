@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from eval.compare import build_comparison, compare_runs, load_eval_run
 from tests.helpers.eval_runs import STRONG, WEAK, synthetic_samples, write_eval_run
 from tfgrpo.core.errors import EvalError
 from tfgrpo.core.stats import compare_paired, sign_flip_p_value
+from tfgrpo.eval.compare import build_comparison, compare_runs, load_eval_run
 
 
 class TestPairedStats:

@@ -90,7 +90,7 @@ class TestMajority:
             ("3.0", "3"),
             ("  42 ", "42"),
             ("\\frac{1}{2}", "\\frac{1}{2}"),
-            ("0.5", "\\frac{1}{2}"),  # equal rationals share a class (the rule rewards.majority already had)
+            ("0.5", "\\frac{1}{2}"),  # equal rationals share a class (the rule tfgrpo.rewards.majority already had)
         ],
     )
     def test_normalize(self, raw, normal):

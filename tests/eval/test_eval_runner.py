@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from eval.runner import EvalConfig, evaluate
-from experiences import Library
+from tfgrpo.eval.runner import EvalConfig, evaluate
+from tfgrpo.experiences import Library
 from tfgrpo.llm.backends.scripted import ScriptedBackend
 from tfgrpo.llm.config import LLMConfig
 from tfgrpo.llm.factory import build_client
@@ -97,7 +97,7 @@ def test_failed_calls_are_excluded_not_scored_wrong(tmp_path, dataset):
 
 
 def test_compare_detects_the_better_system_and_not_identical_ones(tmp_path, dataset, library):
-    from eval.compare import compare_runs
+    from tfgrpo.eval.compare import compare_runs
 
     backend = ScriptedBackend(responder)
     run(EvalConfig(data=str(dataset), out=str(tmp_path / "base"), samples=4), backend)
@@ -162,7 +162,7 @@ def test_topk_injection_uses_the_nearest_experiences(tmp_path, dataset):
 
 def test_exported_system_prompt_sends_the_same_messages_as_the_library(tmp_path, dataset, library):
     """What is learned is what is shipped: `--library` and its exported system prompt are one prompt."""
-    from experiences import render_system_prompt
+    from tfgrpo.experiences import render_system_prompt
 
     prompt_file = tmp_path / "system_prompt.txt"
     prompt_file.write_text(render_system_prompt(Library.load(library)) + "\n")

@@ -11,10 +11,10 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from eval.ablation import ablate, plan_ablation, prune_by_utility
-from eval.runner import EvalConfig
-from experiences import Library
 from tfgrpo.cli.app import app
+from tfgrpo.eval.ablation import ablate, plan_ablation, prune_by_utility
+from tfgrpo.eval.runner import EvalConfig
+from tfgrpo.experiences import Library
 from tfgrpo.llm.backends.scripted import ScriptedBackend
 from tfgrpo.llm.factory import build_client
 
@@ -87,11 +87,13 @@ def test_grouped_ablation_for_large_libraries(tmp_path, world):
 
 def test_cli_prints_the_cost_first_writes_metadata_and_prunes(tmp_path, world, monkeypatch):
     data, library_path = world
-    import eval.runner
+    import tfgrpo.eval.runner
 
-    original = eval.runner.build_client
+    original = tfgrpo.eval.runner.build_client
     monkeypatch.setattr(
-        eval.runner, "build_client", lambda config, **kw: original(config, backends=[ScriptedBackend(responder)], **kw)
+        tfgrpo.eval.runner,
+        "build_client",
+        lambda config, **kw: original(config, backends=[ScriptedBackend(responder)], **kw),
     )
     runner = CliRunner()
     result = runner.invoke(

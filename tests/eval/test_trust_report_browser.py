@@ -8,8 +8,8 @@ import shutil
 import pytest
 from PIL import Image
 
-from eval.compare import compare_runs
 from tests.helpers.trust_worlds import gated_learn_report, run_scripted_matrix
+from tfgrpo.eval.compare import compare_runs
 
 pytestmark = pytest.mark.timeout(180)
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"

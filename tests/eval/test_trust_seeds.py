@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from eval.compare import compare_runs
-from eval.runner import EvalConfig, evaluate
-from eval.seed_eval import evaluate_seed_set
-from eval.seeds import SEED_SET_FILE, two_way_bootstrap_ci, write_seed_set
 from tests.helpers.learn_world import World, write_problems
 from tfgrpo.core.metrics import summarize
+from tfgrpo.eval.compare import compare_runs
+from tfgrpo.eval.runner import EvalConfig, evaluate
+from tfgrpo.eval.seed_eval import evaluate_seed_set
+from tfgrpo.eval.seeds import SEED_SET_FILE, two_way_bootstrap_ci, write_seed_set
 from tfgrpo.experiment.learn_seeds import learn_seeds
 from tfgrpo.learn.config import LearnConfig
 from tfgrpo.llm.backends.scripted import ScriptedBackend

@@ -1,4 +1,4 @@
-"""The credit statistic (experiences.credit): the estimate, its interval's coverage on simulated randomized
+"""The credit statistic (tfgrpo.experiences.credit): the estimate, its interval's coverage on simulated randomized
 rollouts, the verdicts, the file round trip, and what apply does with credit and retired texts."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from experiences import AddOp, Library, MergeOp, ModifyOp, apply_operations
-from experiences.credit import Credit
+from tfgrpo.experiences import AddOp, Library, MergeOp, ModifyOp, apply_operations
+from tfgrpo.experiences.credit import Credit
 
 
 def test_the_estimate_is_the_weighted_mean_of_the_per_query_differences():

@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from experiences import (
+from tfgrpo.experiences import (
     AddOp,
     Budget,
     DeleteOp,
@@ -114,7 +114,7 @@ def test_budget_max_items_evicts_lowest_value_first(library: Library, caplog: py
     # G1 helped, G2 hurt, G0 unused: order of value is G2 (0.25) < G0 (0.5) < G1 (0.67)
     library.record_usage(["G1"], correct=True)
     library.record_usage(["G2"], correct=False)
-    with caplog.at_level(logging.INFO, logger="experiences.apply"):
+    with caplog.at_level(logging.INFO, logger="tfgrpo.experiences.apply"):
         result = apply_operations(library, [AddOp(experience="New lesson.")], step=5, budget=Budget(max_items=2))
     assert [e.experience.id for e in result.evicted] == ["G2", "G0"]
     assert result.library.ids == ["G1", "G3"]

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from experiences import AddOp, Library, ModifyOp, apply_operations
-from experiences.dedup import enforce_dedup, is_near_duplicate
-from experiences.embedders import LocalEmbedder
-from experiences.store import ExperienceStore
+from tfgrpo.experiences import AddOp, Library, ModifyOp, apply_operations
+from tfgrpo.experiences.dedup import enforce_dedup, is_near_duplicate
+from tfgrpo.experiences.embedders import LocalEmbedder
+from tfgrpo.experiences.store import ExperienceStore
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -10,7 +10,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from experiences import (
+from tfgrpo.cli.app import app, main
+from tfgrpo.experiences import (
     AddOp,
     ExperienceError,
     Injection,
@@ -20,9 +21,8 @@ from experiences import (
     import_library,
     render,
 )
-from experiences.errors import ImportFormatError
-from experiences.export import library_from_lines
-from tfgrpo.cli.app import app, main
+from tfgrpo.experiences.errors import ImportFormatError
+from tfgrpo.experiences.export import library_from_lines
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from experiences import (
+from tfgrpo.experiences import (
     AddOp,
     DeleteOp,
     ExperienceError,
@@ -22,7 +22,7 @@ from experiences import (
     UnknownVersionError,
     apply_operations,
 )
-from experiences.history import diff_libraries, read_jsonl
+from tfgrpo.experiences.history import diff_libraries, read_jsonl
 
 pytestmark = pytest.mark.timeout(120)
 REPO = Path(__file__).resolve().parents[2]
@@ -135,7 +135,7 @@ _SLOW_SAVER = textwrap.dedent(
     """
     import os, sys, time
     from pathlib import Path
-    from experiences import Library
+    from tfgrpo.experiences import Library
 
     target, signal_file = Path(sys.argv[1]), Path(sys.argv[2])
     real_fsync = os.fsync

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from experiences import AddOp, DeleteOp, Library, MergeOp, ModifyOp, parse_operations
-from experiences.model import MAX_EXPERIENCE_CHARS
+from tfgrpo.experiences import AddOp, DeleteOp, Library, MergeOp, ModifyOp, parse_operations
+from tfgrpo.experiences.model import MAX_EXPERIENCE_CHARS
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from experiences import AddOp, Library, apply_operations
-from experiences.model import sentence_problem
 from tests.experiences.test_trust_leakage import run_learn
 from tests.helpers.learn_world import World
+from tfgrpo.experiences import AddOp, Library, apply_operations
+from tfgrpo.experiences.model import sentence_problem
 
 
 @pytest.mark.parametrize(

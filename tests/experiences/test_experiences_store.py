@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from experiences import AddOp, EmbeddingError, Injection, Library, apply_operations
-from experiences.dedup import dedup_library, find_duplicate_groups, lexical_similarity, screen_adds
-from experiences.embedders import LocalEmbedder, OnnxMiniLMEmbedder, OpenAIEmbedder, build_embedder
-from experiences.store import ExperienceStore
+from tfgrpo.experiences import AddOp, EmbeddingError, Injection, Library, apply_operations
+from tfgrpo.experiences.dedup import dedup_library, find_duplicate_groups, lexical_similarity, screen_adds
+from tfgrpo.experiences.embedders import LocalEmbedder, OnnxMiniLMEmbedder, OpenAIEmbedder, build_embedder
+from tfgrpo.experiences.store import ExperienceStore
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -281,7 +281,7 @@ def test_a_store_that_replaced_more_than_it_holds_is_rebuilt_with_the_same_answe
     """Learn replaces most lessons every step; chromadb keeps each deleted element in its HNSW graph, and
     every query walks them (benchmarks/store_churn.py). Past COMPACT_AFTER replaced ids the collection is
     rebuilt from its stored vectors: same contents, same neighbours, nothing embedded again."""
-    import experiences.store as store_module
+    import tfgrpo.experiences.store as store_module
 
     monkeypatch.setattr(store_module, "COMPACT_AFTER", 6)
     store = ExperienceStore(tmp_path / "library.chroma", embedder=embedder)

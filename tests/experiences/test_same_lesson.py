@@ -1,4 +1,4 @@
-"""The dedup rule (`is_near_duplicate` = MiniLM cosine + experiences.contrast) on labelled pairs from public
+"""The dedup rule (`is_near_duplicate` = MiniLM cosine + tfgrpo.experiences.contrast) on labelled pairs from public
 lesson libraries (tests/data/lesson_*.jsonl; provenance in each .md): no pair of different lessons is folded,
 and most paraphrases are. docs/experiences.md#enforced-dedup has the tables."""
 
@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from experiences.contrast import meaning_difference
-from experiences.onnx_embedder import OnnxMiniLMEmbedder
 from tests.helpers.lesson_pairs import SETS, fold_decisions, load_pairs
+from tfgrpo.experiences.contrast import meaning_difference
+from tfgrpo.experiences.onnx_embedder import OnnxMiniLMEmbedder
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from experiences import AddOp, Injection, Library, ModifyOp
-from experiences.dedup import enforce_dedup
-from experiences.errors import ExperienceError
-from experiences.store import ExperienceStore
-from experiences.store_process import StoreProcess
+from tfgrpo.experiences import AddOp, Injection, Library, ModifyOp
+from tfgrpo.experiences.dedup import enforce_dedup
+from tfgrpo.experiences.errors import ExperienceError
+from tfgrpo.experiences.store import ExperienceStore
+from tfgrpo.experiences.store_process import StoreProcess
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -100,7 +100,7 @@ def test_the_process_ends_with_its_parent(tmp_path):
     """A learn run killed with SIGKILL leaves no store process: the child sees its socket close and exits."""
     code = (
         "import sys, time\n"
-        "from experiences.store_process import StoreProcess\n"
+        "from tfgrpo.experiences.store_process import StoreProcess\n"
         f"store = StoreProcess({str(tmp_path / 's')!r})\n"
         "store.wait_ready()\n"
         "print(store._process.pid, flush=True)\n"

@@ -12,12 +12,12 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from eval.compare import compare_runs
-from eval.runner import EvalConfig, evaluate
-from experiences import Library
-from experiences.leakage import LeakageChecker
 from tests.helpers.learn_world import World, write_problems
 from tfgrpo.cli.app import app
+from tfgrpo.eval.compare import compare_runs
+from tfgrpo.eval.runner import EvalConfig, evaluate
+from tfgrpo.experiences import Library
+from tfgrpo.experiences.leakage import LeakageChecker
 from tfgrpo.learn.config import LearnConfig
 from tfgrpo.learn.loop import learn
 from tfgrpo.llm.backends.scripted import ScriptedBackend
@@ -213,7 +213,7 @@ def test_eval_warns_and_compare_marks_an_overlapping_library(tmp_path):
 def test_a_hostile_learn_config_beside_the_library_only_hides_the_learned_sets(tmp_path, config):
     """eval --library reads the learn run's config.yaml beside the library (which sets it learned on) after the
     eval's folder exists: a file it cannot trust means 'unknown sets', never a traceback mid-eval."""
-    from eval.library_overlap import _learn_run_sets
+    from tfgrpo.eval.library_overlap import _learn_run_sets
 
     (tmp_path / "config.yaml").write_bytes(config.replace(b"&k1 [*k0, *k0]", b"&k1 [x, x]"))
     assert _learn_run_sets(tmp_path / "library.json") == set()

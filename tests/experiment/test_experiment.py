@@ -308,8 +308,8 @@ def test_bundled_recipes_plan(name, tmp_path):
     plan = build_plan(recipe, tmp_path)
     assert plan[-1].id == "report" and len({s.fingerprint for s in plan}) == len(plan)
     if recipe.finetunes:
-        from finetune.models import device_training_defaults
-        from finetune.run import build_method_config
+        from tfgrpo.finetune.models import device_training_defaults
+        from tfgrpo.finetune.run import build_method_config
 
         evals = {f"eval/{set_name}/{name}" for set_name in recipe.evals for name in ("sft", "grpo")}
         assert {s.id for s in plan} >= {"finetune/sft", "finetune/grpo", *evals}

@@ -5,15 +5,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from finetune.adapters import (
+from tests.helpers.tiny_models import build_tiny_model, build_tiny_tokenizer, tiny_model_dir
+from tfgrpo.finetune.adapters import (
     LONGLORA_TRAINABLE_MODULES,
     AdapterArguments,
     bnb_quantization_config,
     build_peft_config,
     choose_quantization,
 )
-from finetune.longlora import disable_s2_attention, enable_s2_attention, s2_attention_forward
-from tests.helpers.tiny_models import build_tiny_model, build_tiny_tokenizer, tiny_model_dir
+from tfgrpo.finetune.longlora import disable_s2_attention, enable_s2_attention, s2_attention_forward
 
 
 @pytest.fixture(scope="module")

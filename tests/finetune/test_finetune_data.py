@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from finetune import data
-from finetune.errors import FinetuneDataError
-from finetune.run import build_dataset_rows
 from tests.helpers.finetune_rows import rollout
+from tfgrpo.finetune import data
+from tfgrpo.finetune.errors import FinetuneDataError
+from tfgrpo.finetune.run import build_dataset_rows
 
 
 @pytest.fixture()

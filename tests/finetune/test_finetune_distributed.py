@@ -95,8 +95,8 @@ def test_example_accelerate_configs_load_with_accelerates_own_loader(name):
 
 def test_fsdp_on_cpu_is_refused_in_one_line(tmp_path, monkeypatch):
     pytest.importorskip("accelerate", reason="needs the finetune extra (CI installs it)")
-    from finetune.errors import FinetuneError
-    from finetune.run import run_finetune
+    from tfgrpo.finetune.errors import FinetuneError
+    from tfgrpo.finetune.run import run_finetune
 
     monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")  # what `accelerate launch --use_fsdp` sets
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)

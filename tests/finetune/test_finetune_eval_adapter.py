@@ -146,7 +146,7 @@ def test_sft_adapter_is_evaluated_with_its_provenance(tiny_dir, problems_file, s
 
 
 def test_sft_adapter_changes_generation_towards_its_training_data(tiny_dir, sft_adapter):
-    from finetune.data import render_prompt
+    from tfgrpo.finetune.data import render_prompt
 
     prompts = [render_prompt(p["problem"]) for p in PROBLEMS]  # the prompts it was trained (and is evaluated) on
     base = TransformersBackend(str(tiny_dir))

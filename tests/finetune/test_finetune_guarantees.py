@@ -12,12 +12,12 @@ import pytest
 import torch
 from datasets import Dataset
 
-from finetune.errors import FinetuneError
-from finetune.run import run_finetune
 from tests.helpers.cli import run_cli
 from tests.helpers.finetune_cells import assistant, user
 from tests.helpers.finetune_rows import write_jsonl
 from tests.helpers.tiny_models import build_tiny_model, build_tiny_tokenizer, tiny_model_dir
+from tfgrpo.finetune.errors import FinetuneError
+from tfgrpo.finetune.run import run_finetune
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -106,7 +106,7 @@ def test_fresh_base_changing_adapter_reloaded_on_the_base_is_the_base(tiny_dir, 
 def test_trained_pissa_adapter_on_the_base_reproduces_the_trained_model(tokenizer, tmp_path):
     from peft import PeftModel, get_peft_model
 
-    from finetune.adapters import AdapterArguments, build_peft_config, save_adapter, save_initial_adapter
+    from tfgrpo.finetune.adapters import AdapterArguments, build_peft_config, save_adapter, save_initial_adapter
 
     model = get_peft_model(build_tiny_model(tokenizer), build_peft_config(AdapterArguments(peft="pissa", lora_r=4)))
     initial = save_initial_adapter(model, "pissa")
@@ -135,7 +135,7 @@ class _Attention(torch.nn.Module):
 
 
 def test_s2_attention_runs_on_a_length_that_is_not_a_multiple_of_the_group():
-    from finetune.longlora import s2_attention_forward, s2_call_counts
+    from tfgrpo.finetune.longlora import s2_attention_forward, s2_call_counts
 
     gen = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(1, 4, 13, 8, generator=gen) for _ in range(3))  # groups of int(13/4) = 3 tokens
@@ -163,8 +163,8 @@ def _first_loss(trainer):
 
 
 def test_longlora_sft_loss_differs_from_lora_on_odd_lengths(tokenizer, tmp_path):
-    from finetune.longlora import s2_call_counts
-    from finetune.sft import SFTFinetuneConfig, build_sft_trainer
+    from tfgrpo.finetune.longlora import s2_call_counts
+    from tfgrpo.finetune.sft import SFTFinetuneConfig, build_sft_trainer
 
     first = {}
     for peft_name in ("lora", "longlora"):
@@ -185,7 +185,7 @@ def test_longlora_sft_loss_differs_from_lora_on_odd_lengths(tokenizer, tmp_path)
 
 
 def _build(method, tokenizer, tmp_path):
-    from finetune.run import METHOD_SPECS, load_method
+    from tfgrpo.finetune.run import METHOD_SPECS, load_method
 
     config_class, builder = load_method(method)
     options = dict(output_dir=str(tmp_path), max_steps=1, per_device_train_batch_size=4, peft="longlora", **COMMON)
@@ -206,7 +206,7 @@ def _build(method, tokenizer, tmp_path):
 
 @pytest.mark.parametrize("method", ["dpo", "kto", "orpo", "grpo", "ppo"])
 def test_longlora_runs_shifted_attention_for_every_method(tokenizer, tmp_path, method):
-    from finetune.longlora import s2_call_counts
+    from tfgrpo.finetune.longlora import s2_call_counts
 
     model, trainer = _build(method, tokenizer, tmp_path)
     trainer.train()
@@ -241,7 +241,7 @@ def test_longlora_run_logs_its_attention_calls(tiny_dir, pairs_data, tmp_path):
     ],
 )
 def test_ignored_options_are_refused_in_one_line(tmp_path, method, options, says):
-    from finetune.run import build_method_config
+    from tfgrpo.finetune.run import build_method_config
 
     with pytest.raises(FinetuneError, match=says) as error:
         build_method_config(method, {"output_dir": str(tmp_path), **COMMON, **options})
@@ -249,7 +249,7 @@ def test_ignored_options_are_refused_in_one_line(tmp_path, method, options, says
 
 
 def test_label_smoothing_stays_allowed_where_trl_reads_it(tmp_path):
-    from finetune.run import build_method_config
+    from tfgrpo.finetune.run import build_method_config
 
     config = build_method_config(
         "dpo", {"output_dir": str(tmp_path), **COMMON, "label_smoothing": 0.2, "loss_type": ["robust"]}
@@ -306,7 +306,7 @@ def test_grpo_run_that_learns_nothing_fails_unless_allowed(tiny_dir, tmp_path, c
 
 
 def test_grpo_step_with_signal_reports_its_tokens(tokenizer, tmp_path):
-    from finetune.grpo import GRPOFinetuneConfig, build_grpo_trainer
+    from tfgrpo.finetune.grpo import GRPOFinetuneConfig, build_grpo_trainer
 
     config = GRPOFinetuneConfig(
         output_dir=str(tmp_path),

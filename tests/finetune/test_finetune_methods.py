@@ -63,7 +63,7 @@ PROMPTS = [{"prompt": user(f"What is {i} + {i}?"), "answer": str(2 * i)} for i i
 
 @pytest.mark.parametrize("peft", ["none", "lora", "dora", "longlora"])
 def test_sft_loss_decreases(model_dirs, tokenizer, tmp_path, peft):
-    from finetune.sft import SFTFinetuneConfig, build_sft_trainer
+    from tfgrpo.finetune.sft import SFTFinetuneConfig, build_sft_trainer
 
     config = SFTFinetuneConfig(
         output_dir=str(tmp_path),
@@ -82,7 +82,7 @@ def test_sft_loss_decreases(model_dirs, tokenizer, tmp_path, peft):
 
 @pytest.mark.parametrize("method", ["dpo", "ipo", "cdpo"])
 def test_preference_losses_decrease_and_margin_grows(model_dirs, tokenizer, tmp_path, method):
-    from finetune.dpo import CDPOFinetuneConfig, DPOFinetuneConfig, IPOFinetuneConfig, build_dpo_trainer
+    from tfgrpo.finetune.dpo import CDPOFinetuneConfig, DPOFinetuneConfig, IPOFinetuneConfig, build_dpo_trainer
 
     config_class = {"dpo": DPOFinetuneConfig, "ipo": IPOFinetuneConfig, "cdpo": CDPOFinetuneConfig}[method]
     config = config_class(
@@ -105,7 +105,7 @@ def _first_batch_loss(trainer):
 
 def test_cdpo_applies_label_smoothing_that_trl_ignores(model_dirs, tokenizer, tmp_path):
     """cDPO loss = -(1-eps)·logσ(βΔ) - eps·logσ(-βΔ); TRL's own sigmoid loss stays plain DPO."""
-    from finetune.dpo import CDPOFinetuneConfig, DPOFinetuneConfig, build_dpo_trainer
+    from tfgrpo.finetune.dpo import CDPOFinetuneConfig, DPOFinetuneConfig, build_dpo_trainer
 
     eps = 0.2
     results = {}
@@ -136,7 +136,7 @@ def test_cdpo_applies_label_smoothing_that_trl_ignores(model_dirs, tokenizer, tm
 
 
 def test_kto_loss_decreases(model_dirs, tokenizer, tmp_path):
-    from finetune.kto import KTOFinetuneConfig, build_kto_trainer
+    from tfgrpo.finetune.kto import KTOFinetuneConfig, build_kto_trainer
 
     config = KTOFinetuneConfig(
         output_dir=str(tmp_path), max_steps=5, per_device_train_batch_size=8, learning_rate=1e-2, peft="lora", **COMMON
@@ -149,7 +149,7 @@ def test_kto_loss_decreases(model_dirs, tokenizer, tmp_path):
 
 
 def test_orpo_loss_decreases(model_dirs, tokenizer, tmp_path):
-    from finetune.orpo import ORPOFinetuneConfig, build_orpo_trainer
+    from tfgrpo.finetune.orpo import ORPOFinetuneConfig, build_orpo_trainer
 
     config = ORPOFinetuneConfig(
         output_dir=str(tmp_path), max_steps=5, per_device_train_batch_size=4, learning_rate=1e-2, peft="lora", **COMMON
@@ -184,7 +184,7 @@ def mean(xs):
 
 @pytest.mark.parametrize("group_size", [1, 4])
 def test_grpo_reward_rises(model_dirs, tokenizer, tmp_path, group_size):
-    from finetune.grpo import GRPOFinetuneConfig, build_grpo_trainer
+    from tfgrpo.finetune.grpo import GRPOFinetuneConfig, build_grpo_trainer
 
     config = rl_config(GRPOFinetuneConfig, tmp_path, num_generations=group_size, peft="none")
     trainer = build_grpo_trainer(
@@ -196,7 +196,7 @@ def test_grpo_reward_rises(model_dirs, tokenizer, tmp_path, group_size):
 
 
 def test_grpo_filters_homogeneous_groups(model_dirs, tokenizer, tmp_path):
-    from finetune.grpo import GRPOFinetuneConfig, build_grpo_trainer
+    from tfgrpo.finetune.grpo import GRPOFinetuneConfig, build_grpo_trainer
 
     def half_constant(completions, answer, **_):  # groups of answer "0" all score 1; others alternate 0/1
         return [1.0 if a == "0" else float(i % 2) for i, a in enumerate(answer)]
@@ -229,7 +229,7 @@ def test_grpo_filters_homogeneous_groups(model_dirs, tokenizer, tmp_path):
 
 
 def test_grpo_advantage_normalisation_toggle(tmp_path):
-    from finetune.grpo import GRPOFinetuneConfig
+    from tfgrpo.finetune.grpo import GRPOFinetuneConfig
 
     assert (
         rl_config(GRPOFinetuneConfig, tmp_path, normalize_advantages=False, num_generations=2).scale_rewards == "none"
@@ -243,7 +243,7 @@ def test_grpo_advantage_normalisation_toggle(tmp_path):
 
 @pytest.mark.parametrize("arch", ["mixtral", "qwen2_moe"])
 def test_gspo_on_moe_uses_sequence_ratios_kl_and_router_aux_loss(model_dirs, tokenizer, tmp_path, arch):
-    from finetune.grpo import GSPOFinetuneConfig, build_grpo_trainer
+    from tfgrpo.finetune.grpo import GSPOFinetuneConfig, build_grpo_trainer
 
     config = rl_config(GSPOFinetuneConfig, tmp_path, num_generations=2, peft="none", max_steps=3)
     assert config.importance_sampling_level == "sequence" and config.beta > 0
@@ -262,7 +262,7 @@ def test_gspo_on_moe_uses_sequence_ratios_kl_and_router_aux_loss(model_dirs, tok
 
 
 def test_gae_matches_hand_computation():
-    from finetune.ppo import compute_gae
+    from tfgrpo.finetune.ppo import compute_gae
 
     rewards = torch.tensor([[0.0, 0.0, 1.0, 0.0]])
     values = torch.tensor([[0.5, 0.4, 0.3, 9.0]])
@@ -279,7 +279,7 @@ def test_gae_matches_hand_computation():
 
 @pytest.mark.parametrize("peft", ["none", "lora"])
 def test_ppo_value_head_learns_and_reward_rises(model_dirs, tokenizer, tmp_path, peft):
-    from finetune.ppo import VALUE_HEAD, PPOFinetuneConfig, build_ppo_trainer
+    from tfgrpo.finetune.ppo import VALUE_HEAD, PPOFinetuneConfig, build_ppo_trainer
 
     config = rl_config(PPOFinetuneConfig, tmp_path, peft=peft, max_steps=10, vf_coef=1.0)
     assert config.num_generations == 1 and config.beta == 0.0

@@ -17,9 +17,9 @@ import pytest
 import torch
 from datasets import Dataset
 
-from finetune.errors import FinetuneError
 from tests.helpers.tiny_models import build_tiny_model, build_tiny_tokenizer, tiny_model_dir
 from tfgrpo.cli.app import main
+from tfgrpo.finetune.errors import FinetuneError
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -62,7 +62,7 @@ def tool_tokenizer():
 def test_environment_exposes_the_sandbox_as_a_typed_tool_with_per_trajectory_state():
     from transformers.utils import get_json_schema
 
-    from finetune.tools import build_tool_environment
+    from tfgrpo.finetune.tools import build_tool_environment
     from tfgrpo.rollout.tools.python_sandbox import PythonTool
 
     environment_class = build_tool_environment(["python"], options={"python": {"timeout_s": 1}})
@@ -86,8 +86,8 @@ def test_environment_exposes_the_sandbox_as_a_typed_tool_with_per_trajectory_sta
 
 
 def test_misconfigurations_fail_in_words(tmp_path):
-    from finetune.grpo import GRPOFinetuneConfig
-    from finetune.tools import build_tool_environment, check_tool_calling_tokenizer
+    from tfgrpo.finetune.grpo import GRPOFinetuneConfig
+    from tfgrpo.finetune.tools import build_tool_environment, check_tool_calling_tokenizer
 
     with pytest.raises(FinetuneError, match="unknown tool 'calculator'"):
         build_tool_environment(["calculator"])
@@ -107,7 +107,7 @@ def test_misconfigurations_fail_in_words(tmp_path):
 
 
 def test_grpo_rollouts_call_the_sandbox_and_train_on_the_trajectory(tool_tokenizer, tmp_path):
-    from finetune.grpo import GRPOFinetuneConfig, build_grpo_trainer
+    from tfgrpo.finetune.grpo import GRPOFinetuneConfig, build_grpo_trainer
 
     model = build_tiny_model(tool_tokenizer)
     scripted = script_tool_calls(model, tool_tokenizer, [FIRST_CODE, SECOND_CODE])
@@ -166,15 +166,15 @@ def run_cli(*args):
 
 
 def test_cli_grpo_with_tools_end_to_end(tmp_path, monkeypatch, capsys):
-    import finetune.models
-    import finetune.run
+    import tfgrpo.finetune.models
+    import tfgrpo.finetune.run
 
     model_dir = tiny_model_dir(tmp_path, tools=True)
     problems = tmp_path / "problems.jsonl"
     problems.write_text(
         "".join(json.dumps({"id": str(i), "problem": f"{i} * 7 = ?", "answer": str(7 * i)}) + "\n" for i in range(2))
     )
-    real_load_model = finetune.models.load_model
+    real_load_model = tfgrpo.finetune.models.load_model
     scripted: list[list[int]] = []
 
     def load_scripted_model(source, **kwargs):
@@ -182,7 +182,7 @@ def test_cli_grpo_with_tools_end_to_end(tmp_path, monkeypatch, capsys):
         scripted.append(script_tool_calls(model, build_tiny_tokenizer(tools=True), ["print(sum(range(10)))"]))
         return model
 
-    monkeypatch.setattr(finetune.run, "load_model", load_scripted_model)
+    monkeypatch.setattr(tfgrpo.finetune.run, "load_model", load_scripted_model)
     out = tmp_path / "out"
     code = run_cli(
         "finetune",
@@ -258,7 +258,7 @@ def test_a_tool_key_never_reaches_the_pickled_training_arguments(tool_tokenizer,
     """TRL pickles its arguments into training_args.bin: the tools keep the key, the config keeps the mask."""
     import pickle
 
-    from finetune.grpo import GRPOFinetuneConfig, build_grpo_trainer
+    from tfgrpo.finetune.grpo import GRPOFinetuneConfig, build_grpo_trainer
 
     secret = "sk-planted-finetune-0123456789"
     rows = [{"prompt": [{"role": "user", "content": "Search for seven."}], "answer": "7"}] * 2

@@ -168,9 +168,9 @@ def run_cell(method: str, peft: str, model_dir: Any, tokenizer: Any, out_dir: An
     import torch
     from datasets import Dataset
 
-    from finetune import adapters
-    from finetune.models import ModelSource, load_model
-    from finetune.run import METHOD_SPECS, build_method_config, load_method
+    from tfgrpo.finetune import adapters
+    from tfgrpo.finetune.models import ModelSource, load_model
+    from tfgrpo.finetune.run import METHOD_SPECS, build_method_config, load_method
 
     started = time.perf_counter()
     _, builder = load_method(method)

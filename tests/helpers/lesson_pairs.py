@@ -30,8 +30,8 @@ def fold_decisions(rows: list[dict[str, Any]], embedder: Any) -> list[tuple[dict
     """Per pair: (row, cosine, folded, the meaning difference found)."""
     import numpy as np
 
-    from experiences.contrast import meaning_difference
-    from experiences.dedup import is_near_duplicate
+    from tfgrpo.experiences.contrast import meaning_difference
+    from tfgrpo.experiences.dedup import is_near_duplicate
 
     a = np.asarray(embedder.embed([r["a"] for r in rows]))
     b = np.asarray(embedder.embed([r["b"] for r in rows]))

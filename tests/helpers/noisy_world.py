@@ -155,6 +155,6 @@ def library_holds(library: Any) -> dict[str, bool]:
 
 def expected_accuracy(library: Any) -> float:
     """The policy's expected accuracy on unseen keys with `library` in its prompt (exact, not sampled)."""
-    from experiences.render import render
+    from tfgrpo.experiences.render import render
 
     return accuracy_with(render(library))

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from experiences import Experience, Library
 from tests.helpers.serve_upstream import ScriptedUpstream, running
+from tfgrpo.experiences import Experience, Library
 from tfgrpo.serve.app import create_app
 from tfgrpo.serve.config import ServeConfig
 

@@ -9,11 +9,11 @@ from pathlib import Path
 
 from rich.console import Console
 
-from eval.compare import compare_runs
-from eval.matrix import MatrixConfig, run_matrix
-from experiences import Library
 from tests.helpers.learn_world import World, write_problems
 from tfgrpo.core.metrics import summarize
+from tfgrpo.eval.compare import compare_runs
+from tfgrpo.eval.matrix import MatrixConfig, run_matrix
+from tfgrpo.experiences import Library
 from tfgrpo.learn.config import LearnConfig
 from tfgrpo.learn.loop import learn
 from tfgrpo.llm.backends.scripted import ScriptedBackend

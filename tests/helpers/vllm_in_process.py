@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from eval.config import EvalConfig
-from eval.runner import evaluate_async
+from tfgrpo.eval.config import EvalConfig
+from tfgrpo.eval.runner import evaluate_async
 from tfgrpo.learn.config import LearnConfig
 from tfgrpo.learn.loop import learn_async
 from tfgrpo.llm.client import LLMClient

@@ -10,8 +10,6 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from experiences import Library, export_text
-from experiences.model import Experience
 from tests.helpers.noisy_world import (
     HARMFUL_RULES,
     TRUE_RULE,
@@ -20,6 +18,8 @@ from tests.helpers.noisy_world import (
     run_noisy_learn,
 )
 from tfgrpo.cli.app import app
+from tfgrpo.experiences import Library, export_text
+from tfgrpo.experiences.model import Experience
 from tfgrpo.learn.credit import left_out, record_credit, summary_lines
 from tfgrpo.learn.groups import Group
 from tfgrpo.rollout.sampling import Rollout
@@ -92,7 +92,7 @@ def test_credit_is_shown_exported_and_summarised(tmp_path):
 
 
 def test_the_compare_report_shows_each_experiences_effect(tmp_path):
-    from eval.report_tables import _credit
+    from tfgrpo.eval.report_tables import _credit
 
     run_noisy_learn(tmp_path, 202, train=100)
     data = json.loads((tmp_path / "run" / "library.json").read_text())

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from experiences.model import Experience, Library
 from tests.helpers.learn_world import World, write_problems
 from tfgrpo.core.datasets import Problem
+from tfgrpo.experiences.model import Experience, Library
 from tfgrpo.learn import guards
 from tfgrpo.learn.config import LearnConfig
 from tfgrpo.learn.loop import learn

@@ -186,7 +186,7 @@ def test_library_history_commands_work_on_a_learn_run(tmp_path):
     assert diff.exit_code == 0, diff.output
     assert result.library.experiences[0].text[:30] in diff.output.replace("\n", " ")
     # the learn run feeds the compare report's learning curve and cost table
-    from eval.compare import load_learn_run
+    from tfgrpo.eval.compare import load_learn_run
 
     steps, totals = load_learn_run(tmp_path / "run")
     assert steps and "accuracy" in steps[0] and totals["rollouts"] == 6

@@ -106,8 +106,8 @@ def test_library_is_injected_into_later_rollouts(tmp_path):
     lesson = result.library.experiences[0].text
     assert all(lesson in r.messages[0].content for r in second_step)
     # the same renderer as eval: the injected block is exactly experiences.render of the step-1 library
-    from experiences.model import Library
-    from experiences.render import render
+    from tfgrpo.experiences.model import Library
+    from tfgrpo.experiences.render import render
 
     step1 = Library.load(Path(config.out) / "steps" / "0001" / "library.json")
     assert render(step1) in second_step[0].messages[0].content
@@ -168,7 +168,7 @@ def test_validation_keeps_the_best_epoch(tmp_path):
     assert {v["epoch"]: v["mean_at_k"] for v in result.metrics["validation"]} == {1: 1.0, 2: 0.0}
     assert result.best_epoch == 1
     assert [e["val_mean_at_k"] for e in result.metrics["epochs"]] == [1.0, 0.0]
-    from experiences.model import Library
+    from tfgrpo.experiences.model import Library
 
     final = Library.load(Path(config.out) / "library.json")
     assert (
@@ -294,7 +294,7 @@ def test_no_ground_truth_learns_from_unlabelled_data(tmp_path):
 
 def test_library_token_budget_evicts_and_counts(tmp_path):
     """`max_library_tokens`: the rendered library stays within budget; evictions are counted and logged."""
-    from experiences import render
+    from tfgrpo.experiences import render
 
     result, backend, config = run_learn(
         tmp_path, World(), [(1, 2), (3, 4), (5, 6)], group_size=2, epochs=1, batch_size=1, max_library_tokens=12

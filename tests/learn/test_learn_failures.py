@@ -94,7 +94,7 @@ def test_a_step_where_every_call_failed_is_an_error_not_a_result(tmp_path):
 def test_unscorable_rollouts_are_left_out_of_group_statistics(tmp_path, monkeypatch):
     """A reward of None is no evidence: the group's mean/std use the scored rollouts only, and it is counted."""
     import tfgrpo.learn.loop
-    from rewards import Score, get_reward
+    from tfgrpo.rewards import Score, get_reward
 
     math = get_reward("math")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import fields
 
-from experiences.model import Library
+from tfgrpo.experiences.model import Library
 from tfgrpo.learn.config import LearnConfig
 from tfgrpo.learn.metrics import STEP_IDENTITY, StepCounters, run_metrics
 from tfgrpo.learn.rundir import RunState

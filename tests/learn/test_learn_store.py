@@ -53,7 +53,7 @@ def test_a_one_step_run_from_scratch_never_opens_the_store(tmp_path):
 def test_a_store_process_grown_past_its_bound_is_replaced_and_the_run_learns_the_same(tmp_path, monkeypatch):
     """chromadb's process grows under a run's churn: past RECYCLE_GROWTH_MB it is replaced after a step is
     written (here after every step), and the run's hints and library are those of a run that kept it."""
-    from experiences.store_process import StoreProcess
+    from tfgrpo.experiences.store_process import StoreProcess
     from tfgrpo.learn import vector_store
 
     pairs = [(1, 2), (3, 4), (5, 6), (7, 8)]
@@ -91,7 +91,7 @@ def test_the_store_is_one_thread_and_its_process_ends_with_close(tmp_path):
     import asyncio
     import threading
 
-    from experiences.model import Experience, Library
+    from tfgrpo.experiences.model import Experience, Library
     from tfgrpo.learn.vector_store import VectorStore
 
     store = VectorStore(tmp_path / "store")

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from experiences import Library
 from tests.helpers.trust_worlds import HARMFUL, gated_learn_report, run_learn
 from tfgrpo.core.config import ConfigError, build_config
+from tfgrpo.experiences import Library
 from tfgrpo.learn.config import LearnConfig
 from tfgrpo.learn.selection import gate_decision, pareto_view
 

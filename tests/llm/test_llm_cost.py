@@ -9,11 +9,11 @@ import json
 import pytest
 from openai.types import CompletionUsage
 
-from eval.compare import build_comparison, load_eval_run
-from eval.report import build_tables
 from tests.helpers.learn_world import World, WorldServer, write_problems
 from tests.helpers.servers import FaultServer, Reply, ask, completion_body
 from tfgrpo.core.metrics import summarize
+from tfgrpo.eval.compare import build_comparison, load_eval_run
+from tfgrpo.eval.report import build_tables
 from tfgrpo.learn.config import LearnConfig
 from tfgrpo.learn.loop import learn
 from tfgrpo.llm.accounting import Pricing, resolve_pricing

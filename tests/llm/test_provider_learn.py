@@ -10,9 +10,9 @@ import json
 
 import pytest
 
-from experiences.limits import approximate_tokens
 from tests.helpers.learn_world import World, read_jsonl, write_problems
 from tests.helpers.providers import CACHED_TOKENS, REASONING_TOKENS, THOUGHT, ProviderServer
+from tfgrpo.experiences.limits import approximate_tokens
 from tfgrpo.learn.config import LearnConfig
 from tfgrpo.learn.loop import LearnResult, learn
 from tfgrpo.learn.stages.summarize import SummaryRequest, fitted_trajectory, summary_messages

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from eval.compare import compare_runs
 from tests.helpers.servers import Reply
 from tfgrpo.cli.app import app
 from tfgrpo.core.metrics import summarize
+from tfgrpo.eval.compare import compare_runs
 from tfgrpo.learn.metrics import StepCounters, epoch_table
 from tfgrpo.llm.accounting import TagTotals, context_window, retries_line
 from tfgrpo.llm.backends.scripted import ScriptedBackend

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 
 import pytest
 
-from experiences.model import Library
-from experiences.ops import AddOp, ModifyOp
-from experiences.schemas import CHARS_PER_WORD, allowed_options, operations_schema, reply_format
 from tests.helpers.servers import FaultServer, Reply, ask
 from tests.helpers.structured import GREEDY, VALID, completion_carrying
+from tfgrpo.experiences.model import Library
+from tfgrpo.experiences.ops import AddOp, ModifyOp
+from tfgrpo.experiences.schemas import CHARS_PER_WORD, allowed_options, operations_schema, reply_format
 from tfgrpo.learn.stages import operations_response_schema, render_stage_prompt, request_operations
 from tfgrpo.llm.backends.openai_backend import OpenAIBackend
 from tfgrpo.llm.backends.scripted import ScriptedBackend
@@ -292,7 +292,7 @@ def test_learn_counts_stage_replies_per_stage(tmp_path):
 
 
 def test_string_bounds_fit_the_token_budget():
-    from experiences.schemas import CHARS_PER_TOKEN, OP_OVERHEAD_CHARS
+    from tfgrpo.experiences.schemas import CHARS_PER_TOKEN, OP_OVERHEAD_CHARS
 
     assert CHARS_PER_TOKEN == 1  # the worst case: SmolLM2 spends a token on each digit and dot of "1.1.1."
     for max_tokens, max_items in ((192, 1), (256, 2), (2048, 3)):
@@ -313,8 +313,8 @@ def test_string_bounds_fit_the_token_budget():
 
 
 def test_compare_report_lists_the_learned_experiences(tmp_path):
-    from eval.compare import compare_runs
     from tests.helpers.eval_runs import STRONG, WEAK, synthetic_samples, write_eval_run
+    from tfgrpo.eval.compare import compare_runs
 
     base = write_eval_run(tmp_path / "base", synthetic_samples(WEAK, seed=1), label="baseline")
     library = write_eval_run(tmp_path / "lib", synthetic_samples(STRONG, seed=2), label="library")

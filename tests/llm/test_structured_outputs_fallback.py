@@ -9,9 +9,9 @@ import json
 
 import pytest
 
-from experiences.model import Library
 from tests.helpers.servers import Reply
 from tests.helpers.structured import GREEDY, VALID, completion_carrying, refusing
+from tfgrpo.experiences.model import Library
 from tfgrpo.learn.stages import operations_response_schema, request_operations
 from tfgrpo.llm.backends.openai_backend import OpenAIBackend
 from tfgrpo.llm.backends.scripted import ScriptedBackend

@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-from experiences.model import Library
-from experiences.parse import parse_operations
+from tfgrpo.experiences.model import Library
+from tfgrpo.experiences.parse import parse_operations
 from tfgrpo.learn.config import LearnConfig
 from tfgrpo.learn.loop import learn_async
 from tfgrpo.learn.stages import request_operations

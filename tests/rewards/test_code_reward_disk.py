@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from rewards.code import CodeReward
-from rewards.sandbox_folders import OWNER_MARKER, SandboxFolder
+from tfgrpo.rewards.code import CodeReward
+from tfgrpo.rewards.sandbox_folders import OWNER_MARKER, SandboxFolder
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -43,7 +43,7 @@ def outcome():
 """
 #: a run scoring one candidate that sleeps: its two folders stay claimed until it is killed
 RUN_HOLDING_FOLDERS = textwrap.dedent("""
-    from rewards.code import CodeReward
+    from tfgrpo.rewards.code import CodeReward
     reward = CodeReward(sandbox="bubblewrap", timeout_s=600)
     reward.score(["```python\\nimport time\\ntime.sleep(600)\\n```"], tests=[["assert True"]])
 """)

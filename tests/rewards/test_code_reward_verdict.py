@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from rewards import _code_wire as wire
-from rewards.code import CodeReward
-from rewards.code_sandbox import MAX_PROCESSES, _read_verdicts
+from tfgrpo.rewards import _code_wire as wire
+from tfgrpo.rewards.code import CodeReward
+from tfgrpo.rewards.code_sandbox import MAX_PROCESSES, _read_verdicts
 
 pytestmark = pytest.mark.timeout(300)
 

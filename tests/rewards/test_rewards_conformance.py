@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from rewards import MathReward
-from rewards.verifier import Verifier
 from tests.helpers.answer_variants import equivalent_rewritings, math_answers, wrong_rewritings
+from tfgrpo.rewards import MathReward
+from tfgrpo.rewards.verifier import Verifier
 
 CORPUS = Path(__file__).parents[1] / "data" / "answer_equivalence"
 CLASSES = {"policy", "suite debatable", "suite option", "reward wrong (known)"}

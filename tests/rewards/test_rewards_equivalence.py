@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from rewards.extraction import extract_answer
-from rewards.math import MathReward, _compare, is_equivalent
-from rewards.verifier import Verifier
+from tfgrpo.rewards.extraction import extract_answer
+from tfgrpo.rewards.math import MathReward, _compare, is_equivalent
+from tfgrpo.rewards.verifier import Verifier
 
 _spec = importlib.util.spec_from_file_location("reward_cases", Path(__file__).parents[1] / "data" / "reward_cases.py")
 cases = importlib.util.module_from_spec(_spec)

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from rewards import JudgeReward
-from rewards.verdict import JudgeVerdict, parse_verdict_reply, reply_format, verdict_schema
+from tfgrpo.rewards import JudgeReward
+from tfgrpo.rewards.verdict import JudgeVerdict, parse_verdict_reply, reply_format, verdict_schema
 
 VALID = json.dumps({"reasoning": "Both say 12.", "verdict": "CORRECT"})
 

@@ -8,8 +8,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from rewards import MathReward, RewardError, Score, get_reward
-from rewards.verifier import Verifier
+from tfgrpo.rewards import MathReward, RewardError, Score, get_reward
+from tfgrpo.rewards.verifier import Verifier
 
 HOSTILE = "\\boxed{9^{9^{9^{9^9}}}}"
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from rewards import MathReward
-from rewards.extraction import extract_answer
-from rewards.math import gold_answer
-from rewards.verifier import Verifier
 from tfgrpo.core.answers import normalize_answer
+from tfgrpo.rewards import MathReward
+from tfgrpo.rewards.extraction import extract_answer
+from tfgrpo.rewards.math import gold_answer
+from tfgrpo.rewards.verifier import Verifier
 
 COLUMN = "\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}"
 

@@ -7,7 +7,8 @@ import threading
 
 import pytest
 
-from rewards import (
+from tfgrpo.core.answers import majority_vote, vote_key
+from tfgrpo.rewards import (
     REWARD_NAMES,
     ChoiceReward,
     CodeReward,
@@ -20,7 +21,6 @@ from rewards import (
     combine,
     get_reward,
 )
-from tfgrpo.core.answers import majority_vote, vote_key
 
 
 # ---- exact -------------------------------------------------------------------------------------------

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rewards import MathReward, combine, get_reward
+from tfgrpo.rewards import MathReward, combine, get_reward
 
 
 @pytest.mark.timeout(240)

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from rewards.verifier import Verifier
+from tfgrpo.rewards.verifier import Verifier
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -9,12 +9,12 @@ import json
 
 import pytest
 
-from rewards.verdict import verdict_schema
 from tests.helpers.servers import Reply
 from tests.helpers.structured import completion_carrying
 from tfgrpo.learn.metrics import judge_reply_counts
 from tfgrpo.llm.backends.openai_backend import OpenAIBackend
 from tfgrpo.llm.client import LLMClient
+from tfgrpo.rewards.verdict import verdict_schema
 from tfgrpo.rollout.scoring import background_loop, build_reward
 
 pytestmark = pytest.mark.timeout(60)

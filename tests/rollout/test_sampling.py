@@ -10,13 +10,12 @@ import re
 import pytest
 from rich.console import Console
 
-import eval.runner
+import tfgrpo.eval.runner
 import tfgrpo.learn.validation
 import tfgrpo.rollout.sampling
-from eval.runner import EvalConfig, evaluate
-from experiences import Library
-from rewards import get_reward
 from tfgrpo.core.datasets import Problem
+from tfgrpo.eval.runner import EvalConfig, evaluate
+from tfgrpo.experiences import Library
 from tfgrpo.learn.config import LearnConfig
 from tfgrpo.learn.rundir import RunDir
 from tfgrpo.learn.step import Engine
@@ -25,6 +24,7 @@ from tfgrpo.llm.config import LLMConfig
 from tfgrpo.llm.errors import ServerError
 from tfgrpo.llm.factory import build_client
 from tfgrpo.llm.types import SamplingParams
+from tfgrpo.rewards import get_reward
 from tfgrpo.rollout.sampling import PromptSpec, sample_problems
 
 K = 4
@@ -77,7 +77,7 @@ def spy_on_sample_problems(monkeypatch):
         tags.append(kwargs["tag"])
         return await real(*args, **kwargs)
 
-    monkeypatch.setattr(eval.runner, "sample_problems", spy)
+    monkeypatch.setattr(tfgrpo.eval.runner, "sample_problems", spy)
     monkeypatch.setattr(tfgrpo.learn.validation, "sample_problems", spy)
     return tags
 

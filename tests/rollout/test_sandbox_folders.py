@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from rewards.sandbox_folders import OWNER_MARKER, SandboxFolder, remove_stale_folders
+from tfgrpo.rewards.sandbox_folders import OWNER_MARKER, SandboxFolder, remove_stale_folders
 from tfgrpo.rollout.tools.python_sandbox import PythonTool
 
 pytestmark = pytest.mark.timeout(120)

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from rewards.code import CodeReward, resolve_sandbox
-from rewards.isolation import bwrap_command
+from tfgrpo.rewards.code import CodeReward, resolve_sandbox
+from tfgrpo.rewards.isolation import bwrap_command
 from tfgrpo.rollout.tools.python_sandbox import PythonTool, probe_isolation
 
 pytestmark = pytest.mark.timeout(120)

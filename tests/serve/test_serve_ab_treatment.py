@@ -15,9 +15,9 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from eval.traces import compare_traces
 from tests.helpers.postgres_server import postgres_server
 from tests.helpers.serve_fixtures import LESSONS, proxy, write_library
+from tfgrpo.eval.traces import compare_traces
 from tfgrpo.serve.traces import TraceStore
 
 QUESTION = [{"role": "user", "content": "What is 2+2?"}]

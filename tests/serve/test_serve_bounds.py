@@ -8,8 +8,8 @@ import json
 import httpx
 import pytest
 
-from eval.traces import compare_traces
 from tests.helpers.serve_fixtures import announce_a_body_and_stall, proxy
+from tfgrpo.eval.traces import compare_traces
 
 QUESTION = [{"role": "user", "content": "What is 2+2?"}]
 

@@ -17,10 +17,10 @@ import pytest
 from openai import OpenAI
 from pydantic import ValidationError
 
-from experiences import Library
-from experiences.export import export_text
 from tests.helpers.serve_fixtures import write_library
 from tests.helpers.serve_upstream import running
+from tfgrpo.experiences import Library
+from tfgrpo.experiences.export import export_text
 from tfgrpo.llm.backends.scripted import ScriptedBackend
 from tfgrpo.llm.client import LLMClient
 from tfgrpo.llm.errors import InvalidRequestError, RateLimitError

@@ -16,11 +16,11 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from eval.traces import compare_traces
 from tests.helpers.learn_world import PROBLEM, World
 from tests.helpers.serve_fixtures import proxy, write_library
 from tests.helpers.serve_upstream import ScriptedUpstream
 from tfgrpo.cli.app import app
+from tfgrpo.eval.traces import compare_traces
 from tfgrpo.serve.dataset import problems_from_traces
 from tfgrpo.serve.traces import TraceStore
 

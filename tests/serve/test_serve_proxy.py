@@ -12,10 +12,10 @@ import httpx
 import pytest
 from openai import OpenAI
 
-from experiences import Library
-from experiences.export import export_text
 from tests.helpers.serve_fixtures import LESSONS, proxy, write_library
 from tests.helpers.serve_upstream import Fault, ScriptedUpstream
+from tfgrpo.experiences import Library
+from tfgrpo.experiences.export import export_text
 
 QUESTION = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "What is 2+2?"}]
 

@@ -9,10 +9,10 @@ import sys
 import httpx
 import pytest
 
-from eval.traces import compare_traces
 from tests.helpers.postgres_server import postgres_server
 from tests.helpers.serve_fixtures import proxy
 from tests.helpers.serve_upstream import ScriptedUpstream
+from tfgrpo.eval.traces import compare_traces
 from tfgrpo.serve.traces import TraceStore
 
 QUESTION = [{"role": "user", "content": "What is 2+2?"}]

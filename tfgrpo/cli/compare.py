@@ -52,7 +52,7 @@ def register(app: typer.Typer) -> None:
         if (not run_dirs and matrix is None) or out is None:
             raise ConfigError("give eval run directories (or --matrix DIR) and --out, or --traces TRACES")
 
-        from eval.compare import compare_runs
+        from tfgrpo.eval.compare import compare_runs
 
         comparison, files = compare_runs(run_dirs or [], out, learn_run=learn_run, seed=seed, matrix=matrix)
         _print_comparison(comparison, files)
@@ -62,7 +62,7 @@ def _print_comparison(comparison, files: dict[str, Path]) -> None:
     from rich.console import Console
     from rich.table import Table as RichTable
 
-    from eval.report import build_tables
+    from tfgrpo.eval.report import build_tables
 
     console = Console()
     for table in build_tables(comparison):
@@ -89,7 +89,7 @@ def _compare_traces(traces: str, out: Path | None, *, seed: int) -> None:
     from rich.console import Console
     from rich.table import Table as RichTable
 
-    from eval.traces import compare_traces, comparison_rows, untreated_notes
+    from tfgrpo.eval.traces import compare_traces, comparison_rows, untreated_notes
 
     results = compare_traces(traces, seed=seed)
     console = Console()

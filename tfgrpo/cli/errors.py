@@ -4,13 +4,13 @@ from __future__ import annotations
 
 
 def user_facing_errors() -> tuple[type[BaseException], ...]:
-    from experiences.errors import ExperienceError
-    from finetune.errors import FinetuneError
-    from rewards.errors import RewardError
     from tfgrpo.core.atomic import LockTimeoutError
     from tfgrpo.core.config import ConfigError
     from tfgrpo.core.errors import EvalError
+    from tfgrpo.experiences.errors import ExperienceError
+    from tfgrpo.finetune.errors import FinetuneError
     from tfgrpo.llm.errors import LLMError
+    from tfgrpo.rewards.errors import RewardError
     from tfgrpo.rollout.tools.base import ToolError
 
     return (

@@ -6,10 +6,10 @@ from typing import Annotated, Any
 
 import typer
 
-from eval.config import EvalConfig
 from tfgrpo.cli import options as opt
 from tfgrpo.cli.lazy import listed
 from tfgrpo.core.config import build_config
+from tfgrpo.eval.config import EvalConfig
 
 FLAGS = [
     opt.flag("data"),
@@ -62,11 +62,11 @@ def register(app: typer.Typer) -> None:
         console = Console(stderr=True, soft_wrap=True)
         try:
             # the engine loads when the command runs (numpy and the SDKs), so `tfgrpo --help` stays fast
-            from eval.runner import evaluate
-            from eval.seeds import is_seed_set
+            from tfgrpo.eval.runner import evaluate
+            from tfgrpo.eval.seeds import is_seed_set
 
             if settings.library and is_seed_set(settings.library):  # a learn seed set: one eval per seed
-                from eval.seed_eval import evaluate_seed_set
+                from tfgrpo.eval.seed_eval import evaluate_seed_set
 
                 results = evaluate_seed_set(settings, console=console)
             else:
@@ -111,8 +111,8 @@ def _run_matrix(path: str) -> None:
     from pydantic import ValidationError
     from rich.console import Console
 
-    from eval.matrix import MatrixConfig, run_matrix
     from tfgrpo.core.config import ConfigError, format_validation_error, read_yaml
+    from tfgrpo.eval.matrix import MatrixConfig, run_matrix
 
     try:
         settings = MatrixConfig.model_validate(read_yaml(path))

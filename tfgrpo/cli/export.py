@@ -45,9 +45,9 @@ def register(app: typer.Typer) -> None:
             ),
         ] = "all",
     ) -> None:
-        from experiences import Library, export_library
-        from experiences.errors import ExperienceError
         from tfgrpo.core.atomic import file_target
+        from tfgrpo.experiences import Library, export_library
+        from tfgrpo.experiences.errors import ExperienceError
 
         if credit not in CREDIT_FILTERS:
             raise typer.BadParameter(f"--credit must be one of {', '.join(CREDIT_FILTERS)}, not {credit!r}")
@@ -74,9 +74,9 @@ def register(app: typer.Typer) -> None:
         fmt: Annotated[str | None, typer.Option("--format", "-f", help=IMPORT_FORMAT_HELP)] = None,
         force: Annotated[bool | None, typer.Option("--force", help="Overwrite --out if it exists.")] = None,
     ) -> None:
-        from experiences import import_library
-        from experiences.errors import ExperienceError
         from tfgrpo.core.atomic import file_target
+        from tfgrpo.experiences import import_library
+        from tfgrpo.experiences.errors import ExperienceError
 
         if file_target(out, ExperienceError).exists() and not force:
             raise ExperienceError(f"{out} exists; pass --force to overwrite it")

@@ -6,10 +6,10 @@ from typing import Annotated, Any
 
 import typer
 
-from finetune.adapters import AdapterArguments
 from tfgrpo.cli import options as opt
 from tfgrpo.cli.lazy import listed
 from tfgrpo.core.config import ConfigError, deep_merge, drop_unset, load_yaml_value, read_yaml
+from tfgrpo.finetune.adapters import AdapterArguments
 
 METHOD_HELP = "sft | dpo | ipo | cdpo | kto | orpo | ppo | grpo | gspo"
 
@@ -68,8 +68,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         from rich.console import Console
 
-        from finetune.errors import FinetuneError
-        from finetune.run import DATA_OPTIONS, check_inputs, load_method, run_finetune
+        from tfgrpo.finetune.errors import FinetuneError
+        from tfgrpo.finetune.run import DATA_OPTIONS, check_inputs, load_method, run_finetune
 
         file_options = read_yaml(config) if config else {}
         options = deep_merge(deep_merge(file_options, drop_unset(overrides)), _parse_sets(set_))

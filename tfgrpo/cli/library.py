@@ -11,8 +11,8 @@ from typing import Annotated
 
 import typer
 
-from experiences.limits import DEFAULT_MAX_WORDS, DEFAULT_MERGE_THRESHOLD, DEFAULT_THRESHOLD
 from tfgrpo.cli.lazy import LazyLibraryGroup
+from tfgrpo.experiences.limits import DEFAULT_MAX_WORDS, DEFAULT_MERGE_THRESHOLD, DEFAULT_THRESHOLD
 
 LibArg = Annotated[Path, typer.Argument(help="Library JSON file.", show_default=False)]
 HistoryOpt = Annotated[
@@ -62,8 +62,8 @@ def show(
     from rich.console import Console
     from rich.table import Table
 
-    from experiences import Library, render
-    from experiences.limits import approximate_tokens
+    from tfgrpo.experiences import Library, render
+    from tfgrpo.experiences.limits import approximate_tokens
 
     library = Library.load(library_path)
     console = Console()
@@ -117,7 +117,7 @@ def history(
     from rich.console import Console
     from rich.table import Table
 
-    from experiences import Library
+    from tfgrpo.experiences import Library
 
     history = _history(library_path, history_dir)
     console = Console()
@@ -162,7 +162,7 @@ def diff(
     history_dir: HistoryOpt = None,
 ) -> None:
     """What changed between two versions, by stable id (added +, removed -, modified ~)."""
-    from experiences import Library, diff_libraries
+    from tfgrpo.experiences import Library, diff_libraries
 
     history = _history(library_path, history_dir)
     after = history.load(to_version) if to_version is not None else Library.load(library_path)
@@ -175,8 +175,8 @@ def rollback(
     history_dir: HistoryOpt = None,
 ) -> None:
     """Restore an old version's experiences as a NEW version (history is never rewritten; ids are not reused)."""
-    from experiences import Library
-    from experiences.transaction import commit_version, open_library
+    from tfgrpo.experiences import Library
+    from tfgrpo.experiences.transaction import commit_version, open_library
 
     history = _history(library_path, history_dir)
     Library.load(library_path)  # a missing or unreadable library and an unknown version: refused before the lock
@@ -213,10 +213,10 @@ def dedup(
 ) -> None:
     """Groups of near-duplicate experiences (vector store, offline embedder); optionally merge those that are
     one lesson by learn's rule (no number, operator, negation, contrast word or term tells them apart)."""
-    from experiences import Library, apply_operations
-    from experiences.dedup import dedup_library
-    from experiences.embedders import build_embedder
-    from experiences.store import ExperienceStore
+    from tfgrpo.experiences import Library, apply_operations
+    from tfgrpo.experiences.dedup import dedup_library
+    from tfgrpo.experiences.embedders import build_embedder
+    from tfgrpo.experiences.store import ExperienceStore
 
     library = Library.load(library_path)
     store = ExperienceStore(
@@ -231,7 +231,7 @@ def dedup(
         for experience_id in group.ids:
             typer.echo(f"  [{experience_id}]. {library.get(experience_id).text}")
     if merge and report.merges:
-        from experiences.transaction import open_library
+        from tfgrpo.experiences.transaction import open_library
 
         history = _history(library_path, history_dir)
         with open_library(library_path, history) as library:  # the file may have changed meanwhile
@@ -268,10 +268,10 @@ def apply(
 ) -> None:
     """Parse a raw reply, apply the valid operations, save LIB as the next version; print applied and rejected.
     Exit code 1 when the reply had operations and every one was rejected (nothing to save is not success)."""
-    from experiences import Library
-    from experiences.errors import ExperienceError
-    from experiences.transaction import open_library
     from tfgrpo.core.textfile import read_text
+    from tfgrpo.experiences import Library
+    from tfgrpo.experiences.errors import ExperienceError
+    from tfgrpo.experiences.transaction import open_library
 
     Library.load(library_path)  # a missing or unreadable library or reply: refused before the lock (no .lock file)
     if not reply_path.is_file():
@@ -293,7 +293,7 @@ def _apply_reply(
     dry_run,
     history_dir: Path | None,
 ) -> None:
-    from experiences import Budget, apply_operations, parse_operations
+    from tfgrpo.experiences import Budget, apply_operations, parse_operations
 
     parsed = parse_operations(reply, library, max_words=max_words)
     limited = max_items is not None or max_tokens is not None
@@ -332,7 +332,7 @@ def _apply_reply(
 
 
 def _history(library_path: Path, history_dir: Path | None):
-    from experiences import History
+    from tfgrpo.experiences import History
 
     return History(history_dir) if history_dir else History.for_library(library_path)
 
@@ -340,7 +340,7 @@ def _history(library_path: Path, history_dir: Path | None):
 def _commit(library_path: Path, before, result, history_dir: Path | None, *, step: int | None = None) -> None:
     """Baseline snapshot of the old version (first edit of a hand-written file), new snapshot + log, then save LIB
     (call under `open_library`: see experiences.transaction for the order and the recovery)."""
-    from experiences.transaction import commit_library
+    from tfgrpo.experiences.transaction import commit_library
 
     commit_library(library_path, _history(library_path, history_dir), before, result, step=step)
 

@@ -11,10 +11,10 @@ from typing import Annotated, Any
 
 import typer
 
-from eval.config import EvalConfig
 from tfgrpo.cli import options as opt
 from tfgrpo.cli.lazy import LIBRARY_COMMANDS, listed
 from tfgrpo.core.config import build_config
+from tfgrpo.eval.config import EvalConfig
 
 EXIT_LEAKS = 1
 ABLATE_FLAGS = [
@@ -53,9 +53,9 @@ def check(
     from rich.console import Console
     from rich.table import Table
 
-    from experiences import Library
-    from experiences.leakage import LeakageChecker
     from tfgrpo.core.datasets import load_dataset_rows
+    from tfgrpo.experiences import Library
+    from tfgrpo.experiences.leakage import LeakageChecker
 
     library = Library.load(library_path)
     sets = {name: load_dataset_rows(name, require_answer=False) for name in dict.fromkeys(against)}
@@ -112,8 +112,8 @@ def ablate_command(
 ) -> None:
     from rich.console import Console
 
-    from eval.ablation import ablate
-    from experiences import Library
+    from tfgrpo.eval.ablation import ablate
+    from tfgrpo.experiences import Library
 
     out = out or library_path.with_name(library_path.stem + ".ablation")
     settings = build_config(EvalConfig, config, {**overrides, "data": data, "out": str(out)})
@@ -154,8 +154,8 @@ def prune_command(
         ),
     ] = False,
 ) -> None:
-    from eval.ablation import prune_by_utility
-    from experiences import History, Library
+    from tfgrpo.eval.ablation import prune_by_utility
+    from tfgrpo.experiences import History, Library
 
     if by_utility == by_credit:
         raise typer.BadParameter("say how to prune: --by-utility or --by-credit (one of them)")
@@ -180,8 +180,8 @@ def prune_command(
 
 
 def _prune_by_credit(library_path: Path, library: Any) -> None:
-    from experiences import History
-    from experiences.credit import DEFAULT_LEVEL, DEFAULT_MIN_GROUPS
+    from tfgrpo.experiences import History
+    from tfgrpo.experiences.credit import DEFAULT_LEVEL, DEFAULT_MIN_GROUPS
     from tfgrpo.learn.credit import prune_by_credit
 
     result, records = prune_by_credit(library, min_groups=DEFAULT_MIN_GROUPS, level=DEFAULT_LEVEL)
@@ -199,8 +199,8 @@ def _prune_by_credit(library_path: Path, library: Any) -> None:
 
 def _announce_plan(library, settings: EvalConfig, *, max_groups: int, budget_usd: float | None, console):
     """Plan the ablation and print what it will cost before any call."""
-    from eval.ablation import plan_ablation
     from tfgrpo.core.datasets import load_dataset_rows
+    from tfgrpo.eval.ablation import plan_ablation
     from tfgrpo.llm.accounting import resolve_pricing
     from tfgrpo.llm.factory import LOCAL_BACKENDS
 

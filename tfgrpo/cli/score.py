@@ -14,7 +14,7 @@ from tfgrpo.llm.config import LLMConfig
 
 def _parse_params(pairs: list[str] | None) -> dict[str, object]:
     """`--param rel_tol=0.01` -> {"rel_tol": 0.01} (values read as YAML scalars)."""
-    from rewards.errors import RewardError
+    from tfgrpo.rewards.errors import RewardError
 
     params: dict[str, object] = {}
     for pair in pairs or []:
@@ -60,11 +60,11 @@ def register(app: typer.Typer) -> None:
 
         from rich.console import Console
 
-        from rewards import JudgeReward, get_reward
-        from rewards.errors import RewardError
-        from rewards.jsonl import ScoreSummary, score_lines
         from tfgrpo.core.atomic import file_target
         from tfgrpo.core.textfile import iter_lines
+        from tfgrpo.rewards import JudgeReward, get_reward
+        from tfgrpo.rewards.errors import RewardError
+        from tfgrpo.rewards.jsonl import ScoreSummary, score_lines
 
         params = _parse_params(param)
         source = Path(input_path)

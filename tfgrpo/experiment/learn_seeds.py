@@ -1,4 +1,4 @@
-"""`tfgrpo learn --seeds N`: one learn run per seed under one directory (a seed set, see `eval.seeds`).
+"""`tfgrpo learn --seeds N`: one learn run per seed under one directory (a seed set, see `tfgrpo.eval.seeds`).
 
 Seeds are `seed, seed+1, ..., seed+N-1`; run `s` lives in `OUT/seed-s` and is an ordinary learn run (resumable
 on its own with `--resume`). The seed decides the order of the queries in every epoch; with a real model at
@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from eval.seeds import write_seed_set
+from tfgrpo.eval.seeds import write_seed_set
 from tfgrpo.learn.config import LearnConfig
 from tfgrpo.learn.loop import LearnResult, learn
 from tfgrpo.llm.client import LLMClient

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eval.config import EvalConfig
 from tfgrpo.core.config import ConfigError, build_config
+from tfgrpo.eval.config import EvalConfig
 from tfgrpo.experiment.recipe import FinetuneSpec, Recipe
 from tfgrpo.learn.config import LearnConfig
 from tfgrpo.llm.config import LLMConfig

@@ -5,9 +5,9 @@ from __future__ import annotations
 import base64
 from pathlib import Path
 
-from eval.compare import Comparison
-from eval.report import Table
 from tfgrpo.core.atomic import atomic_write_text
+from tfgrpo.eval.compare import Comparison
+from tfgrpo.eval.report import Table
 
 _HTML = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{{ title }}</title>

@@ -20,7 +20,6 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table as RichTable
 
-from finetune.errors import FinetuneError
 from tfgrpo.core.atomic import folder_target
 from tfgrpo.core.config import ConfigError, dump_config
 from tfgrpo.core.errors import EvalError
@@ -31,6 +30,7 @@ from tfgrpo.experiment.state import ExperimentState
 from tfgrpo.experiment.steps import StepOutcome, run_eval_step, run_finetune_step, run_learn_step
 from tfgrpo.experiment.table import write_experiment_report
 from tfgrpo.experiment.timing import calibrate, step_llms, step_seconds
+from tfgrpo.finetune.errors import FinetuneError
 from tfgrpo.llm.errors import LLMError
 from tfgrpo.llm.factory import LOCAL_BACKENDS
 

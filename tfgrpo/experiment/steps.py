@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from eval.runner import evaluate_async
-from finetune.run import SUMMARY_FILE, run_finetune
 from tfgrpo.core.config import read_yaml
+from tfgrpo.eval.runner import evaluate_async
 from tfgrpo.experiment.plan import Step, stable_dict
+from tfgrpo.finetune.run import SUMMARY_FILE, run_finetune
 from tfgrpo.learn.loop import learn
 from tfgrpo.llm.client import LLMClient
 from tfgrpo.llm.errors import BudgetExceededError

@@ -3,7 +3,7 @@
 Rows are systems (base, the library of each seed, the seeds pooled, each fine-tuned baseline); for each
 eval set the columns are Mean@K with its 95% CI and the paired difference against the base with its
 p-value, then training tokens, training cost, eval cost and wall time. The statistics come from
-`eval.compare` (one `Comparison` per eval set, also written as that set's full compare report under
+`tfgrpo.eval.compare` (one `Comparison` per eval set, also written as that set's full compare report under
 `report/SET/`). A fine-tuned baseline that failed keeps its row, marked with the reason; the statistics are
 those of the systems that ran. Each learn run's library is also exported as the system prompt to ship
 (`report/system_prompt-seed-S.txt`).
@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from eval.compare import Comparison, EvalRun, build_comparison, load_eval_run
-from eval.report import Table, write_report
-from experiences import Library, export_library
 from tfgrpo.core.atomic import atomic_write_text
+from tfgrpo.eval.compare import Comparison, EvalRun, build_comparison, load_eval_run
+from tfgrpo.eval.report import Table, write_report
+from tfgrpo.experiences import Library, export_library
 from tfgrpo.experiment.plan import Step
 from tfgrpo.experiment.recipe import Recipe
 from tfgrpo.experiment.render import write_table_report

@@ -20,14 +20,14 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from finetune.errors import FinetuneError
-from finetune.models import device_training_defaults
-from finetune.run import DATA_OPTIONS, build_method_config, method_spec
 from tfgrpo.core.datasets import load_dataset_rows
 from tfgrpo.core.errors import EvalError
 from tfgrpo.experiment.estimate import step_calls
 from tfgrpo.experiment.plan import Step
 from tfgrpo.experiment.recipe import Recipe
+from tfgrpo.finetune.errors import FinetuneError
+from tfgrpo.finetune.models import device_training_defaults
+from tfgrpo.finetune.run import DATA_OPTIONS, build_method_config, method_spec
 from tfgrpo.llm.config import LLMConfig
 from tfgrpo.llm.errors import LLMError
 from tfgrpo.llm.factory import LOCAL_BACKENDS, build_client

@@ -11,9 +11,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from experiences.credit import DEFAULT_LEVEL, DEFAULT_MIN_GROUPS
 from tfgrpo.core.datasets import DATASET_CACHE_HELP, DatasetCache
 from tfgrpo.core.textfile import MAX_ROW_BYTES
+from tfgrpo.experiences.credit import DEFAULT_LEVEL, DEFAULT_MIN_GROUPS
 from tfgrpo.llm.config import LLMConfig
 from tfgrpo.llm.types import SamplingParams
 from tfgrpo.rollout.agent import AgentConfig

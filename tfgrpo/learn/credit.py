@@ -3,7 +3,7 @@
 Each rollout leaves out each experience of its prompt with probability `credit_leave_out`, drawn from a hash
 of (seed, step, query, sample, experience), so a resumed run sends the very same prompts. Within a query the
 coin alone decides which rollouts had an experience, so the difference of their rewards is its causal effect
-on that query (`experiences.credit.Credit` accumulates them, with an interval). Every scored group counts,
+on that query (`tfgrpo.experiences.credit.Credit` accumulates them, with an interval). Every scored group counts,
 homogeneous ones included: a lesson that makes every rollout with it fail shows here even when no group
 reaches stage 2. An experience whose interval lies below 0 is retired: deleted, with the reason `credit`,
 and its text refused from then on. A modify that changes what a lesson says becomes an add, so that the
@@ -20,11 +20,11 @@ import hashlib
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from experiences.apply import ApplyResult, apply_operations
-from experiences.contrast import meaning_difference
-from experiences.model import Experience, Library
-from experiences.ops import AddOp, DeleteOp, ModifyOp, Operation
 from tfgrpo.core.datasets import Problem
+from tfgrpo.experiences.apply import ApplyResult, apply_operations
+from tfgrpo.experiences.contrast import meaning_difference
+from tfgrpo.experiences.model import Experience, Library
+from tfgrpo.experiences.ops import AddOp, DeleteOp, ModifyOp, Operation
 from tfgrpo.learn.config import LearnConfig
 from tfgrpo.rollout.sampling import PromptSpec
 

@@ -11,11 +11,11 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from experiences.model import Library
-from rewards.extraction import extract_answer
 from tfgrpo.core.answers import is_correct, majority_vote
 from tfgrpo.core.datasets import Problem
+from tfgrpo.experiences.model import Library
 from tfgrpo.learn.config import LearnConfig
+from tfgrpo.rewards.extraction import extract_answer
 from tfgrpo.rollout.sampling import Rollout, score_group
 
 

@@ -5,7 +5,7 @@
 - Leakage, after every step's consolidation: an operation whose text contains a gold answer of a
   training, validation or declared test problem tied to that problem (it came from that problem's group
   alone, names the problem, or the value is too specific for chance), or copies one, is rejected or flagged
-  per the config (`experiences.leakage`); an untied match (a general rule's number that equals some
+  per the config (`tfgrpo.experiences.leakage`); an untied match (a general rule's number that equals some
   problem's answer) is only flagged. Every finding is recorded in the step's metrics and the library
   history.
 """
@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from experiences.leakage import LeakageChecker, LeakFinding
-from experiences.lexical import similar_pairs
-from experiences.model import Library
-from experiences.ops import Operation
 from tfgrpo.core.datasets import Problem, dataset_cache_dir
 from tfgrpo.core.lockout import check_no_test_overlap, find_test_overlap, load_test_sets
+from tfgrpo.experiences.leakage import LeakageChecker, LeakFinding
+from tfgrpo.experiences.lexical import similar_pairs
+from tfgrpo.experiences.model import Library
+from tfgrpo.experiences.ops import Operation
 from tfgrpo.learn.config import LearnConfig
 
 

@@ -28,9 +28,9 @@ from typing import Any
 
 from rich.console import Console
 
-from experiences.model import Library
 from tfgrpo.core.atomic import removed_on_failure
 from tfgrpo.core.datasets import Problem, dataset_cache_dir, load_dataset_rows
+from tfgrpo.experiences.model import Library
 from tfgrpo.learn.config import LearnConfig
 from tfgrpo.learn.guards import LeakageGuard, check_learning_data, load_declared_test_sets
 from tfgrpo.learn.metrics import run_metrics

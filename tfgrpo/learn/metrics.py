@@ -295,7 +295,7 @@ def sum_reply_counts(steps: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
 
 def judge_reply_counts(sessions: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
     """{"judge": counts} summed over the sessions' client usage (rollout and validation verdicts of a judge
-    reward, `rewards.verdict`); {} when no judge reward was used."""
+    reward, `tfgrpo.rewards.verdict`); {} when no judge reward was used."""
     total: dict[str, int] = {}
     for session in sessions:
         counts = ((session.get("usage") or {}).get("structured_replies") or {}).get("judge") or {}

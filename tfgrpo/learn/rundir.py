@@ -27,10 +27,10 @@ from typing import TYPE_CHECKING, Any
 from filelock import FileLock, Timeout
 from pydantic import BaseModel, Field
 
-from experiences.history import History
-from experiences.model import Library
 from tfgrpo.core.atomic import append_lines, atomic_write_text, folder_target, remove_stale_temps
 from tfgrpo.core.config import ConfigError, dump_config, read_yaml
+from tfgrpo.experiences.history import History
+from tfgrpo.experiences.model import Library
 from tfgrpo.learn.config import RESUME_LOCKED_KEYS, LearnConfig
 
 if TYPE_CHECKING:

@@ -24,12 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from experiences.apply import ApplyResult, Budget, apply_operations
-from experiences.model import Experience, Library
-from experiences.ops import DeleteOp, Operation
-from experiences.render import render
 from tfgrpo.core.datasets import Problem
 from tfgrpo.core.progress import progress_task, stage_progress
+from tfgrpo.experiences.apply import ApplyResult, Budget, apply_operations
+from tfgrpo.experiences.model import Experience, Library
+from tfgrpo.experiences.ops import DeleteOp, Operation
+from tfgrpo.experiences.render import render
 from tfgrpo.learn import credit
 from tfgrpo.learn.config import LearnConfig
 from tfgrpo.learn.groups import Group, assess_group, record_usage
@@ -48,7 +48,7 @@ from tfgrpo.llm.types import SamplingParams
 from tfgrpo.rollout.sampling import PromptSpec, gather_all, sample_group
 
 if TYPE_CHECKING:  # the store's modules load with the first step that uses the store
-    from experiences.dedup import Folded
+    from tfgrpo.experiences.dedup import Folded
 
 T = TypeVar("T")
 
@@ -364,7 +364,7 @@ class Engine:
 
     async def enforce_dedup(self, library: Library, operations: list[Operation]) -> Folded:
         """`dedup: enforce`: near-duplicate adds and modifies folded into their neighbours (experiences.dedup)."""
-        from experiences.dedup import Folded  # with the store's modules: loaded once a step consolidates
+        from tfgrpo.experiences.dedup import Folded  # with the store's modules: loaded once a step consolidates
 
         if self.config.dedup != "enforce" or not operations:
             return Folded(list(operations))

@@ -11,12 +11,12 @@ from typing import Any
 
 from rich.progress import Progress
 
-from experiences.apply import ApplyResult
-from experiences.model import Library
 from tfgrpo.core.answers import is_correct
 from tfgrpo.core.datasets import Problem
 from tfgrpo.core.metrics import mean_at_k
 from tfgrpo.core.progress import progress_task
+from tfgrpo.experiences.apply import ApplyResult
+from tfgrpo.experiences.model import Library
 from tfgrpo.learn.config import LearnConfig
 from tfgrpo.learn.metrics import StepCounters
 from tfgrpo.learn.rundir import RunDir, RunState

@@ -3,7 +3,7 @@
 Why a process: chromadb grows under a learn run's churn (its process by about 1 MB a step), and memory it
 takes is not given back while it lives. In the learn process that made peak RSS grow with the steps
 (`benchmarks/scale.py`: 416 -> 516 MB from 10 to 100 steps, 1.24x); in a child process
-(`experiences.store_process`) that is replaced once it has grown by RECYCLE_GROWTH_MB, the rows stay flat.
+(`tfgrpo.experiences.store_process`) that is replaced once it has grown by RECYCLE_GROWTH_MB, the rows stay flat.
 The store is derived from the library, so a replacement opens the same store on disk and embeds nothing
 again, and one that fails costs no lesson: the next call that needs the store reports it.
 
@@ -19,15 +19,15 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from experiences.errors import ExperienceError
-from experiences.model import Experience, Library
-from experiences.ops import Operation
+from tfgrpo.experiences.errors import ExperienceError
+from tfgrpo.experiences.model import Experience, Library
+from tfgrpo.experiences.ops import Operation
 from tfgrpo.learn.stages.consolidate import NearDuplicate
 from tfgrpo.rollout.injection import Injector
 
 if TYPE_CHECKING:  # chromadb's side loads in the store's process, with the first step that needs it
-    from experiences.dedup import Folded
-    from experiences.store_process import StoreProcess
+    from tfgrpo.experiences.dedup import Folded
+    from tfgrpo.experiences.store_process import StoreProcess
 
 #: growth of the store's process (RSS, MB) since it first held a library past which it is replaced
 RECYCLE_GROWTH_MB = 32.0
@@ -51,7 +51,7 @@ class VectorStore:
     def _current(self) -> StoreProcess:
         """On the store's thread: the store's process, started now if it is not running."""
         if self._process is None:
-            from experiences.store_process import StoreProcess
+            from tfgrpo.experiences.store_process import StoreProcess
 
             self._process = StoreProcess(self.path, log_path=self.log_path, open_at_start=False)
             self._process.wait_ready()
@@ -73,8 +73,8 @@ class VectorStore:
         return Injector(library=library, spec=spec, store=await self.synced(library) if spec != "all" else None)
 
     async def fold_duplicates(self, library: Library, operations: list[Operation], threshold: float) -> Folded:
-        """`experiences.dedup.enforce_dedup` of `operations` against `library`, on the store's thread."""
-        from experiences.dedup import enforce_dedup
+        """`tfgrpo.experiences.dedup.enforce_dedup` of `operations` against `library`, on the store's thread."""
+        from tfgrpo.experiences.dedup import enforce_dedup
 
         # an empty library: only the step's own adds to compare, which needs the embedder, not the collection
         store = await self.synced(library) if len(library) else (await self.call(self._current)).embedder

@@ -1,4 +1,4 @@
-"""Which experiences go into a rollout prompt: one place for learn and eval, over `experiences.Injection`."""
+"""Which experiences go into a rollout prompt: one place for learn and eval, over `tfgrpo.experiences.Injection`."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from experiences import Experience, Injection, Library, render
-from experiences.store import ExperienceStore
+from tfgrpo.experiences import Experience, Injection, Library, render
+from tfgrpo.experiences.store import ExperienceStore
 
 #: A library whose whole rendering is longer than this (about 16k tokens) fills much of a context window in
 #: every prompt. Said once, loudly, with the way out; not refused, since a long-context model may want it.

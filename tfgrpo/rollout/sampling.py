@@ -13,8 +13,8 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from experiences.render import render_system_text
 from tfgrpo.core.datasets import Problem
+from tfgrpo.experiences.render import render_system_text
 from tfgrpo.llm.client import LLMClient
 from tfgrpo.llm.errors import PER_REQUEST_FAILURES, BudgetExceededError
 from tfgrpo.llm.types import SamplingParams

@@ -3,7 +3,7 @@
 `rewards/` knows nothing of our client; a judge receives a plain sync `complete(messages) -> str`.
 Scoring runs in a worker thread (`asyncio.to_thread`), so `complete` hands each call to the event
 loop that owns the client and waits: judge calls are cached, retried, bounded and accounted like any
-other call, under the tag `judge`. Each call carries the verdict's JSON schema (`rewards.verdict`,
+other call, under the tag `judge`. Each call carries the verdict's JSON schema (`tfgrpo.rewards.verdict`,
 enforced where the backend can), and every verdict's outcome (enforced, parsed, repaired, retried, lost)
 is added to the client's accounting (`structured_replies.judge` in the usage snapshot of metrics.json).
 """
@@ -17,10 +17,10 @@ from contextlib import contextmanager
 from functools import lru_cache, partial
 from typing import Any
 
-from rewards import get_reward
-from rewards.errors import RewardError
 from tfgrpo.llm.client import LLMClient
 from tfgrpo.llm.types import ResponseSchema, SamplingParams
+from tfgrpo.rewards import get_reward
+from tfgrpo.rewards.errors import RewardError
 
 JUDGE_SAMPLING = SamplingParams(temperature=0.0, max_tokens=512)
 
@@ -28,7 +28,7 @@ JUDGE_SAMPLING = SamplingParams(temperature=0.0, max_tokens=512)
 @lru_cache(maxsize=1)
 def judge_schema() -> ResponseSchema:
     """The verdict schema the judge's replies are held to (rewards.verdict, loaded with the judge only)."""
-    from rewards.verdict import VERDICT_SCHEMA_NAME, verdict_schema
+    from tfgrpo.rewards.verdict import VERDICT_SCHEMA_NAME, verdict_schema
 
     return ResponseSchema(name=VERDICT_SCHEMA_NAME, schema=verdict_schema())
 
@@ -41,7 +41,7 @@ def judge_completer(client: LLMClient, loop: asyncio.AbstractEventLoop):  # -> r
 def build_reward(
     name: str, client: LLMClient | None = None, *, loop: asyncio.AbstractEventLoop | None = None, **params: Any
 ):
-    """`rewards.get_reward(name, **params)`, with the judge's `complete` made from `client` on `loop`
+    """`tfgrpo.rewards.get_reward(name, **params)`, with the judge's `complete` made from `client` on `loop`
     (default: the running loop; call this from inside it)."""
     if name == "judge" and "complete" not in params:
         if client is None:

@@ -21,8 +21,8 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.middleware.cors import CORSMiddleware
 
-from rewards.registry import get_reward
 from tfgrpo.llm.client import LLMClient
+from tfgrpo.rewards.registry import get_reward
 from tfgrpo.serve.chat import chat_completions
 from tfgrpo.serve.config import ServeConfig
 from tfgrpo.serve.errors import RequestRejected, error_response, internal_error

@@ -7,8 +7,8 @@ from typing import get_args
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
-from experiences.render import Injection
 from tfgrpo.core.secrets import SecretKey, mask_url, refuse_url_credentials
+from tfgrpo.experiences.render import Injection
 from tfgrpo.llm.config import BackendName, LLMConfig
 
 #: `--upstream llm:BACKEND[:MODEL]`: a backend of the client layer instead of an HTTP server
@@ -170,7 +170,7 @@ class ServeConfig(BaseModel):
     @field_validator("reward")
     @classmethod
     def _known_reward(cls, value: str) -> str:
-        from rewards.registry import REWARD_NAMES  # here: the config module stays light to import
+        from tfgrpo.rewards.registry import REWARD_NAMES  # here: the config module stays light to import
 
         if value not in REWARD_NAMES:
             raise ValueError(f"unknown reward {value!r}; choose one of: {', '.join(REWARD_NAMES)}")

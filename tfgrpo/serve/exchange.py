@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from experiences import Injection
-from experiences.errors import ExperienceError
+from tfgrpo.experiences import Injection
+from tfgrpo.experiences.errors import ExperienceError
 from tfgrpo.serve.arms import LIBRARY, assign_arm
 from tfgrpo.serve.errors import RequestRejected
 from tfgrpo.serve.limits import load_json

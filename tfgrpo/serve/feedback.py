@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from rewards.errors import RewardError
+from tfgrpo.rewards.errors import RewardError
 from tfgrpo.serve.errors import RequestRejected
 from tfgrpo.serve.limits import load_json
 from tfgrpo.serve.traces import ID_CHARS, TraceStore

@@ -19,10 +19,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from experiences import Experience, Injection, Library
-from experiences.errors import ExperienceError
-from experiences.render import render, render_system_text
-from experiences.store import ExperienceStore
+from tfgrpo.experiences import Experience, Injection, Library
+from tfgrpo.experiences.errors import ExperienceError
+from tfgrpo.experiences.render import render, render_system_text
+from tfgrpo.experiences.store import ExperienceStore
 from tfgrpo.rollout.injection import Injector
 
 MISSING = (-1, -1)  # the stamp of a file that is not there

@@ -8,7 +8,7 @@ from typing import Any
 
 import jinja2
 
-from experiences import Library
+from tfgrpo.experiences import Library
 
 
 def render_page(library: Library, summary: dict[str, Any], *, holdout: float) -> str:

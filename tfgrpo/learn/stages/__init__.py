@@ -6,7 +6,7 @@
 3. `consolidate`: all operations proposed for a batch → one final operation list, applied to the library.
 
 Stages 2 and 3 ask for operations; `request_operations` is how: one call carrying the reply's JSON
-schema (`experiences.schemas`: enforced by the backend where it can), the tolerant parser of
+schema (`tfgrpo.experiences.schemas`: enforced by the backend where it can), the tolerant parser of
 `experiences`, and exactly one retry with the parser's feedback when the reply was malformed. Every
 request is deterministic (same messages, schema, sample 0), so a resumed run finds every answer in the cache.
 """
@@ -17,10 +17,10 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from experiences.model import Library
-from experiences.ops import Operation, Rejection
-from experiences.parse import parse_operations
-from experiences.schemas import OPERATIONS_SCHEMA_NAME, operations_schema
+from tfgrpo.experiences.model import Library
+from tfgrpo.experiences.ops import Operation, Rejection
+from tfgrpo.experiences.parse import parse_operations
+from tfgrpo.experiences.schemas import OPERATIONS_SCHEMA_NAME, operations_schema
 from tfgrpo.llm.client import LLMClient
 from tfgrpo.llm.errors import PER_REQUEST_FAILURES
 from tfgrpo.llm.types import ResponseSchema, SamplingParams

@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from experiences.model import Library
-from experiences.ops import Rejection
-from experiences.schemas import reply_format
+from tfgrpo.experiences.model import Library
+from tfgrpo.experiences.ops import Rejection
+from tfgrpo.experiences.schemas import reply_format
 from tfgrpo.learn.stages import OpsReply, render_stage_prompt, request_operations
 from tfgrpo.learn.stages.summarize import Summary, outcome_of
 from tfgrpo.llm.client import LLMClient

@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from experiences.model import Library
-from experiences.ops import AddOp, Operation
-from experiences.schemas import reply_format
+from tfgrpo.experiences.model import Library
+from tfgrpo.experiences.ops import AddOp, Operation
+from tfgrpo.experiences.schemas import reply_format
 from tfgrpo.learn.stages import OpsReply, render_stage_prompt, request_operations
 from tfgrpo.learn.stages.advantage import GroupAnalysis
 from tfgrpo.llm.client import LLMClient

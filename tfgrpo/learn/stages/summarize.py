@@ -11,8 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from experiences.apply import approximate_tokens
 from tfgrpo.core.answers import is_correct
+from tfgrpo.experiences.apply import approximate_tokens
 from tfgrpo.learn.stages import gather_all, render_stage_prompt
 from tfgrpo.llm.client import LLMClient
 from tfgrpo.llm.errors import PER_REQUEST_FAILURES

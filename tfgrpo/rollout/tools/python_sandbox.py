@@ -3,7 +3,7 @@
 Isolation levels, strongest first (probed once per tool and reported by `describe()`;
 docs/security.md has the threat model):
 
-- **bubblewrap** (`bwrap`, see `rewards.isolation`): its own PID, network, IPC and UTS namespaces and
+- **bubblewrap** (`bwrap`, see `tfgrpo.rewards.isolation`): its own PID, network, IPC and UTS namespaces and
   its own `/proc`; a read-only view of only `/usr` and the interpreter's trees; one private writable
   working directory; no home, run directory, project code or other process visible. Under it the
   layers below still apply (private uid, rlimits, wall-clock kill, audit hook).
@@ -24,7 +24,7 @@ The layers:
 - **disk quota** (`max_disk_mb`): the work dir is a size-capped tmpfs, and under bubblewrap nothing else
   is writable (`process` level: the per-file limit only);
 - **leftovers stopped**: threads and processes a cell started end with it; folders of dead runs are
-  removed on the next start (`rewards.sandbox_folders`);
+  removed on the next start (`tfgrpo.rewards.sandbox_folders`);
 - **wall-clock kill**: the parent kills the whole process group when a cell overruns;
 - **audit hook** inside the worker (always): refuses sockets, process creation, ctypes symbol lookup and
   writes outside the working directory. This is the only network/write guard where namespaces and
@@ -50,9 +50,9 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from rewards.isolation import MAX_PROCESSES, bwrap_command
-from rewards.sandbox_folders import SandboxFolder, remove_stale_folders
 from tfgrpo.core.config import format_validation_error
+from tfgrpo.rewards.isolation import MAX_PROCESSES, bwrap_command
+from tfgrpo.rewards.sandbox_folders import SandboxFolder, remove_stale_folders
 from tfgrpo.rollout.tools.base import Tool, ToolError, ToolResult
 from tfgrpo.rollout.tools.sandbox_isolation import Isolation, probe_isolation
 from tfgrpo.rollout.tools.sandbox_output import OutputCapture

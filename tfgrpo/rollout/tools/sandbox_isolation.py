@@ -1,6 +1,6 @@
 """Which isolation level the Python sandbox gets on this machine (probed once per tool).
 
-bubblewrap first (`rewards.isolation`); `unshare` namespaces or a plain process only as a fallback,
+bubblewrap first (`tfgrpo.rewards.isolation`); `unshare` namespaces or a plain process only as a fallback,
 logged as a warning, because there the code can read the host's /proc and files (docs/security.md).
 """
 
@@ -14,7 +14,7 @@ import sys
 
 from pydantic import BaseModel, Field
 
-from rewards.isolation import probe_bubblewrap
+from tfgrpo.rewards.isolation import probe_bubblewrap
 from tfgrpo.rollout.tools.base import ToolError
 
 logger = logging.getLogger(__name__)
