@@ -94,7 +94,7 @@ def test_learn_reference_lists_every_field_with_its_default_and_description():
 def test_a_model_placed_by_a_marker_is_not_appended_again():
     hook = load_hook()
     markdown = hook.render_markers(
-        "<!-- config-reference: eval.runner.EvalConfig -->\n\n"
+        "<!-- config-reference: tfgrpo.eval.runner.EvalConfig -->\n\n"
         "## Backend\n\n"
         "<!-- config-reference: tfgrpo.llm.config.LLMConfig -->\n"
     )
@@ -116,7 +116,7 @@ def test_finetune_reference_lists_our_fields_and_the_trl_defaults_we_change():
     from tfgrpo.finetune.adapters import AdapterArguments
 
     hook = load_hook()
-    markdown = hook.render_markers("<!-- config-reference: finetune.grpo.GSPOFinetuneConfig -->")
+    markdown = hook.render_markers("<!-- config-reference: tfgrpo.finetune.grpo.GSPOFinetuneConfig -->")
     rows = table_rows(markdown, "GSPOFinetuneConfig")
     assert {"reward", "tools", "max_turns", "epsilon", "beta"} <= set(rows)
     assert len(rows) < 20, "TRL's inherited fields are referred to, not listed"
