@@ -33,7 +33,7 @@ import logging
 import time
 from typing import Any
 
-from tfgrpo.core.secrets import mask_url, split_query
+from tfgrpo.core.secrets import mask_url, mask_urls_logged_by, split_query
 from tfgrpo.llm.backends.errors_map import map_openai_error
 from tfgrpo.llm.backends.profiles import (
     RESPONSE_FORMATS,
@@ -341,6 +341,9 @@ def _make_client(
     # The SDK appends its paths to base_url as text, so a query string in it would swallow them: it goes
     # in default_query instead (an Azure Functions `code`, a SAS signature).
     base_url, query = split_query(base_url) if base_url else (None, {})
+    if query:  # the SDK's HTTP stack (httpx, or httpx2 in openai 3) logs each request's URL at INFO
+        for http_logger in ("httpx", "httpx2"):
+            mask_urls_logged_by(http_logger)
     try:
         # api_key=None lets the SDK read OPENAI_API_KEY, the usual place users keep it.
         return openai.AsyncOpenAI(
