@@ -48,6 +48,7 @@ SECRETS = {
     "base_url ?code= (Azure Functions)": "fn-code-PLANTED-9c1d",
     "base_url ?sig= (SAS)": "sas-sig-PLANTED-4e7f",
     "base_url bare ?token": "sk-bare-PLANTED-2a6b",
+    "web_search endpoint ?tenant=": "tenant-PLANTED-0f3a",
 }
 #: (path, query) of each replica: the query string is how these services authenticate
 QUERY_REPLICAS = [
@@ -173,7 +174,7 @@ def planted_settings(base_url: str | list[str], endpoint: str, user_tool: str) -
     """Settings shared by learn and eval, with every secret but the URL userinfo planted."""
     nested = {"region": "eu", "nested": {"deeper": {"x-api-key": SECRETS["extra_params x-api-key (nested)"]}}}
     web_search = {
-        "endpoint": endpoint,
+        "endpoint": f"{endpoint}?tenant={SECRETS['web_search endpoint ?tenant=']}",
         "api_key": SECRETS["web_search api_key"],
         "extra_params": {
             "format": "json",
@@ -247,6 +248,7 @@ def test_no_planted_secret_reaches_a_file_or_the_output(tmp_path, capsys, caplog
     search = searches[0]
     assert search["headers"]["Authorization"] == f"Bearer {SECRETS['web_search api_key']}"
     query = parse_qs(urlparse(search["path"]).query)
+    assert query["tenant"] == [SECRETS["web_search endpoint ?tenant="]]  # the endpoint's own query, sent too
     for name in ("apiKey", "session_token", "client_secret"):
         assert query[name] == [SECRETS[f"extra_params {name}" + (" (top)" if name == "apiKey" else "")]]
     received = importlib.import_module(user_tool.split(":")[0]).RECEIVED[-1]
