@@ -1,8 +1,9 @@
-"""Which settings are secret, how they are hidden and revealed, and why a URL may not carry credentials."""
+"""Which settings are secret, how they are hidden and revealed, and what a URL may carry (and how it is shown)."""
 
 from __future__ import annotations
 
 import inspect
+import json
 import typing
 
 import pytest
@@ -19,6 +20,8 @@ from tfgrpo.core.secrets import (
     masked,
     refuse_url_credentials,
     reveal_secrets,
+    split_query,
+    url_with_path,
 )
 from tfgrpo.eval.config import EvalConfig
 from tfgrpo.eval.matrix import MatrixConfig
@@ -64,14 +67,19 @@ def test_the_allowlist_is_small_and_only_names_that_would_otherwise_be_secret():
     [
         ("http://user:sk-1@host/v1", "http://user:***@host/v1"),
         ("https://ghp_token@github.com/x", "https://***@github.com/x"),
-        ("see http://u:p@ss@h:8/p?q=1 now", "see http://u:***@h:8/p?q=1 now"),  # a password holding '@'
-        ("GET http://h/s?format=json&apiKey=k1&q=x", "GET http://h/s?format=json&apiKey=***&q=x"),
-        ("http://h/s?key=k1", "http://h/s?key=***"),
-        ("http://h/s?max_tokens=3&title_key=t", "http://h/s?max_tokens=3&title_key=t"),
+        ("see http://u:p@ss@h:8/p?q=1 now", "see http://u:***@h:8/p?*** now"),  # a password holding '@'
+        ("GET http://h/s?format=json&apiKey=k1&q=x HTTP/1.1", "GET http://h/s?*** HTTP/1.1"),
+        (
+            "https://fn.azurewebsites.net/api/v1?code=sk-1",
+            "https://fn.azurewebsites.net/api/v1?***",
+        ),  # Azure Functions
+        ("https://a.blob.core.windows.net/c?sv=2022&sig=a%2Bb#frag", "https://a.blob.core.windows.net/c?***#frag"),
+        ("http://h/v1?sk-abc123", "http://h/v1?***"),  # a bare token: no name to judge by
+        ("http://h/v1?", "http://h/v1?"),
         ("mail me at a@b.org", "mail me at a@b.org"),
     ],
 )
-def test_mask_url_hides_userinfo_and_secret_query_values(text, shown):
+def test_mask_url_hides_userinfo_and_the_whole_query_string(text, shown):
     assert mask_url(text) == shown
 
 
@@ -113,22 +121,61 @@ def test_config_dump_masks_every_kind_and_never_echoes_a_key_in_errors():
     assert "sk-in-a-list" not in str(error.value) and MASK in str(error.value)
 
 
-@pytest.mark.parametrize(
-    "build",
-    [
-        lambda url: LLMConfig(base_url=url),
-        lambda url: LLMConfig(base_url=["http://127.0.0.1:1/v1", url]),
-        lambda url: ServeConfig(library="lib.json", upstream=[url]),
-        lambda url: WebSearchConfig(endpoint=url),
+#: every setting that takes a URL, as (how to build it from one URL, where the built settings hold it)
+URL_SETTINGS = [
+    (lambda url: LLMConfig(base_url=url), lambda config: config.base_url[0]),
+    (lambda url: LLMConfig(base_url=["http://127.0.0.1:1/v1", url]), lambda config: config.base_url[1]),
+    (lambda url: ServeConfig(library="lib.json", upstream=[url]), lambda config: config.upstream[0]),
+    (lambda url: WebSearchConfig(endpoint=url), lambda config: config.endpoint),
+    (
         lambda url: AgentConfig(tools=["pkg.mod:Tool"], tool_options={"pkg.mod:Tool": {"mirror": url}}),
+        lambda config: config.tool_options["pkg.mod:Tool"]["mirror"],
+    ),
+]
+
+
+@pytest.mark.parametrize(("build", "_held"), URL_SETTINGS)
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("http://user:pw-9@127.0.0.1:8000/v1", "may not carry credentials"),
+        ("http://127.0.0.1:8000/v1?***", "query string is the mask a saved config.yaml writes"),
     ],
 )
-@pytest.mark.parametrize("url", ["http://user:pw-9@127.0.0.1:8000/v1", "http://127.0.0.1:8000/v1?api_key=pw-9"])
-def test_a_url_with_credentials_is_refused_in_one_line_that_hides_them(build, url):
+def test_userinfo_or_a_masked_query_is_refused_in_one_line_that_hides_them(build, _held, url, says):
     with pytest.raises(ValidationError) as error:
         build(url)
     message = format_validation_error(error.value)
-    assert "pw-9" not in message and "may not carry credentials" in message and len(message.splitlines()) == 1
+    assert "pw-9" not in message and says in message and len(message.splitlines()) == 1
+
+
+@pytest.mark.parametrize(("build", "held"), URL_SETTINGS)
+@pytest.mark.parametrize("query", ["code=fk-9", "sv=2022&sig=pw%2B9", "sk-pw9", "api_key=pw-9"])
+def test_a_query_string_is_kept_for_sending_and_shown_masked(build, held, query):
+    """Azure Functions keys and SAS signatures authenticate by the query string: used, never shown
+    (before issue 43 only a secret-named parameter was caught, and refused)."""
+    url = f"http://127.0.0.1:8000/v1?{query}"
+    config = build(url)
+    assert held(config) == url
+    shown = json.dumps(masked(config.model_dump(mode="json")))
+    assert query not in shown and "http://127.0.0.1:8000/v1?***" in shown
+
+
+def test_a_request_url_keeps_the_query_after_its_path():
+    assert url_with_path("http://h/v1/?code=c%2B1", "/chat/completions") == "http://h/v1/chat/completions?code=c%2B1"
+    assert url_with_path("http://h/v1", "/models") == "http://h/v1/models"
+    assert split_query("https://fn.net/api/v1?code=c%2B1&sk-2") == (
+        "https://fn.net/api/v1",
+        {"code": "c+1", "sk-2": ""},
+    )
+
+
+def test_base_urls_differing_only_in_their_query_are_refused_and_litellm_takes_none():
+    with pytest.raises(ValidationError, match=r"http://h/v1\?\*\*\*: two base URLs differ only"):
+        LLMConfig(base_url=["http://h/v1?code=a", "http://h/v1?code=b"])
+    with pytest.raises(ValidationError, match="the litellm backend cannot send a base URL's query string") as error:
+        LLMConfig(backend="litellm", model="openai/m", base_url="http://h/v1?code=pw-9")
+    assert "pw-9" not in format_validation_error(error.value)
 
 
 def test_web_search_endpoint_with_credentials_is_a_tool_error():

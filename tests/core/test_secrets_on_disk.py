@@ -4,9 +4,11 @@ A real run of each, through the openai backend against the scripted world server
 secret of every kind planted: the LLM's API key, a web_search tool's API key and secret-named extra
 query parameters (a key, a token and a secret; used for real: the tool is called and its search server
 records them), a secret-named option nested three levels deep in a user tool's options and a `bing_key`
-one at its top (a `*_key` of no known owner: issue 27), and credentials in a base URL
-(refused at config time, in one line, before any request). Then every byte of every file under the run
-directory, and everything printed or logged, is searched for each secret.
+one at its top (a `*_key` of no known owner: issue 27), three base URLs whose query strings authenticate
+(an Azure Functions `?code=`, a SAS `?sig=`, a bare `?token`: sent with every request, issue 43), and
+userinfo in a base URL (refused at config time, in one line, before any request). Then every byte of
+every file under the run directory, and everything printed or logged, is searched for each secret.
+`tfgrpo serve` gets the same query-string upstreams: its trace store, log and startup line are searched.
 """
 
 from __future__ import annotations
@@ -19,14 +21,20 @@ import logging
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
+import httpx
 import pytest
 import yaml
 
 from tests.helpers.cli import run_cli
 from tests.helpers.learn_world import World, WorldServer, write_problems
+from tests.helpers.serve_fixtures import write_library
+from tests.helpers.serve_upstream import ScriptedUpstream, running, serve_cli
+from tests.helpers.servers import free_port
+from tfgrpo.serve.traces import TraceStore
 
 SECRETS = {
     "llm api_key": "sk-llm-PLANTED-1a9f",
@@ -37,7 +45,17 @@ SECRETS = {
     "extra_params client_secret": "xp-secret-PLANTED-7a4c",
     "user tool bing_key": "bing-key-PLANTED-8d3e",
     "base_url userinfo": "url-pass-PLANTED-5e8a",
+    "base_url ?code= (Azure Functions)": "fn-code-PLANTED-9c1d",
+    "base_url ?sig= (SAS)": "sas-sig-PLANTED-4e7f",
+    "base_url bare ?token": "sk-bare-PLANTED-2a6b",
+    "web_search endpoint ?tenant=": "tenant-PLANTED-0f3a",
 }
+#: (path, query) of each replica: the query string is how these services authenticate
+QUERY_REPLICAS = [
+    ("/v1", f"code={SECRETS['base_url ?code= (Azure Functions)']}"),
+    ("/fn/v1", f"sv=2022-11-02&sig={SECRETS['base_url ?sig= (SAS)']}"),
+    ("/bare/v1", SECRETS["base_url bare ?token"]),
+]
 STAGE_MARKERS = ("<proposed_changes>", "<attempt ", "<trajectory>")
 USER_TOOL = '''
 from tfgrpo.rollout.tools import Tool, ToolResult
@@ -58,6 +76,43 @@ class OptionsTool(Tool):
     async def run(self, arguments):
         return ToolResult(output="ok")
 '''
+
+
+def query_urls(origin: str) -> list[str]:
+    """The replicas' base URLs on `origin` (http://HOST:PORT), each with its query string."""
+    return [f"{origin}{path}?{query}" for path, query in QUERY_REPLICAS]
+
+
+class RecordingWorldServer(WorldServer):
+    """The world server, keeping the path and query string of every request (`paths`)."""
+
+    def __init__(self, world: World, **options):
+        super().__init__(world, **options)
+        self.paths: list[str] = []
+
+    def _handler(self):
+        server, handler = self, super()._handler()
+
+        class Recording(handler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+                server.paths.append(self.path)
+                super().do_POST()
+
+        return Recording
+
+    @property
+    def origin(self) -> str:
+        return self.base_url.removesuffix("/v1")
+
+
+def assert_sent_with_their_queries(paths: list[str], *, every_replica: bool) -> None:
+    """Every request went to a replica's path with that replica's query string after it, in clear (a bare
+    token is sent as `token=`: the openai SDK takes the query as parameters)."""
+    sent = {f"{path}/chat/completions?{query}" for path, query in QUERY_REPLICAS}
+    sent |= {f"{path}/chat/completions?{query}=" for path, query in QUERY_REPLICAS if "=" not in query}
+    assert paths and set(paths) <= sent, set(paths) - sent
+    if every_replica:
+        assert {path.split("/chat/")[0] for path in paths} == {path for path, _ in QUERY_REPLICAS}, set(paths)
 
 
 class SearchingWorld(World):
@@ -115,11 +170,11 @@ def user_tool(tmp_path, monkeypatch, request):
     return f"{module}:OptionsTool"
 
 
-def planted_settings(base_url: str, endpoint: str, user_tool: str) -> dict:
-    """Settings shared by learn and eval, with every secret but the URL's planted."""
+def planted_settings(base_url: str | list[str], endpoint: str, user_tool: str) -> dict:
+    """Settings shared by learn and eval, with every secret but the URL userinfo planted."""
     nested = {"region": "eu", "nested": {"deeper": {"x-api-key": SECRETS["extra_params x-api-key (nested)"]}}}
     web_search = {
-        "endpoint": endpoint,
+        "endpoint": f"{endpoint}?tenant={SECRETS['web_search endpoint ?tenant=']}",
         "api_key": SECRETS["web_search api_key"],
         "extra_params": {
             "format": "json",
@@ -165,15 +220,17 @@ def run_and_capture(capsys, caplog, *args: object) -> tuple[int, str]:
 def test_no_planted_secret_reaches_a_file_or_the_output(tmp_path, capsys, caplog, user_tool, command):
     data = write_problems(tmp_path / "problems.jsonl", [(1, 2), (3, 4)])
     out = tmp_path / "run"
-    counts = ("--group-size", "2", "--epochs", "1", "--batch-size", "1") if command == "learn" else ("--samples", "2")
-    with WorldServer(SearchingWorld()) as server, search_server() as (endpoint, searches):
+    counts = ("--group-size", "2", "--epochs", "1", "--batch-size", "2") if command == "learn" else ("--samples", "2")
+    # a delay, so requests overlap and least-busy routing sends some to every replica
+    with RecordingWorldServer(SearchingWorld(), delay_s=0.05) as server, search_server() as (endpoint, searches):
         config = tmp_path / f"{command}.yaml"
-        config.write_text(yaml.safe_dump(planted_settings(server.base_url, endpoint, user_tool)))
+        config.write_text(yaml.safe_dump(planted_settings(query_urls(server.origin), endpoint, user_tool)))
         code, output = run_and_capture(
             capsys, caplog, command, "--config", config, "--data", data, "--out", out, *counts
         )
         assert code == 0, output
         assert server.bodies and searches  # the model was asked and the tool searched: the secrets were used
+        assert_sent_with_their_queries(server.paths, every_replica=True)
 
         # credentials in the base URL: refused with the config, in one line naming the URL masked, no request
         before = len(server.bodies)
@@ -182,7 +239,7 @@ def test_no_planted_secret_reaches_a_file_or_the_output(tmp_path, capsys, caplog
         started = time.monotonic()
         refused, refusal = run_and_capture(
             capsys, caplog, command, "--config", config, "--data", data, "--out", refused_out, *counts,
-            "--base-url", with_userinfo,
+            "--base-url", with_userinfo, "--base-url", query_urls(server.origin)[0],
         )  # fmt: skip
         assert refused == 2 and time.monotonic() - started < 10 and len(server.bodies) == before, refusal
         (line,) = [line for line in refusal.splitlines() if "base_url" in line]
@@ -191,6 +248,7 @@ def test_no_planted_secret_reaches_a_file_or_the_output(tmp_path, capsys, caplog
     search = searches[0]
     assert search["headers"]["Authorization"] == f"Bearer {SECRETS['web_search api_key']}"
     query = parse_qs(urlparse(search["path"]).query)
+    assert query["tenant"] == [SECRETS["web_search endpoint ?tenant="]]  # the endpoint's own query, sent too
     for name in ("apiKey", "session_token", "client_secret"):
         assert query[name] == [SECRETS[f"extra_params {name}" + (" (top)" if name == "apiKey" else "")]]
     received = importlib.import_module(user_tool.split(":")[0]).RECEIVED[-1]
@@ -202,3 +260,63 @@ def test_no_planted_secret_reaches_a_file_or_the_output(tmp_path, capsys, caplog
     hidden = {"apiKey": "**********", "session_token": "**********", "client_secret": "**********"}
     assert saved["agent"]["tool_options"]["web_search"]["extra_params"] == {"format": "json", **hidden}
     assert saved["agent"]["tool_options"][user_tool]["bing_key"] == "**********"
+
+
+@pytest.mark.timeout(120)
+def test_a_query_string_reaches_no_error_line_and_a_saved_one_is_never_sent_masked(tmp_path, capsys, caplog):
+    """A replica that cannot be reached, and a URL refused for its scheme (issue 43: `?code=` was in that
+    error line in clear); then `--resume` from the run's config.yaml, which holds the URL as `?***`: refused
+    in one line, never sent."""
+    data = write_problems(tmp_path / "problems.jsonl", [(1, 2)])
+    out = tmp_path / "run"
+    dead = f"http://127.0.0.1:{free_port()}"
+    config = tmp_path / "learn.yaml"
+    llm = {"backend": "openai", "model": "m", "api_key": "k", "max_retries": 0, "base_url": query_urls(dead)[0]}
+    config.write_text(yaml.safe_dump({"llm": llm}))
+    failed, failure = run_and_capture(
+        capsys, caplog, "learn", "--config", config, "--data", data, "--out", out, "--group-size", "2"
+    )
+    assert failed != 0 and "Traceback" not in failure, failure
+    typo = query_urls(dead)[0].replace("http://", "htp://")
+    refused, refusal = run_and_capture(capsys, caplog, "learn", "--config", config, "--data", data, "--base-url", typo)
+    (line,) = [line for line in refusal.splitlines() if "error" in line]
+    assert refused == 2 and "htp://127.0.0.1" in line and "/v1?***' is not an http(s) URL" in line, line
+    saved = yaml.safe_load((out / "config.yaml").read_text())
+    assert saved["llm"]["base_url"] == [f"{dead}/v1?***"]
+
+    resumed, resumption = run_and_capture(capsys, caplog, "learn", "--out", out, "--resume")
+    (said,) = [line for line in resumption.splitlines() if "error" in line]
+    assert resumed == 2 and "query string is the mask a saved config.yaml writes" in said and "--base-url" in said
+    assert leaks(out, failure + refusal + resumption) == []
+
+
+@pytest.mark.timeout(180)
+def test_serve_traces_and_announces_query_string_upstreams_masked(tmp_path):
+    """`tfgrpo serve --upstream URL?code=...` (three replicas): each request goes to the replica's path with
+    its query string in clear; the trace store, the log and the "serving" line hold it only as `?***`
+    (issue 43: traces.sqlite's `upstream` and the startup line held it in clear)."""
+    seen: list[str] = []
+    scripted = ScriptedUpstream(latency_s=0.2)  # slow, so concurrent requests reach every replica
+
+    async def recording(scope, receive, send):
+        if scope["type"] == "http":
+            seen.append(f"{scope['path']}?{scope['query_string'].decode()}")
+        await scripted(scope, receive, send)
+
+    library = write_library(tmp_path / "library.json")
+    log, traces = tmp_path / "serve.log", tmp_path / "traces.sqlite"
+    with running(recording) as origin:
+        upstreams = [item for url in query_urls(origin) for item in ("--upstream", url)]
+        with serve_cli(log, "--library", str(library), *upstreams, "--traces", str(traces)) as base:
+            body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+            with ThreadPoolExecutor(6) as pool:
+                replies = list(pool.map(lambda _: httpx.post(f"{base}/v1/chat/completions", json=body), range(6)))
+            assert [reply.status_code for reply in replies] == [200] * 6
+    chats = [path for path in seen if "/chat/completions" in path]
+    assert_sent_with_their_queries(chats, every_replica=True)
+    (serving,) = [line for line in log.read_text().splitlines() if "serving library" in line]
+    assert ", ".join(f"{origin}{path}?***" for path, _ in QUERY_REPLICAS) in serving, serving
+    store = TraceStore(traces)
+    assert {row["upstream"] for row in store.exchanges()} <= {f"{origin}{path}?***" for path, _ in QUERY_REPLICAS}
+    store.close()
+    assert leaks(tmp_path, "") == []

@@ -57,6 +57,10 @@ def _print_error(message: str) -> None:
     from rich.console import Console
     from rich.markup import escape
 
+    from tfgrpo.core.secrets import mask_url
+
+    message = mask_url(message)  # whatever raised it, a URL's credentials never reach the terminal or a log
+
     # Escaped: messages quote user text ("tfgrpo[finetune]", "[G3]") that is not markup. Not wrapped at 80
     # columns when stderr is a file, so a one-line error stays one line in logs.
     console = Console(stderr=True, soft_wrap=True)

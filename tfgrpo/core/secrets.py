@@ -1,4 +1,4 @@
-"""Credentials in settings: which values are secret, how they are hidden, and why a URL may not carry one.
+"""Credentials in settings: which values are secret, how they are hidden, and what a URL may carry.
 
 A typed field says it by its type: `SecretKey` (a pydantic `SecretStr`) is never printed, dumped or logged
 in clear. A free-form mapping (a tool's options, a search API's extra query parameters) has no types, so
@@ -7,12 +7,16 @@ there the entry's *name* decides, at any depth: `SecretOptions` turns every secr
 the clear values. `masked` is the one view of any settings that may be written (config.yaml, metrics.json,
 error messages): secrets as `MASK`, URL credentials as `***`.
 
-A URL with credentials (`http://user:pass@host`, or a secret-named query parameter) is refused where
-settings are read (`CredentialFreeUrl`, and every string in a `SecretOptions` mapping). Used, userinfo
-would send HTTP Basic auth in the same `Authorization` header as the API key (aiohttp refuses the pair;
-the request failed as a malformed reply, retried six times), and the URL is what run directories, traces
-and error messages name. `mask_url` shows any URL without its credentials; `mask_urls_logged_by` applies
-it to a library's log lines (httpx logs every request URL, where a search API's query key travels).
+A URL's credentials are its userinfo (`http://user:pass@host`) and its whole query string (`?code=...`,
+`?sig=...`, `?sk-...`: Azure Functions keys, SAS signatures, a search API's key; no name rule can tell a
+credential from a harmless parameter there). Userinfo is refused where settings are read
+(`CredentialFreeUrl`, and every string in a `SecretOptions` mapping): used, it would send HTTP Basic auth in
+the same `Authorization` header as the API key (aiohttp refuses the pair; the request failed as a malformed
+reply, retried six times). A query string is kept and sent, since for those services it *is* the
+authentication, but it is shown only as `?***`: `mask_url` is the one view of a URL that any file, log
+line, trace or message gets, `mask_urls_logged_by` applies it to a library's log lines (httpx logs every
+request URL), and `url_with_path` / `split_query` build the clear request URL. A masked query read back
+from a saved config.yaml is refused, as a masked secret is, rather than sent as `***`.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import logging
 import re
 from collections.abc import Mapping
 from typing import Annotated, Any
-from urllib.parse import unquote_plus
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from pydantic import AfterValidator, BeforeValidator, SecretStr
 
@@ -47,8 +51,10 @@ _NOT_SECRET = frozenset("".join(_WORD.findall(name)).lower() for name in NOT_SEC
 _URL = re.compile(r"\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s\"'<>]+")
 #: scheme://USERINFO@ - greedy up to the authority's last '@', so a password holding '@' is hidden whole
 _USERINFO = re.compile(r"^(?P<scheme>[^:]+://)(?P<userinfo>[^/?#]*)@")
-#: one name=value pair of a query string (a key sent as a query parameter is part of the URL)
-_QUERY_PAIR = re.compile(r"(?P<lead>[?&])(?P<name>[^=&#]+)=(?P<value>[^&#]*)")
+#: a URL's query string: '?' up to the fragment or the URL's end (all of it is a credential, see above)
+_QUERY = re.compile(r"\?[^#]*")
+#: what a URL's query string is shown as
+QUERY_MASK = "?***"
 
 
 def is_secret_name(name: str) -> bool:
@@ -73,7 +79,7 @@ def is_mask(value: object) -> bool:
 
 def mask_url(text: str) -> str:
     """`text` with the credentials of every URL in it hidden: `http://user:***@host`, `http://***@host`, and
-    `?key=***` for a secret-named query parameter (how a search API's key in `extra_params` travels)."""
+    the whole query string as `?***` (`https://fn.azurewebsites.net/api/v1?***`)."""
     return _URL.sub(lambda match: _mask_one_url(match[0]), text)
 
 
@@ -82,21 +88,40 @@ def _mask_one_url(url: str) -> str:
         user, colon, _ = match["userinfo"].partition(":")
         return f"{match['scheme']}{user}:***@" if colon else f"{match['scheme']}***@"
 
-    def hide_pair(match: re.Match[str]) -> str:
-        return f"{match['lead']}{match['name']}=***" if is_secret_name(unquote_plus(match["name"])) else match[0]
-
-    return _QUERY_PAIR.sub(hide_pair, _USERINFO.sub(hide_userinfo, url))
+    return _QUERY.sub(lambda query: QUERY_MASK if len(query[0]) > 1 else query[0], _USERINFO.sub(hide_userinfo, url))
 
 
 def refuse_url_credentials(url: str) -> str:
-    """`url` itself, or a ValueError (naming the URL with its credentials hidden) when it carries any."""
-    if mask_url(url) != url:
+    """`url` (a URL, or text holding URLs) itself, or a ValueError naming it masked when a URL in it carries
+    userinfo or a masked query string."""
+    found = [match[0] for match in _URL.finditer(url)]
+    if any(_USERINFO.match(each) for each in found):
         raise ValueError(
-            f"{mask_url(url)}: a URL may not carry credentials (they would be saved with the run's settings, and "
-            "user:password@ clashes with the API key's Authorization header); pass the key as api_key "
-            "(a search API's query key: in extra_params)"
+            f"{mask_url(url)}: a URL may not carry credentials as user:password@ (they would clash with the API "
+            "key's Authorization header); pass the key as api_key (a search API's query key: in extra_params)"
+        )
+    if any(urlsplit(each).query == QUERY_MASK[1:] for each in found):
+        # A saved config.yaml shows the query string masked: sending '***' would fail, or worse, silently.
+        raise ValueError(
+            f"{url}: its query string is the mask a saved config.yaml writes in place of it; give the URL itself "
+            "(to resume a run: --base-url, or --config with your own file)"
         )
     return url
+
+
+def url_with_path(url: str, path: str) -> str:
+    """The clear URL of `path` under a base URL that may carry a query string: `http://h/v1?code=c` and
+    `/chat/completions` make `http://h/v1/chat/completions?code=c` (`url + path` would put the path into
+    the query)."""
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path=parts.path.rstrip("/") + path))
+
+
+def split_query(url: str) -> tuple[str, dict[str, str]]:
+    """A base URL without its query string, and the query's parameters (a bare `?token` as `{"token": ""}`),
+    for a client that adds its own path and takes the query as parameters (the openai SDK's default_query)."""
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(query="")), dict(parse_qsl(parts.query, keep_blank_values=True))
 
 
 class MaskUrlsInLogs(logging.Filter):
@@ -135,7 +160,7 @@ def masked(value: Any) -> Any:
 
 
 def hide_secrets(options: dict[str, Any]) -> dict[str, Any]:
-    """Free-form options with every secret-named value (any depth) a SecretStr; URL credentials refused."""
+    """Free-form options with every secret-named value (any depth) a SecretStr; URL userinfo refused."""
     return _hide(options, secret=False, where="")
 
 
@@ -188,13 +213,14 @@ SecretKey = Annotated[SecretStr | None, BeforeValidator(_mask_is_unset)]
 """An API key or token: never printed, dumped or logged in clear; read it with `.get_secret_value()`."""
 
 SecretOptions = Annotated[dict[str, Any], AfterValidator(hide_secrets)]
-"""Free-form options (any depth): secret-named values become SecretStr, URLs with credentials are refused."""
+"""Free-form options (any depth): secret-named values become SecretStr, URLs with userinfo are refused."""
 
 CredentialFreeUrl = Annotated[str, AfterValidator(refuse_url_credentials)]
-"""A URL without `user:password@` (see the module docstring for why one with it is refused)."""
+"""A URL without `user:password@` and without a masked query string (see the module docstring)."""
 
 __all__ = [
     "MASK",
+    "QUERY_MASK",
     "NOT_SECRET_NAMES",
     "CredentialFreeUrl",
     "MaskUrlsInLogs",
@@ -209,4 +235,6 @@ __all__ = [
     "refuse_url_credentials",
     "reveal_secrets",
     "secret_value",
+    "split_query",
+    "url_with_path",
 ]

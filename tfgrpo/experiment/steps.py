@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tfgrpo.core.config import read_yaml
+from tfgrpo.core.config import config_dict, read_yaml
 from tfgrpo.eval.runner import evaluate_async
 from tfgrpo.experiment.plan import Step, stable_dict
 from tfgrpo.finetune.run import SUMMARY_FILE, run_finetune
@@ -43,7 +43,7 @@ def can_resume_learn(run_dir: Path, config: Any) -> bool:
         return False
     drop = ("out", "resume")
     saved = stable_dict(read_yaml(run_dir / "config.yaml"), drop)
-    current = stable_dict(json.loads(config.model_dump_json()), drop)
+    current = stable_dict(config_dict(config), drop)  # as config.yaml wrote it: URL query strings masked
     if saved == current:
         return True
     saved_epochs, current_epochs = saved.pop("epochs", None), current.pop("epochs", None)

@@ -28,7 +28,7 @@ from filelock import FileLock, Timeout
 from pydantic import BaseModel, Field
 
 from tfgrpo.core.atomic import append_lines, atomic_write_text, folder_target, remove_stale_temps
-from tfgrpo.core.config import ConfigError, dump_config, read_yaml
+from tfgrpo.core.config import ConfigError, config_dict, dump_config, read_yaml
 from tfgrpo.experiences.history import History
 from tfgrpo.experiences.model import Library
 from tfgrpo.learn.config import RESUME_LOCKED_KEYS, LearnConfig
@@ -135,7 +135,8 @@ class RunDir:
         if not self.state_path.is_file():
             raise ConfigError(f"nothing to resume in {self.root}: no state.json (start the run without --resume)")
         if self.config_path.is_file():
-            changed = changed_keys(read_yaml(self.config_path), json.loads(config.model_dump_json()))
+            # compared as written (config_dict): a URL's query string is saved masked (core.secrets)
+            changed = changed_keys(read_yaml(self.config_path), config_dict(config))
             if changed:
                 raise ConfigError(
                     f"cannot resume {self.root} with different settings for: {', '.join(changed)} "

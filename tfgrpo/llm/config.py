@@ -27,7 +27,8 @@ class LLMConfig(BaseModel):
     base_url: list[CredentialFreeUrl] = Field(
         default_factory=list,
         description="One or more OpenAI-compatible base URLs; several replicas get least-busy routing. "
-        "A URL with user:password@ is refused: the key goes in api_key.",
+        "A URL with user:password@ is refused (the key goes in api_key); a query string "
+        "(?code=..., a SAS signature) is sent, and shown only as ?***.",
     )
     api_key: SecretKey = Field(None, description="API key; else OPENAI_API_KEY or the provider's variable.")
     adapter: str | None = Field(None, description="A LoRA adapter directory (transformers, vllm).")
@@ -97,4 +98,21 @@ class LLMConfig(BaseModel):
             parts = urlsplit(url)
             if parts.scheme not in ("http", "https") or not parts.netloc:
                 raise ValueError(f"{mask_url(url)!r} is not an http(s) URL (e.g. http://127.0.0.1:8000/v1)")
+        # Logs, errors, state.json and the router name a replica by its URL masked (core.secrets): two that
+        # differ only in their query strings would be one replica, the other never sent a request.
+        shown = [mask_url(url) for url in value]
+        if len(set(shown)) < len(set(value)):
+            twice = next(url for url in shown if shown.count(url) > 1)
+            raise ValueError(f"{twice}: two base URLs differ only in their query strings; give one")
         return value
+
+    @model_validator(mode="after")
+    def _query_strings_only_for_openai(self) -> LLMConfig:
+        # litellm appends its providers' paths to api_base as text: a query string would swallow them.
+        with_query = [url for url in self.base_url if urlsplit(url).query]
+        if with_query and self.backend == "litellm":
+            raise ValueError(
+                f"{mask_url(with_query[0])}: the litellm backend cannot send a base URL's query string; "
+                "use --backend openai (it sends it with every request)"
+            )
+        return self

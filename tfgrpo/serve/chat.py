@@ -17,6 +17,7 @@ from typing import Any
 from starlette.datastructures import Headers
 from starlette.responses import Response
 
+from tfgrpo.core.secrets import mask_url
 from tfgrpo.serve.errors import RequestRejected
 from tfgrpo.serve.exchange import Exchange, parse_body, prepare
 from tfgrpo.serve.llm_upstream import LLMUpstream, usage_of
@@ -134,7 +135,9 @@ def _trace(
     error: str | None = None,
 ) -> None:
     # Queued, not written: the trace writer thread stores it, off the request's path.
-    row = exchange.trace_row(status=status, replies=replies, usage=usage, upstream=upstream, error=error)
+    # The upstream as shown, never as sent: its query string may be how it authenticates (core.secrets).
+    shown = None if upstream is None else mask_url(upstream)
+    row = exchange.trace_row(status=status, replies=replies, usage=usage, upstream=shown, error=error)
     if replies is not None:
         state.upstream.record(
             prompt_tokens=row["prompt_tokens"] or 0,

@@ -160,6 +160,6 @@ def _serving_line(settings: ServeConfig, snapshot: Snapshot, sock: socket.socket
     workers = f"{settings.workers} workers" if settings.workers > 1 else "1 process"
     return (
         f"serving library v{snapshot.version} ({len(snapshot.library)} experiences) "
-        f"on http://{settings.host}:{sock.getsockname()[1]}/v1 -> {', '.join(settings.upstream)}; "
+        f"on http://{settings.host}:{sock.getsockname()[1]}/v1 -> {', '.join(mask_url(url) for url in settings.upstream)}; "
         f"traces: {mask_url(settings.traces)}; {workers}; {auth}"
     )

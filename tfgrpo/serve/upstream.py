@@ -23,6 +23,7 @@ from typing import Any, cast
 import aiohttp
 from yarl import URL
 
+from tfgrpo.core.secrets import url_with_path
 from tfgrpo.llm.accounting import RETRY_CAUSES, Accounting
 from tfgrpo.llm.backends.errors_map import map_status_error
 from tfgrpo.llm.errors import (
@@ -122,7 +123,7 @@ class Upstream:
 
     async def get(self, path: str, *, authorization: str | None = None) -> tuple[int, bytes]:
         url = self.router.pick()
-        async with self._client().get(url + path, headers=self._with(authorization)) as response:
+        async with self._client().get(self._target(url, path), headers=self._with(authorization)) as response:
             return response.status, await response.read()
 
     async def probe(self, timeout_s: float) -> list[tuple[bool, str]]:
@@ -131,7 +132,8 @@ class Upstream:
         async def one(url: str) -> tuple[bool, str]:
             try:
                 timeout = aiohttp.ClientTimeout(total=timeout_s)
-                async with self._client().get(url + "/models", headers=self._headers, timeout=timeout) as response:
+                target = self._target(url, "/models")
+                async with self._client().get(target, headers=self._headers, timeout=timeout) as response:
                     return response.status < 500, f"answered {response.status}"
             except asyncio.TimeoutError:
                 return False, f"no answer within {timeout_s:g}s"
@@ -251,7 +253,8 @@ class Upstream:
     def _target(self, url: str, path: str) -> URL:
         target = self._targets.get((url, path))
         if target is None:
-            target = self._targets[(url, path)] = URL(url + path)
+            # the path goes before a query string the URL carries (an Azure Functions `code`: core.secrets)
+            target = self._targets[(url, path)] = URL(url_with_path(url, path), encoded=True)
         return target
 
     def _client(self) -> aiohttp.ClientSession:

@@ -33,6 +33,7 @@ import logging
 import time
 from typing import Any
 
+from tfgrpo.core.secrets import mask_url, mask_urls_logged_by, split_query
 from tfgrpo.llm.backends.errors_map import map_openai_error
 from tfgrpo.llm.backends.profiles import (
     RESPONSE_FORMATS,
@@ -300,7 +301,10 @@ class OpenAIBackend(ChatCompletionsBackend):
             raise BackendUnavailableError("the openai backend needs a model name (--model)")
         if transport not in TRANSPORTS:
             raise BackendUnavailableError(f"unknown HTTP transport {transport!r}: use one of {', '.join(TRANSPORTS)}")
-        super().__init__(model, endpoint=(base_url or DEFAULT_BASE_URL).rstrip("/"), extra_body=extra_body)
+        # The endpoint names this backend in logs, errors and state.json, so it shows the query string masked
+        # (its credentials: core.secrets); the client sends the clear one.
+        endpoint = mask_url((base_url or DEFAULT_BASE_URL).rstrip("/"))
+        super().__init__(model, endpoint=endpoint, extra_body=extra_body)
         self.timeout_s = timeout_s
         self.transport = transport
         self._client = _make_client(base_url, api_key, timeout_s, transport)
@@ -334,10 +338,21 @@ def _make_client(
     def http_client() -> Any:
         return openai.DefaultAioHttpClient(timeout=timeout_s) if transport == "aiohttp" else None
 
+    # The SDK appends its paths to base_url as text, so a query string in it would swallow them: it goes
+    # in default_query instead (an Azure Functions `code`, a SAS signature).
+    base_url, query = split_query(base_url) if base_url else (None, {})
+    if query:  # the SDK's HTTP stack (httpx, or httpx2 in openai 3) logs each request's URL at INFO
+        for http_logger in ("httpx", "httpx2"):
+            mask_urls_logged_by(http_logger)
     try:
         # api_key=None lets the SDK read OPENAI_API_KEY, the usual place users keep it.
         return openai.AsyncOpenAI(
-            base_url=base_url, api_key=api_key, timeout=timeout_s, max_retries=0, http_client=http_client()
+            base_url=base_url,
+            api_key=api_key,
+            timeout=timeout_s,
+            max_retries=0,
+            http_client=http_client(),
+            default_query=query or None,
         )
     except openai.OpenAIError as exc:
         if base_url is None:
@@ -346,7 +361,12 @@ def _make_client(
                 "(or point --base-url at a local OpenAI-compatible server)"
             ) from exc
         return openai.AsyncOpenAI(
-            base_url=base_url, api_key=PLACEHOLDER_API_KEY, timeout=timeout_s, max_retries=0, http_client=http_client()
+            base_url=base_url,
+            api_key=PLACEHOLDER_API_KEY,
+            timeout=timeout_s,
+            max_retries=0,
+            http_client=http_client(),
+            default_query=query or None,
         )
 
 

@@ -22,6 +22,7 @@ from tfgrpo.core.secrets import (
     mask_url,
     mask_urls_logged_by,
     reveal_secrets,
+    split_query,
 )
 from tfgrpo.rollout.tools.base import Tool, ToolError, ToolResult
 
@@ -77,7 +78,9 @@ class WebSearchTool(Tool):
         if not isinstance(query, str) or not query.strip():
             return ToolResult(error="web_search needs a non-empty string argument 'query'")
         config = self.config
-        params = {**reveal_secrets(config.extra_params), config.query_param: query}
+        # httpx replaces a URL's query string with `params`: the endpoint's own (a key, a SAS signature) joins them
+        endpoint, endpoint_query = split_query(config.endpoint)
+        params = {**endpoint_query, **reveal_secrets(config.extra_params), config.query_param: query}
         if config.count_param:
             params[config.count_param] = str(config.max_results)
         headers = {"Accept": "application/json"}
@@ -86,7 +89,7 @@ class WebSearchTool(Tool):
         started = time.monotonic()
         try:
             async with httpx.AsyncClient(timeout=config.timeout_s) as http:
-                response = await http.get(config.endpoint, params=params, headers=headers)
+                response = await http.get(endpoint, params=params, headers=headers)
             response.raise_for_status()
             payload = response.json()
         except httpx.HTTPStatusError as exc:
