@@ -35,6 +35,8 @@ FLAGS = [
             "backoff_s",
             "reload_interval_s",
             "body_timeout_s",
+            "header_timeout_s",
+            "max_choices",
             "client_keys",
             "cors_origins",
         )

@@ -65,14 +65,27 @@ class ServeConfig(BaseModel):
     max_header_bytes: int = Field(
         32 * 1024,
         ge=1024,
-        description="Largest request line (path, query) plus headers, names and values together, in bytes; "
-        "larger: 431.",
+        description="Largest request line (path, query) plus headers, in bytes; larger: 431, refused while it "
+        "arrives (never held whole).",
+    )
+    header_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        description="Seconds a request line and its headers may take to arrive once the connection is ready for "
+        "them; slower: 408 and the connection closed (an idle connection is closed silently).",
     )
     body_timeout_s: float = Field(
         30.0, gt=0, description="Seconds a request body may take to arrive whole; a stalled client gets 408."
     )
     max_json_depth: int = Field(
         100, ge=8, le=500, description="Deepest nesting of arrays/objects accepted in a JSON body; deeper: 400."
+    )
+    max_choices: int = Field(
+        16,
+        ge=1,
+        le=128,
+        description="Largest `n` (and `best_of`) a chat request may ask for; more: 400. Every other sampling "
+        "field is held to the OpenAI API's range (docs/serving.md).",
     )
     reward_min: float = Field(0.0, description="Smallest reward /v1/feedback accepts (a gold answer is scored).")
     reward_max: float = Field(1.0, description="Largest reward /v1/feedback accepts.")
@@ -91,8 +104,9 @@ class ServeConfig(BaseModel):
     )
     metrics_dir: Path | None = Field(
         None,
-        description="With workers > 1: the folder for prometheus_client's per-process metric files (its "
-        "*.db files are removed at start; default: a temporary folder, removed at exit).",
+        description="With workers > 1: the folder for prometheus_client's per-process metric files, serve's "
+        "own (a folder holding other files is refused; its earlier run's metric files are removed at start; "
+        "default: a temporary folder, removed at exit).",
     )
     access_log: bool = Field(
         True,
