@@ -43,6 +43,7 @@ FLAGS = [
     ),
     opt.flag("forward_client_auth_header", "--forward-client-auth-header/--no-forward-client-auth-header"),
     opt.flag("access_log", "--access-log/--no-access-log"),
+    opt.flag("topk_index", "--topk-index/--no-topk-index"),
 ]
 
 

@@ -40,6 +40,12 @@ class ServeConfig(BaseModel):
         "all", description="Default injection: all | none | topk:K; a request may send `x-tfgrpo-inject`."
     )
     store_dir: Path | None = Field(None, description="Vector store folder for topk injection (default: in-memory).")
+    topk_index: bool = Field(
+        False,
+        description="Embed the library at load and at every reload so requests may ask `x-tfgrpo-inject: topk:K` "
+        "(on whenever inject is topk:K); without the index such a request gets 400. A request never embeds the "
+        "library.",
+    )
     holdout: float = Field(0.0, ge=0.0, le=1.0, description="Share of users served WITHOUT the library (arm A).")
     arm_key_header: str = Field(
         "x-tfgrpo-user", description="Header whose value keeps a conversation in one arm (else the body's `user`)."
@@ -245,6 +251,11 @@ class ServeConfig(BaseModel):
                 "api_key / timeout_s / max_retries"
             )
         return self
+
+    @property
+    def keeps_topk_index(self) -> bool:
+        """Whether the library is embedded at load and reload (topk:K injection possible)."""
+        return self.topk_index or Injection.parse(self.inject).mode == "topk"
 
     @property
     def llm_spec(self) -> str | None:

@@ -72,7 +72,8 @@ def serve(settings: ServeConfig, *, announce: Callable[[str], None]) -> None:
 
 
 def _serve_workers(settings: ServeConfig, announce: Callable[[str], None]) -> None:
-    probe = ServeState.build(settings)  # every start-up error here, once, as one line
+    # every start-up error here, once, as one line; each worker embeds the library for its own top-k index
+    probe = ServeState.build(settings, topk_index=False)
     snapshot = probe.live.current
     probe.close()
     metrics_dir, temporary = _metrics_dir(settings.metrics_dir)
