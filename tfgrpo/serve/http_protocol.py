@@ -58,7 +58,8 @@ class BoundedHeadProtocol(HttpToolsProtocol):
         if self.transport.is_closing():  # the parser refused the head (400) and closed
             return
         if self.reading_head and self.head_bytes > self.max_head_bytes:
-            self._refuse(431, f"request line and headers over {self.max_head_bytes} bytes", "headers_too_large")
+            message = f"request line and headers over {self.max_head_bytes} bytes (max_header_bytes)"
+            self._refuse(431, message, "headers_too_large")
         elif not self.reading_head and len(data) > room + 1:
             super().data_received(data[room + 1 :])  # the body's first bytes, after a head that fit
 
@@ -67,8 +68,9 @@ class BoundedHeadProtocol(HttpToolsProtocol):
         super().on_headers_complete()
 
     def on_response_complete(self) -> None:
+        pipelined = bool(self.pipeline)  # a next request whose head already came: uvicorn starts it now
         super().on_response_complete()
-        if not self.transport.is_closing():
+        if not pipelined and not self.transport.is_closing():
             self._expect_head()  # keep-alive: the next request's head is bounded the same way
 
     def _expect_head(self) -> None:
@@ -94,8 +96,6 @@ class BoundedHeadProtocol(HttpToolsProtocol):
 
     def _refuse(self, status: int, message: str, code: str) -> None:
         self._stop_head_clock()
-        if status == 431:
-            message += " (max_header_bytes)"
         body = error_bytes(status, message, code)
         reason = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}[status]
         self.transport.write(

@@ -2,8 +2,10 @@
 
 uvicorn bounds none of these itself (with httptools, a 50 MB header is accepted, and a request that
 announces a body and never sends it holds its connection forever), so the app does: the request line and
-headers, the body's size and the time it may take to arrive, and the nesting depth of JSON bodies
-(Python's parser recurses: 100,000 nested brackets are a RecursionError). Each limit answers a 4xx
+headers once complete (`tfgrpo serve` also bounds them while they arrive: `http_protocol.py`), the body's
+size and the time it may take to arrive, the nesting depth of JSON bodies (Python's parser recurses:
+100,000 nested brackets are a RecursionError), and what JSON may hold (no NaN or infinities, no lone
+surrogates). Each limit answers a 4xx
 OpenAI-style error; 408 and 413 also close the connection, whose unread body cannot be skipped safely.
 """
 
