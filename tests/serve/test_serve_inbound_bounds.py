@@ -122,6 +122,10 @@ def test_a_body_in_the_heads_packet_and_keep_alive_still_work(served):
                 b"connection: close\r\ncontent-length: %d\r\n\r\n%s" % (len(raw), raw)
             )
             assert _answer(connection).startswith(b"HTTP/1.1 200 ")
+        with _connect(url) as connection:  # pipelined: the second head came with the first
+            head = b"GET /health HTTP/1.1\r\nhost: x\r\n"
+            connection.sendall(head + b"\r\n" + head + b"connection: close\r\n\r\n")
+            assert _answer(connection).count(b"HTTP/1.1 200 ") == 2
 
 
 @pytest.mark.parametrize(
@@ -200,13 +204,25 @@ def test_a_topk_request_embeds_its_query_only_whatever_the_library_size(tmp_path
         assert response.status_code == 200 and embedded.count - before == 1  # the query, nothing of the library
         injected = p.state.traces.exchange(response.headers["x-tfgrpo-exchange-id"])["injected_ids"]
         assert len(injected) == 3 and "carry" in injected
-        lessons["new"] = "For geometry, draw the figure first."
+        del lessons["carry"]
+        lessons["new"] = "When adding numbers, write the carry above the next column."
         before = embedded.count
         write_library(tmp_path / "library.json", lessons, version=4)
         deadline = time.monotonic() + 60
         while p.state.live.current.version != 4 and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert p.state.live.current.version == 4 and embedded.count - before == 1  # the changed lesson only
+        assert p.state.live.current.version == 4 and embedded.count - before == 1  # the new lesson only
+        before = embedded.count
+        messages = [{"role": "user", "content": "When adding 19 and 23, where does the carry digit go?"}]
+        response = httpx.post(
+            p.url + "/v1/chat/completions",
+            json={"model": "m", "messages": messages},
+            headers={"x-tfgrpo-inject": "topk:3"},
+            timeout=120,
+        )
+        assert response.status_code == 200 and embedded.count - before == 1
+        injected = p.state.traces.exchange(response.headers["x-tfgrpo-exchange-id"])["injected_ids"]
+        assert len(injected) == 3 and "new" in injected and "carry" not in injected  # the removed one is gone
 
 
 def test_topk_without_an_index_is_refused_not_built_per_request(tmp_path, monkeypatch):
@@ -219,6 +235,16 @@ def test_topk_without_an_index_is_refused_not_built_per_request(tmp_path, monkey
         )
         assert response.status_code == 400 and response.json()["error"]["code"] == "topk_unavailable"
         assert embedded.count == 0 and p.upstream.bodies == []
+
+
+def test_one_store_folder_for_several_workers_indexes_is_refused_in_one_line(tmp_path):
+    library = write_library(tmp_path / "library.json")
+    command = [sys.executable, "-m", "tfgrpo", "serve", "--library", str(library), "--upstream"]
+    command += ["http://127.0.0.1:9/v1", "--workers", "2", "--inject", "topk:2", "--store-dir", str(tmp_path / "s")]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1 and "store_dir" in lines[0], result.stderr
+    assert not (tmp_path / "s").exists()
 
 
 def _serve_with_metrics_dir(tmp_path: Path, metrics: Path) -> subprocess.CompletedProcess[str]:

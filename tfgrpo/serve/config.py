@@ -220,6 +220,15 @@ class ServeConfig(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def _one_store_per_process(self) -> ServeConfig:
+        if self.workers > 1 and self.store_dir is not None and self.keeps_topk_index:
+            raise ValueError(
+                "store_dir: each worker builds its own top-k index, and a chromadb folder is one process's; "
+                "leave store_dir unset with workers > 1 (each worker keeps its index in memory)"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _one_way_to_authenticate(self) -> ServeConfig:
         if not self.forward_client_auth_header:
             return self

@@ -71,8 +71,7 @@ class LiveLibrary:
         self.current = Snapshot.load(path)
         self.index: TopkIndex | None = None
         if topk_index:  # the embedding model loaded and every lesson embedded now, before serving
-            self.index = TopkIndex(store_dir)
-            self.index.update(self.current.library)
+            self.index = TopkIndex(store_dir, self.current.library)
         self.reloads = 0
         self.reload_errors: list[str] = []
         self._failed_stamp: tuple[int, int] | None = None
