@@ -35,12 +35,15 @@ FLAGS = [
             "backoff_s",
             "reload_interval_s",
             "body_timeout_s",
+            "header_timeout_s",
+            "max_choices",
             "client_keys",
             "cors_origins",
         )
     ),
     opt.flag("forward_client_auth_header", "--forward-client-auth-header/--no-forward-client-auth-header"),
     opt.flag("access_log", "--access-log/--no-access-log"),
+    opt.flag("topk_index", "--topk-index/--no-topk-index"),
 ]
 
 

@@ -46,7 +46,7 @@ async def chat_completions(
         )
     inject = headers.get("x-tfgrpo-inject")
     arguments: dict[str, Any] = dict(
-        body=parse_body(raw, max_json_depth=config.max_json_depth),
+        body=parse_body(raw, max_json_depth=config.max_json_depth, max_choices=config.max_choices),
         live=state.live,
         holdout=config.holdout,
         arm_key=headers.get(config.arm_key_header),

@@ -40,6 +40,12 @@ class ServeConfig(BaseModel):
         "all", description="Default injection: all | none | topk:K; a request may send `x-tfgrpo-inject`."
     )
     store_dir: Path | None = Field(None, description="Vector store folder for topk injection (default: in-memory).")
+    topk_index: bool = Field(
+        False,
+        description="Embed the library at load and at every reload so requests may ask `x-tfgrpo-inject: topk:K` "
+        "(on whenever inject is topk:K); without the index such a request gets 400. A request never embeds the "
+        "library.",
+    )
     holdout: float = Field(0.0, ge=0.0, le=1.0, description="Share of users served WITHOUT the library (arm A).")
     arm_key_header: str = Field(
         "x-tfgrpo-user", description="Header whose value keeps a conversation in one arm (else the body's `user`)."
@@ -65,14 +71,27 @@ class ServeConfig(BaseModel):
     max_header_bytes: int = Field(
         32 * 1024,
         ge=1024,
-        description="Largest request line (path, query) plus headers, names and values together, in bytes; "
-        "larger: 431.",
+        description="Largest request line (path, query) plus headers, in bytes; larger: 431, refused while it "
+        "arrives (never held whole).",
+    )
+    header_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        description="Seconds a request line and its headers may take to arrive once the connection is ready for "
+        "them; slower: 408 and the connection closed (an idle connection is closed silently).",
     )
     body_timeout_s: float = Field(
         30.0, gt=0, description="Seconds a request body may take to arrive whole; a stalled client gets 408."
     )
     max_json_depth: int = Field(
         100, ge=8, le=500, description="Deepest nesting of arrays/objects accepted in a JSON body; deeper: 400."
+    )
+    max_choices: int = Field(
+        16,
+        ge=1,
+        le=128,
+        description="Largest `n` (and `best_of`) a chat request may ask for; more: 400. Every other sampling "
+        "field is held to the OpenAI API's range (docs/serving.md).",
     )
     reward_min: float = Field(0.0, description="Smallest reward /v1/feedback accepts (a gold answer is scored).")
     reward_max: float = Field(1.0, description="Largest reward /v1/feedback accepts.")
@@ -91,8 +110,9 @@ class ServeConfig(BaseModel):
     )
     metrics_dir: Path | None = Field(
         None,
-        description="With workers > 1: the folder for prometheus_client's per-process metric files (its "
-        "*.db files are removed at start; default: a temporary folder, removed at exit).",
+        description="With workers > 1: the folder for prometheus_client's per-process metric files, serve's "
+        "own (a folder holding other files is refused; its earlier run's metric files are removed at start; "
+        "default: a temporary folder, removed at exit).",
     )
     access_log: bool = Field(
         True,
@@ -200,6 +220,15 @@ class ServeConfig(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def _one_store_per_process(self) -> ServeConfig:
+        if self.workers > 1 and self.store_dir is not None and self.keeps_topk_index:
+            raise ValueError(
+                "store_dir: each worker builds its own top-k index, and a chromadb folder is one process's; "
+                "leave store_dir unset with workers > 1 (each worker keeps its index in memory)"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _one_way_to_authenticate(self) -> ServeConfig:
         if not self.forward_client_auth_header:
             return self
@@ -231,6 +260,11 @@ class ServeConfig(BaseModel):
                 "api_key / timeout_s / max_retries"
             )
         return self
+
+    @property
+    def keeps_topk_index(self) -> bool:
+        """Whether the library is embedded at load and reload (topk:K injection possible)."""
+        return self.topk_index or Injection.parse(self.inject).mode == "topk"
 
     @property
     def llm_spec(self) -> str | None:

@@ -26,6 +26,7 @@ from tfgrpo.serve.errors import RequestRejected
 from tfgrpo.serve.limits import load_json
 from tfgrpo.serve.live_library import LiveLibrary
 from tfgrpo.serve.replies import content_text
+from tfgrpo.serve.sampling import check_sampling
 
 ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
 
@@ -96,7 +97,7 @@ class Exchange:
         }
 
 
-def parse_body(raw: bytes, *, max_json_depth: int) -> dict[str, Any]:
+def parse_body(raw: bytes, *, max_json_depth: int, max_choices: int) -> dict[str, Any]:
     body = load_json(raw, max_json_depth)
     if not isinstance(body, dict):
         raise BadRequest("request body must be a JSON object")
@@ -108,6 +109,7 @@ def parse_body(raw: bytes, *, max_json_depth: int) -> dict[str, Any]:
             raise BadRequest(f"messages[{position}] must be an object with a 'role' of {sorted(ROLES)}")
     if "stream" in body and not isinstance(body["stream"], bool):
         raise BadRequest("'stream' must be true or false")
+    check_sampling(body, max_choices=max_choices)
     return body
 
 

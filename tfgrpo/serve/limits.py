@@ -2,8 +2,10 @@
 
 uvicorn bounds none of these itself (with httptools, a 50 MB header is accepted, and a request that
 announces a body and never sends it holds its connection forever), so the app does: the request line and
-headers, the body's size and the time it may take to arrive, and the nesting depth of JSON bodies
-(Python's parser recurses: 100,000 nested brackets are a RecursionError). Each limit answers a 4xx
+headers once complete (`tfgrpo serve` also bounds them while they arrive: `http_protocol.py`), the body's
+size and the time it may take to arrive, the nesting depth of JSON bodies (Python's parser recurses:
+100,000 nested brackets are a RecursionError), and what JSON may hold (no NaN or infinities, no lone
+surrogates). Each limit answers a 4xx
 OpenAI-style error; 408 and 413 also close the connection, whose unread body cannot be skipped safely.
 """
 
@@ -11,11 +13,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
+import re
 from typing import Any
 
 from tfgrpo.serve.errors import RequestRejected
 
 CLOSE = {"connection": "close"}
+#: a \uD800-\uDFFF escape: half of a surrogate pair, or a lone surrogate (not text)
+SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 _timeout = getattr(asyncio, "timeout", None)
 
 
@@ -78,7 +84,7 @@ def replay(body: bytes) -> Any:
 def load_json(raw: bytes, max_depth: int, *, what: str = "request body") -> Any:
     """The parsed body; 400 `invalid_json` or `json_too_deep` (over `max_depth` nested arrays/objects)."""
     try:
-        value = json.loads(raw)
+        value = json.loads(raw, parse_constant=_not_a_number(what), parse_float=_finite_float(what))
     except RecursionError:
         raise _too_deep(what, max_depth) from None
     except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError alike
@@ -86,7 +92,35 @@ def load_json(raw: bytes, max_depth: int, *, what: str = "request body") -> Any:
     # Each nesting level needs one bracket: a body with few brackets cannot be deep, whatever its size.
     if raw.count(b"[") + raw.count(b"{") > max_depth and _depth_over(value, max_depth):
         raise _too_deep(what, max_depth)
+    if SURROGATE_ESCAPE.search(raw):
+        _refuse_lone_surrogates(value, what)
     return value
+
+
+def _not_a_number(what: str) -> Any:
+    def refuse(constant: str) -> float:  # json's NaN, Infinity, -Infinity: not JSON, and not a sampling value
+        raise RequestRejected(400, f"{what} holds {constant}, which is not a JSON number", "invalid_number")
+
+    return refuse
+
+
+def _finite_float(what: str) -> Any:
+    def parse(text: str) -> float:
+        value = float(text)
+        if math.isinf(value):  # 1e400: a finite literal that is an infinity once read
+            raise RequestRejected(400, f"{what} holds {text[:40]}, out of a double's range", "invalid_number")
+        return value
+
+    return parse
+
+
+def _refuse_lone_surrogates(value: Any, what: str) -> None:
+    """400 for a string with a lone surrogate (`"\\ud800"`): valid JSON, but no text, so not encodable."""
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        message = f"{what} holds a lone UTF-16 surrogate escape (\\uD800-\\uDFFF without its pair), which is not text"
+        raise RequestRejected(400, message, "invalid_text") from None
 
 
 def _depth_over(value: Any, max_depth: int) -> bool:

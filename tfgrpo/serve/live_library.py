@@ -5,6 +5,10 @@ builds a new snapshot off the event loop and swaps the reference. A file that do
 written, invalid) keeps the old version serving and is counted in `/health`. Both are reported to
 `on_reload` / `on_reload_error` (serve logs and counts them).
 
+With a top-k index (`topk_index.py`), a new version's lessons are embedded before it is served; a
+`topk:K` request never embeds the library. Without one, a `topk:K` request is refused (400
+`topk_unavailable`) rather than made to build it.
+
 A snapshot is identified by its content hash, not only by the file's `version`: editing a lesson without
 bumping `version` serves different text, so it must be a different version in traces and comparisons.
 """
@@ -14,16 +18,15 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
-import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tfgrpo.experiences import Experience, Injection, Library
 from tfgrpo.experiences.errors import ExperienceError
 from tfgrpo.experiences.render import render, render_system_text
-from tfgrpo.experiences.store import ExperienceStore
-from tfgrpo.rollout.injection import Injector
+from tfgrpo.serve.errors import RequestRejected
+from tfgrpo.serve.topk_index import TopkIndex
 
 MISSING = (-1, -1)  # the stamp of a file that is not there
 
@@ -35,13 +38,16 @@ class Snapshot:
     whole: str = ""  # the system message with every experience, rendered once per version (`--inject all`)
     #: sha256 of the library as served (`whole`: every experience's id and text as the model reads them)
     content_hash: str = ""
+    #: each experience's index in the library, by id: top-k results are put in library order without a scan
+    positions: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def load(cls, path: Path) -> Snapshot:
         stamp = _stamp(path)  # before reading: a write after this is seen as a change next time
         library = Library.load(path)
         whole = render_system_text(render(library), library=library) if len(library) else ""
-        return cls(library, stamp, whole, hashlib.sha256(whole.encode("utf-8")).hexdigest())
+        positions = {experience.id: index for index, experience in enumerate(library.experiences)}
+        return cls(library, stamp, whole, hashlib.sha256(whole.encode("utf-8")).hexdigest(), positions)
 
     @property
     def version(self) -> int:
@@ -54,6 +60,7 @@ class LiveLibrary:
         path: Path,
         *,
         store_dir: Path | None = None,
+        topk_index: bool = False,
         on_reload: Callable[[Snapshot], None] | None = None,
         on_reload_error: Callable[[str], None] | None = None,
     ):
@@ -62,23 +69,28 @@ class LiveLibrary:
         self.on_reload = on_reload
         self.on_reload_error = on_reload_error
         self.current = Snapshot.load(path)
+        self.index: TopkIndex | None = None
+        if topk_index:  # the embedding model loaded and every lesson embedded now, before serving
+            self.index = TopkIndex(store_dir, self.current.library)
         self.reloads = 0
         self.reload_errors: list[str] = []
         self._failed_stamp: tuple[int, int] | None = None
         self._last_error: str | None = None  # a file caught mid-write fails twice the same way: one line
-        self._store_lock = threading.Lock()
-        self._store: ExperienceStore | None = None  # built at the first topk request (loads an embedding model)
 
     def system_message(self, snapshot: Snapshot, injection: Injection, query: str) -> tuple[str, list[Experience]]:
         """The system text the library arm gets for `query` ('' when nothing is injected) and the experiences in it."""
         if injection.mode == "all" or (injection.mode == "topk" and len(snapshot.library) <= (injection.k or 0)):
             return snapshot.whole, list(snapshot.library.experiences)
-        with self._store_lock:  # one vector store, built once, synced and queried by one request at a time
-            injector = Injector(library=snapshot.library, spec=str(injection), store=self._vector_store())
-            chosen = injector.select(query)
+        if self.index is None:
+            raise RequestRejected(
+                400,
+                f"{injection}: this server keeps no top-k index (start it with --inject topk:K or --topk-index)",
+                "topk_unavailable",
+            )
+        chosen = self.index.nearest(snapshot.library, snapshot.positions, query, injection.k or 0)
         if not chosen:
             return "", []
-        return render_system_text(injector.text_for(query, chosen), library=snapshot.library), chosen
+        return render_system_text(render(snapshot.library, experiences=chosen), library=snapshot.library), chosen
 
     def reload_if_changed(self) -> bool:
         """Load the file again when its (mtime, size) changed; True when a new snapshot is in use."""
@@ -95,6 +107,8 @@ class LiveLibrary:
             return False
         try:
             snapshot = Snapshot.load(self.path)
+            if self.index is not None:  # its new lessons embedded before it is served
+                self.index.update(snapshot.library)
         except (ExperienceError, OSError, ValueError) as exc:
             self._failed_stamp = stamp
             self._note_error(str(exc).splitlines()[0])
@@ -110,11 +124,6 @@ class LiveLibrary:
         while True:
             await asyncio.sleep(interval_s)
             await asyncio.to_thread(self.reload_if_changed)
-
-    def _vector_store(self) -> ExperienceStore:
-        if self._store is None:
-            self._store = ExperienceStore(self.store_dir)
-        return self._store
 
     def _note_error(self, message: str) -> None:
         if message == self._last_error:

@@ -6,20 +6,30 @@ its values to files in one folder (`PROMETHEUS_MULTIPROC_DIR`, set by the runner
 start, since prometheus_client reads it when imported), and a scrape, whichever worker answers it, adds
 up the counters and histograms of all workers, those that exited included. `tfgrpo_serve_library_info`
 is reported per live worker (a `pid` label), so a scrape shows which library each worker serves.
+
+A configured multiprocess folder is claimed with a marker file: serve empties only a folder it marked,
+and only of prometheus_client's own per-process files, so pointing `metrics_dir` at a folder of other
+files is refused at start instead of deleting them.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
 
 from tfgrpo import __version__
+from tfgrpo.serve.errors import ServeStartupError
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"
 #: request latency buckets, in seconds: a proxied LLM call takes from tens of milliseconds to minutes
+#: the file that marks a folder as serve's own metrics folder
+MARKER = ".tfgrpo-serve-metrics"
+#: prometheus_client's per-process files: TYPE[_MODE]_PID.db (values.py names them)
+PROCESS_FILE = re.compile(r"(counter|histogram|summary|gauge(_[a-z]+)?)_\d+\.db")
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 
 
@@ -107,3 +117,23 @@ class ServeMetrics:
         """A worker that stops: its per-process gauges leave the scrape (counters stay in the totals)."""
         if self.multiprocess_dir is not None:
             multiprocess.mark_process_dead(os.getpid(), str(self.multiprocess_dir))
+
+
+def claim_multiprocess_dir(folder: Path) -> Path:
+    """`folder` ready for a run: created and marked, or, marked by an earlier run, emptied of that run's
+    per-process files. A folder that holds anything and is not marked is refused (ServeStartupError)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    marker = folder / MARKER
+    if not marker.exists():
+        others = sorted(entry.name for entry in folder.iterdir())
+        if others:
+            raise ServeStartupError(
+                f"metrics_dir {folder} already holds files serve did not create ({len(others)}, e.g. {others[0]!r}): "
+                "give serve an empty folder of its own"
+            )
+        marker.write_text("metrics of tfgrpo serve: its *.db files are removed when serve starts again\n")
+        return folder
+    for stale in folder.iterdir():
+        if PROCESS_FILE.fullmatch(stale.name) and stale.is_file():
+            stale.unlink()
+    return folder

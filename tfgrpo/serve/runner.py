@@ -37,8 +37,9 @@ from tfgrpo.core.secrets import mask_url
 from tfgrpo.serve.app import ServeApp, create_app
 from tfgrpo.serve.config import ServeConfig
 from tfgrpo.serve.errors import ServeStartupError
+from tfgrpo.serve.http_protocol import BoundedHeadConfig
 from tfgrpo.serve.live_library import Snapshot
-from tfgrpo.serve.metrics import MULTIPROCESS_ENV
+from tfgrpo.serve.metrics import MULTIPROCESS_ENV, claim_multiprocess_dir
 from tfgrpo.serve.observe import configure_logging
 from tfgrpo.serve.state import ServeState
 
@@ -71,7 +72,8 @@ def serve(settings: ServeConfig, *, announce: Callable[[str], None]) -> None:
 
 
 def _serve_workers(settings: ServeConfig, announce: Callable[[str], None]) -> None:
-    probe = ServeState.build(settings)  # every start-up error here, once, as one line
+    # every start-up error here, once, as one line; each worker embeds the library for its own top-k index
+    probe = ServeState.build(settings, topk_index=False)
     snapshot = probe.live.current
     probe.close()
     metrics_dir, temporary = _metrics_dir(settings.metrics_dir)
@@ -126,8 +128,10 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 def _uvicorn_config(app: Any, settings: ServeConfig, *, factory: bool = False) -> uvicorn.Config:
-    return uvicorn.Config(
+    return BoundedHeadConfig(
         app,
+        max_header_bytes=settings.max_header_bytes,
+        header_timeout_s=settings.header_timeout_s,
         factory=factory,
         host=settings.host,
         port=settings.port,
@@ -143,10 +147,7 @@ def _metrics_dir(configured: Path | None) -> tuple[Path, bool]:
     """The multiprocess metrics folder, emptied of earlier runs' files; True when it is a temporary one."""
     if configured is None:
         return Path(tempfile.mkdtemp(prefix="tfgrpo-metrics-")), True
-    configured.mkdir(parents=True, exist_ok=True)
-    for stale in configured.glob("*.db"):
-        stale.unlink()
-    return configured, False
+    return claim_multiprocess_dir(configured), False
 
 
 def _serving_line(settings: ServeConfig, snapshot: Snapshot, sock: socket.socket) -> str:

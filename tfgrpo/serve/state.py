@@ -38,16 +38,23 @@ class ServeState:
 
     @classmethod
     def build(
-        cls, config: ServeConfig, llm_client: LLMClient | None = None, *, metrics_dir: Path | None = None
+        cls,
+        config: ServeConfig,
+        llm_client: LLMClient | None = None,
+        *,
+        metrics_dir: Path | None = None,
+        topk_index: bool = True,
     ) -> ServeState:
         """`llm_client` replaces the one an llm: upstream would build (tests pass a scripted backend's);
-        `metrics_dir`: prometheus_client's multiprocess folder when several workers share the metrics."""
+        `metrics_dir`: prometheus_client's multiprocess folder when several workers share the metrics;
+        `topk_index` False: no top-k index even where the config keeps one (the runner's start-up probe)."""
         hidden = _internal_addresses(config)
         observer = Observer(ServeMetrics(multiprocess_dir=metrics_dir), access_log=config.access_log, hidden=hidden)
         client_keys = ClientKeys.load(config.client_keys) if config.client_keys else None
         live = LiveLibrary(
             config.library,
             store_dir=config.store_dir,
+            topk_index=topk_index and config.keeps_topk_index,
             on_reload=lambda snapshot: observer.reloaded(
                 snapshot.version, snapshot.content_hash, len(snapshot.library)
             ),
