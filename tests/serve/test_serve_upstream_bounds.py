@@ -132,7 +132,9 @@ def test_a_redirect_of_models_is_not_followed(tmp_path):
 
     with proxy(tmp_path, redirecting) as p:
         _error(httpx.get(p.url + "/v1/models"), 502, "upstream_redirect")
-    assert asked == ["/v1/models"]
+        ready = httpx.get(p.url + "/ready")  # chat would be refused too: not ready
+        assert ready.status_code == 503 and "redirect" in json.dumps(ready.json())
+    assert asked == ["/v1/models", "/v1/models"]
 
 
 def test_a_trace_row_stores_at_most_the_cap_of_each_text(tmp_path):

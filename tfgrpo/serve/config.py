@@ -77,8 +77,8 @@ class ServeConfig(BaseModel):
     max_reply_bytes: int = Field(
         16 * 1024 * 1024,
         ge=1024,
-        description="Largest whole (JSON) reply read from the upstream, in bytes; larger: 502 "
-        "upstream_reply_too_large (not retried), never read whole.",
+        description="Largest whole (JSON) reply read from the upstream, in bytes (room for logprobs: about 2 KB a "
+        "token with top_logprobs 20); larger: 502 upstream_reply_too_large (not retried), never read whole.",
     )
     max_stream_bytes: int = Field(
         64 * 1024 * 1024,

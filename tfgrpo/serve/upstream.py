@@ -10,6 +10,12 @@ its `Accounting` counts calls, tokens, latency, failures and retries by cause. A
 before any byte reached the client (a 429/5xx/timeout/refused connection, or a 2xx whose body is not a
 chat.completion object: truncated, invalid JSON); then the last status goes back unchanged, except a bad
 body, which becomes a 502 (a client must never get a 200 it cannot parse).
+
+Nothing the upstream sends is held unbounded: a whole reply past `max_reply_bytes` is a 502
+`upstream_reply_too_large` (not retried: the same request gets the same reply), an error body past
+`max_error_bytes` is replaced by one line of ours under the upstream's status, and a redirect is never
+followed (it would re-POST the library and the client's messages to wherever it points): a 3xx is a 502
+`upstream_redirect` naming the status.
 """
 
 from __future__ import annotations
@@ -145,6 +151,8 @@ class Upstream:
                     url + "/models", headers=self._headers, timeout=timeout, allow_redirects=False
                 )
                 async with get as response:
+                    if 300 <= response.status < 400:  # chat would be refused too: not ready
+                        return False, f"answered {response.status} (a redirect, not followed)"
                     return response.status < 500, f"answered {response.status}"
             except asyncio.TimeoutError:
                 return False, f"no answer within {timeout_s:g}s"
@@ -221,7 +229,7 @@ class Upstream:
             data = json.loads(content) if content is not None else None
         except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, RecursionError):
             data = None
-        finally:
+        finally:  # a body left unread holds its connection: closed, never back into the pool
             response.close() if content is None else response.release()
         if content is None:  # the request's own reply, whatever attempt: not retried
             raise _too_large(self.max_reply_bytes)
