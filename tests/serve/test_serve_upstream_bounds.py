@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 import signal
 import threading
 
@@ -17,6 +18,7 @@ from openai import OpenAI
 from tests.helpers.serve_fixtures import proxy, write_library
 from tests.helpers.serve_upstream import Fault, ScriptedUpstream, events, running, serve_cli
 from tfgrpo.serve.exchange import prompt_key
+from tfgrpo.serve.replies import StreamText, sse_from_completion
 from tfgrpo.serve.traces import TraceStore
 
 QUESTION = [{"role": "user", "content": "What is 2+2?"}]
@@ -193,3 +195,21 @@ def test_a_stream_cut_by_sigterm_is_traced_and_logged_as_cut(tmp_path):
     assert (row["status"], row["error"]) == (503, "cut_by_shutdown") and row["reply"].startswith("x" * 1000)
     [access] = [line for line in events(log, "access") if line["path"] == "/v1/chat/completions"]
     assert (access["status"], access["cut"], access["error"]) == (503, True, "cut_by_shutdown")
+
+
+def test_a_stream_s_text_is_the_same_however_it_is_split_and_a_huge_line_is_not_held():
+    completion = COMPLETION | {"choices": [{"index": i, "message": {"content": f"été {i} " * 50}} for i in range(3)]}
+    payload = sse_from_completion(completion, include_usage=False)
+    rng = random.Random(3)
+    for _ in range(50):
+        text, position = StreamText(max_chars=10_000), 0
+        while position < len(payload):  # split anywhere, inside a UTF-8 character too
+            step = rng.randrange(1, 40)
+            text.feed(payload[position : position + step])
+            position += step
+        assert text.texts() == [f"été {i} " * 50 for i in range(3)] and text.done
+    bounded = StreamText(max_chars=100)
+    bounded.feed(b'data: {"choices": [{"index": 0, "delta": {"content": "' + b"x" * 5_000_000)
+    bounded.feed(b"x" * 5_000_000 + b'"}}]}\n\n' + payload)  # a 10 MB line: skipped, not held to be parsed
+    assert bounded.texts() == [(f"été {i} " * 50)[:100] for i in range(3)]
+    assert bounded.lengths() == [len(f"été {i} " * 50) for i in range(3)]

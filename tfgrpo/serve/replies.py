@@ -111,13 +111,6 @@ class StreamText:
         self._lengths[index] = self._lengths.get(index, 0) + len(text)
 
 
-def sse_texts(payload: bytes) -> tuple[list[str], dict[str, Any] | None]:
-    """The streamed text of each choice (in index order) and the usage chunk, if the client asked for one."""
-    text = StreamText(max_chars=len(payload) + 1, max_line_bytes=len(payload) + 1)
-    text.feed(payload + b"\n")
-    return text.texts(), text.usage
-
-
 def sse_from_completion(data: dict[str, Any], *, include_usage: bool) -> bytes:
     """A chat.completion as a finished stream: one content chunk per choice, the finish chunks, the usage
     chunk when `include_usage`, then `[DONE]`."""
