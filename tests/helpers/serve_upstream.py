@@ -41,6 +41,10 @@ class Fault:
     delay_s: float = 0.0
     break_stream: bool = False  # start a 200 SSE stream, send one event, then drop the connection
     body: bytes | None = None  # sent as it is with `status` instead of an error object (e.g. truncated JSON)
+    chunked: bool = False  # `body` sent in 64 KiB pieces without a content-length
+    endless_stream: bool = False  # a 200 SSE stream of content events that never ends (until the reader leaves)
+    event_delay_s: float = 0.0  # between two events of an endless stream
+    location: str | None = None  # a redirect: `status` (say 307) with this Location header
 
 
 class ScriptedUpstream:
@@ -109,9 +113,15 @@ class ScriptedUpstream:
                 }
             )
             raise ConnectionAbortedError("scripted: upstream dies mid-stream")  # uvicorn closes the connection
+        if fault is not None and fault.endless_stream:
+            await _send_endless(receive, send, fault.event_delay_s)
+            return
+        if fault is not None and fault.location is not None:
+            await _send_raw(send, fault.status, b"", {"location": fault.location})
+            return
         if fault is not None and fault.body is not None:
             await asyncio.sleep(fault.delay_s)
-            await _send_raw(send, fault.status, fault.body)
+            await (_send_chunked if fault.chunked else _send_raw)(send, fault.status, fault.body)
             return
         if fault is not None:
             await asyncio.sleep(fault.delay_s)
@@ -162,10 +172,36 @@ async def _send_json(send: Any, status: int, payload: dict[str, Any], headers: d
     await send({"type": "http.response.body", "body": data})
 
 
-async def _send_raw(send: Any, status: int, data: bytes) -> None:
+async def _send_raw(send: Any, status: int, data: bytes, extra: dict[str, str] | None = None) -> None:
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
+    headers += [(key.encode(), value.encode()) for key, value in (extra or {}).items()]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": data})
+
+
+async def _send_chunked(send: Any, status: int, data: bytes) -> None:
+    await send({"type": "http.response.start", "status": status, "headers": [(b"content-type", b"application/json")]})
+    for start in range(0, len(data), 65536):
+        await send({"type": "http.response.body", "body": data[start : start + 65536], "more_body": True})
+    await send({"type": "http.response.body", "body": b""})
+
+
+#: one content event of an endless stream (about 1 KiB)
+ENDLESS_EVENT = (
+    "data: " + json.dumps({"choices": [{"index": 0, "delta": {"content": "x" * 1000}}]}) + "\n\n"
+).encode()
+
+
+async def _send_endless(receive: Any, send: Any, delay_s: float) -> None:
+    """Events until the reader hangs up (uvicorn's `send` does not fail once it has: `receive` says so)."""
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]})
+    gone = asyncio.ensure_future(receive())
+    try:
+        while not gone.done():
+            await send({"type": "http.response.body", "body": ENDLESS_EVENT * 16, "more_body": True})
+            await asyncio.sleep(delay_s)
+    finally:
+        gone.cancel()
 
 
 async def _send_stream(send: Any, body: dict[str, Any], texts: list[str]) -> None:
@@ -217,9 +253,11 @@ def running(app: Any, *, timeout_s: float = 30.0) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def serve_cli(log: Path, *args: str, workers: int = 1, timeout_s: float = 120.0) -> Iterator[str]:
+def serve_cli(
+    log: Path, *args: str, workers: int = 1, timeout_s: float = 120.0, stop: signal.Signals = signal.SIGINT
+) -> Iterator[str]:
     """`python -m tfgrpo serve ARGS --port FREE --workers N`, its stderr in `log`; yield its base URL once
-    every worker has started; stop it with SIGINT (graceful: traces written) afterwards."""
+    every worker has started; stop it with `stop` (SIGINT, SIGTERM: graceful, traces written) afterwards."""
     port = free_port()
     command = [sys.executable, "-m", "tfgrpo", "serve", *args, "--port", str(port), "--workers", str(workers)]
     with open(log, "w") as stderr:
@@ -234,7 +272,7 @@ def serve_cli(log: Path, *args: str, workers: int = 1, timeout_s: float = 120.0)
         httpx.get(base + "/health", timeout=30).raise_for_status()
         yield base
     finally:
-        process.send_signal(signal.SIGINT)
+        process.send_signal(stop)
         try:
             process.wait(timeout=60)
         except subprocess.TimeoutExpired:

@@ -23,7 +23,7 @@ from tfgrpo.serve.exchange import Exchange, parse_body, prepare
 from tfgrpo.serve.llm_upstream import LLMUpstream, usage_of
 from tfgrpo.serve.observe import RequestRecord
 from tfgrpo.serve.passthrough import SSEPassthrough
-from tfgrpo.serve.replies import choice_texts, sse_from_completion, sse_texts, wants_usage
+from tfgrpo.serve.replies import StreamText, choice_texts, sse_from_completion, wants_usage
 from tfgrpo.serve.state import ServeState
 from tfgrpo.serve.upstream import JsonReply, Upstream, UpstreamFailure
 
@@ -90,15 +90,30 @@ async def _stream(
         content = sse_from_completion(reply.data, include_usage=wants_usage(exchange.body))
         return Response(content, status_code=reply.status, media_type=SSE, headers=exchange.headers())
 
-    def traced(status: int, sent: bytes) -> None:
-        replies, usage = sse_texts(sent)
-        error = None if status < 400 else "upstream_broke_off"
-        if error is not None:
-            record.error = error
-            state.observer.upstream_failed(error, status, reply.attempts, exchange.id)
-        _trace(state, exchange, status=status, replies=replies, usage=usage, upstream=reply.url, error=error)
+    def traced(status: int, cut: str | None, text: StreamText) -> None:
+        if cut is not None:  # the head said 200; the log and the trace say how it really ended
+            record.error, record.status, record.cut = cut, status, True
+            state.observer.upstream_failed(cut, status, reply.attempts, exchange.id)
+        replies, lengths = text.texts(), text.lengths()
+        _trace(
+            state,
+            exchange,
+            status=status,
+            replies=replies,
+            usage=text.usage,
+            upstream=reply.url,
+            error=cut,
+            lengths=lengths,
+        )
 
-    return SSEPassthrough(reply.response, exchange.headers(), traced)
+    config = state.config
+    return SSEPassthrough(
+        reply.response,
+        exchange.headers(),
+        traced,
+        max_bytes=config.max_stream_bytes,
+        max_trace_chars=config.max_trace_chars,
+    )
 
 
 async def _complete_llm(
@@ -133,11 +148,20 @@ def _trace(
     usage: dict[str, Any] | None,
     upstream: str | None,
     error: str | None = None,
+    lengths: list[int] | None = None,
 ) -> None:
     # Queued, not written: the trace writer thread stores it, off the request's path.
     # The upstream as shown, never as sent: its query string may be how it authenticates (core.secrets).
     shown = None if upstream is None else mask_url(upstream)
-    row = exchange.trace_row(status=status, replies=replies, usage=usage, upstream=shown, error=error)
+    row = exchange.trace_row(
+        status=status,
+        replies=replies,
+        usage=usage,
+        upstream=shown,
+        error=error,
+        max_chars=state.config.max_trace_chars,
+        lengths=lengths,
+    )
     if replies is not None:
         state.upstream.record(
             prompt_tokens=row["prompt_tokens"] or 0,

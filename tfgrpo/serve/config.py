@@ -93,6 +93,36 @@ class ServeConfig(BaseModel):
         description="Largest `n` (and `best_of`) a chat request may ask for; more: 400. Every other sampling "
         "field is held to the OpenAI API's range (docs/serving.md).",
     )
+    max_reply_bytes: int = Field(
+        16 * 1024 * 1024,
+        ge=1024,
+        description="Largest whole (JSON) reply read from the upstream, in bytes (room for logprobs: about 2 KB a "
+        "token with top_logprobs 20); larger: 502 upstream_reply_too_large (not retried), never read whole.",
+    )
+    max_stream_bytes: int = Field(
+        64 * 1024 * 1024,
+        ge=1024,
+        description="Most bytes of one streamed reply passed on; there the stream is ended with an error event "
+        "and data: [DONE], and traced as cut (502 upstream_reply_too_large).",
+    )
+    max_error_bytes: int = Field(
+        64 * 1024,
+        ge=1024,
+        description="Largest upstream error body passed on, in bytes; a larger one is replaced by an error object "
+        "of ours (same status, code upstream_error_too_large).",
+    )
+    max_trace_chars: int = Field(
+        1024 * 1024,
+        ge=1024,
+        description="Most characters a trace row stores of each of: the messages (as JSON), the reply, the other "
+        "choices; a longer one is cut, and its full length recorded in the row's `truncated` column.",
+    )
+    shutdown_grace_s: float = Field(
+        30.0,
+        gt=0,
+        description="On SIGTERM / SIGINT, seconds running requests (streams) get to finish; then they are cut, "
+        "and traced and logged as cut (503 cut_by_shutdown).",
+    )
     reward_min: float = Field(0.0, description="Smallest reward /v1/feedback accepts (a gold answer is scored).")
     reward_max: float = Field(1.0, description="Largest reward /v1/feedback accepts.")
     feedback_wait_s: float = Field(

@@ -27,6 +27,7 @@ from tfgrpo.serve.limits import load_json
 from tfgrpo.serve.live_library import LiveLibrary
 from tfgrpo.serve.replies import content_text
 from tfgrpo.serve.sampling import check_sampling
+from tfgrpo.serve.trace_caps import Truncated, capped_messages, capped_replies
 
 ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
 
@@ -70,9 +71,16 @@ class Exchange:
         usage: dict[str, Any] | None,
         upstream: str | None,
         error: str | None = None,
+        max_chars: int,
+        lengths: list[int] | None = None,
     ) -> dict[str, Any]:
-        """`replies`: the text of every choice (None: no reply); `error`: the code of a failed exchange."""
+        """`replies`: the text of every choice (None: no reply); `error`: the code of a failed exchange;
+        `max_chars`: the cap on each stored text (`trace_caps`); `lengths`: each choice's full length, when
+        `replies` were cut already (a stream)."""
         usage = usage if isinstance(usage, dict) else {}
+        truncated: Truncated = {}
+        messages = capped_messages(self.client_messages, max_chars, truncated)
+        replies = capped_replies(replies, lengths, max_chars, truncated) if replies is not None else None
         return {
             "id": self.id,
             "created_at": time.time(),
@@ -84,7 +92,7 @@ class Exchange:
             "injection": self.injection,
             "injected_ids": json.dumps(self.injected_ids),
             "prompt_key": prompt_key(self.client_messages),
-            "messages": json.dumps(self.client_messages, ensure_ascii=False),
+            "messages": messages,
             "reply": replies[0] if replies else None,
             # the other choices of `n` > 1 (a single reply is not stored twice)
             "replies": json.dumps(replies, ensure_ascii=False) if replies and len(replies) > 1 else None,
@@ -94,6 +102,7 @@ class Exchange:
             "latency_ms": (time.perf_counter() - self.started) * 1000.0,
             "prompt_tokens": _int_or_none(usage.get("prompt_tokens")),
             "completion_tokens": _int_or_none(usage.get("completion_tokens")),
+            "truncated": json.dumps(truncated) if truncated else None,
         }
 
 

@@ -80,11 +80,12 @@ class RequestRecord:
     method: str
     path: str
     started: float = field(default_factory=time.perf_counter)
-    status: int = 0  # the status sent; 0: the client left before any response
+    status: int = 0  # the status sent (a cut stream: the one it is traced with); 0: the client left before any
     exchange: Exchange | None = None  # a chat request that got as far as an arm
     attempts: int | None = None  # upstream attempts (None: not sent upstream, or not known)
     error: str | None = None  # the error code answered (or met mid-stream)
     client: str | None = None  # the client key's hash, shortened, when client keys are on
+    cut: bool = False  # a stream ended early after its 200 head: `status` is then the one it is traced with
 
 
 class Observer:
@@ -120,6 +121,8 @@ class Observer:
             }
         if record.error is not None:
             fields["error"] = record.error
+        if record.cut:
+            fields["cut"] = True
         if record.client is not None:
             fields["client"] = record.client
         ACCESS.info(_line("access", fields))

@@ -31,31 +31,84 @@ def content_text(content: Any) -> str:
     return ""
 
 
-def sse_texts(payload: bytes) -> tuple[list[str], dict[str, Any] | None]:
-    """The streamed text of each choice (in index order) and the usage chunk, if the client asked for one."""
-    pieces: dict[int, list[str]] = {}
-    usage = None
-    for line in payload.decode("utf-8", errors="replace").splitlines():
+class StreamText:
+    """The text of each choice of an SSE stream (and its usage chunk), fed chunk by chunk as it is passed on.
+
+    Holds at most `max_chars` of each choice's text (its full length still counted), so tracing a stream
+    costs a bounded amount of memory however long it runs; a single line longer than `max_line_bytes` (no
+    newline yet) is skipped rather than buffered."""
+
+    def __init__(self, max_chars: int, *, max_line_bytes: int | None = None):
+        self.max_chars = max_chars
+        self.max_line_bytes = max_line_bytes or 4 * max_chars + 65536
+        self.usage: dict[str, Any] | None = None
+        self.done = False  # `data: [DONE]` seen
+        self._pieces: dict[int, list[str]] = {}
+        self._kept: dict[int, int] = {}
+        self._lengths: dict[int, int] = {}
+        self._partial: list[bytes] = []  # the line not ended yet, as it came
+        self._partial_bytes = 0
+        self._skipping = False  # inside a line over max_line_bytes: dropped up to its newline
+
+    def feed(self, chunk: bytes) -> None:
+        while chunk and not self.done:
+            end = chunk.find(b"\n")
+            if end < 0:
+                self._hold(chunk)
+                return
+            self._hold(chunk[:end])
+            if not self._skipping:
+                self._line(b"".join(self._partial))
+            self._partial, self._partial_bytes, self._skipping = [], 0, False
+            chunk = chunk[end + 1 :]
+
+    def texts(self) -> list[str]:
+        """Each choice's text (at most `max_chars` of it), in index order."""
+        return ["".join(self._pieces[index]) for index in sorted(self._pieces)]
+
+    def lengths(self) -> list[int]:
+        """Each choice's full length in characters, in index order."""
+        return [self._lengths[index] for index in sorted(self._pieces)]
+
+    def _hold(self, part: bytes) -> None:
+        if self._skipping:
+            return
+        self._partial_bytes += len(part)
+        if self._partial_bytes > self.max_line_bytes:
+            self._partial, self._skipping = [], True
+        else:
+            self._partial.append(part)
+
+    def _line(self, raw: bytes) -> None:
+        line = raw.decode("utf-8", errors="replace").rstrip("\r")
         if not line.startswith("data:"):
-            continue
+            return
         data = line[5:].strip()
         if data == "[DONE]":
-            break
+            self.done = True
+            return
         try:
             chunk = json.loads(data)
         except (ValueError, RecursionError):
-            continue
+            return
         if not isinstance(chunk, dict):
-            continue
-        usage = chunk.get("usage") or usage
+            return
+        self.usage = chunk.get("usage") or self.usage
         for choice in chunk.get("choices") or []:
-            if not isinstance(choice, dict):
-                continue
-            index, delta = choice.get("index", 0), choice.get("delta")
-            text = delta.get("content") if isinstance(delta, dict) else None
-            if isinstance(index, int):
-                pieces.setdefault(index, []).append(text if isinstance(text, str) else "")
-    return ["".join(pieces[index]) for index in sorted(pieces)], usage
+            if isinstance(choice, dict):
+                self._add(choice.get("index", 0), choice.get("delta"))
+
+    def _add(self, index: Any, delta: Any) -> None:
+        if not isinstance(index, int):
+            return
+        text = delta.get("content") if isinstance(delta, dict) else None
+        text = text if isinstance(text, str) else ""
+        pieces = self._pieces.setdefault(index, [])
+        kept = self._kept.get(index, 0)
+        if kept < self.max_chars:
+            pieces.append(text[: self.max_chars - kept])
+            self._kept[index] = kept + len(pieces[-1])
+        self._lengths[index] = self._lengths.get(index, 0) + len(text)
 
 
 def sse_from_completion(data: dict[str, Any], *, include_usage: bool) -> bytes:

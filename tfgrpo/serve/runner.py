@@ -138,7 +138,7 @@ def _uvicorn_config(app: Any, settings: ServeConfig, *, factory: bool = False) -
         workers=settings.workers,
         log_level="warning",
         access_log=False,  # serve writes its own access log (observe.py): one JSON line with the arm and library
-        timeout_graceful_shutdown=30,
+        timeout_graceful_shutdown=settings.shutdown_grace_s,
         proxy_headers=False,  # nothing reads the client address: its middleware was ~2% of CPU per request
     )
 

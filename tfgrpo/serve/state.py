@@ -93,6 +93,8 @@ def _upstream(config: ServeConfig, llm_client: LLMClient | None, observer: Obser
         max_retries=config.max_retries,
         backoff_s=config.backoff_s,
         on_retry=observer.upstream_retry,
+        max_reply_bytes=config.max_reply_bytes,
+        max_error_bytes=config.max_error_bytes,
     )
 
 

@@ -58,6 +58,9 @@ EXCHANGES = sa.Table(
     sa.Column("reward", sa.Float),
     sa.Column("gold", sa.Text),
     sa.Column("feedback_at", sa.Float),
+    # JSON {"messages" | "reply" | "replies": full length in characters} of each text cut at max_trace_chars
+    # (and "choices": how many there were); NULL: nothing was cut
+    sa.Column("truncated", sa.Text),
 )
 FEEDBACK = sa.Table(
     "tfgrpo_feedback",
@@ -281,6 +284,7 @@ def _decoded(row: Any) -> dict[str, Any]:
     out["treated"] = bool(out["injected_ids"])  # given the library, whatever the arm assigned
     replies = json.loads(out["replies"]) if out["replies"] else None
     out["replies"] = replies or ([] if out["reply"] is None else [out["reply"]])
+    out["truncated"] = json.loads(out["truncated"]) if out.get("truncated") else {}
     return out
 
 

@@ -10,6 +10,12 @@ its `Accounting` counts calls, tokens, latency, failures and retries by cause. A
 before any byte reached the client (a 429/5xx/timeout/refused connection, or a 2xx whose body is not a
 chat.completion object: truncated, invalid JSON); then the last status goes back unchanged, except a bad
 body, which becomes a 502 (a client must never get a 200 it cannot parse).
+
+Nothing the upstream sends is held unbounded: a whole reply past `max_reply_bytes` is a 502
+`upstream_reply_too_large` (not retried: the same request gets the same reply), an error body past
+`max_error_bytes` is replaced by one line of ours under the upstream's status, and a redirect is never
+followed (it would re-POST the library and the client's messages to wherever it points): a 3xx is a 502
+`upstream_redirect` naming the status.
 """
 
 from __future__ import annotations
@@ -89,10 +95,15 @@ class Upstream:
         max_retries: int,
         backoff_s: float,
         on_retry: Callable[[str], None] | None = None,
+        max_reply_bytes: int = 16 * 1024 * 1024,
+        max_error_bytes: int = 64 * 1024,
     ):
         """`max_retries`, `backoff_s`: serve's own settings of the client layer's `RetryPolicy` (its other
         fields, the Retry-After cap included, are the client's). `on_retry(cause)`: called for each attempt
-        retried (serve counts them)."""
+        retried (serve counts them). `max_reply_bytes`, `max_error_bytes`: the most of a whole reply and of
+        an error body read (a stream is bounded where it is copied: passthrough.py)."""
+        self.max_reply_bytes = max_reply_bytes
+        self.max_error_bytes = max_error_bytes
         self.urls = urls
         self.retry = RetryPolicy(max_retries=max_retries, backoff_initial_s=backoff_s)
         self.router = LeastBusy(urls)
@@ -123,8 +134,15 @@ class Upstream:
 
     async def get(self, path: str, *, authorization: str | None = None) -> tuple[int, bytes]:
         url = self.router.pick()
-        async with self._client().get(self._target(url, path), headers=self._with(authorization)) as response:
-            return response.status, await response.read()
+        async with self._client().get(
+            self._target(url, path), headers=self._with(authorization), allow_redirects=False
+        ) as reply:
+            if 300 <= reply.status < 400:
+                return 502, _redirect(reply.status).body
+            content = await read_bounded(reply, self.max_reply_bytes)
+        if content is None:
+            return 502, _too_large(self.max_reply_bytes).body
+        return reply.status, content
 
     async def probe(self, timeout_s: float) -> list[tuple[bool, str]]:
         """Each upstream's `GET /models`: (answered below 500, what happened), in `urls` order, without URLs."""
@@ -132,8 +150,12 @@ class Upstream:
         async def one(url: str) -> tuple[bool, str]:
             try:
                 timeout = aiohttp.ClientTimeout(total=timeout_s)
-                target = self._target(url, "/models")
-                async with self._client().get(target, headers=self._headers, timeout=timeout) as response:
+                get = self._client().get(
+                    self._target(url, "/models"), headers=self._headers, timeout=timeout, allow_redirects=False
+                )
+                async with get as response:
+                    if 300 <= response.status < 400:  # chat would be refused too: not ready
+                        return False, f"answered {response.status} (a redirect, not followed)"
                     return response.status < 500, f"answered {response.status}"
             except asyncio.TimeoutError:
                 return False, f"no answer within {timeout_s:g}s"
@@ -188,6 +210,10 @@ class Upstream:
         except aiohttp.ClientError as exc:
             message = f"upstream unreachable: {type(exc).__name__}"
             raise ConnectionFailedError(message) from _failure(502, message, "upstream_unreachable")
+        if 300 <= response.status < 400:  # never followed: the library and messages go nowhere but `url`
+            response.close()
+            self._count(response.status)
+            raise _redirect(response.status)
         if response.status >= 400:
             failure = await self._failure(response)
             error = map_status_error(response.status, failure.body[:500].decode(errors="replace"), response.headers)
@@ -200,13 +226,16 @@ class Upstream:
 
     async def _whole(self, response: aiohttp.ClientResponse, url: str) -> JsonReply:
         """The 2xx body read and parsed; a bad body (broken off, not JSON, not a completion) is retryable."""
+        content: bytes | None = b""
         try:
-            content = await response.read()
-            data = json.loads(content)
+            content = await read_bounded(response, self.max_reply_bytes)
+            data = json.loads(content) if content is not None else None
         except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, RecursionError):
             data = None
-        finally:
-            response.release()
+        finally:  # a body left unread holds its connection: closed, never back into the pool
+            response.close() if content is None else response.release()
+        if content is None:  # the request's own reply, whatever attempt: not retried
+            raise _too_large(self.max_reply_bytes)
         if not isinstance(data, dict) or not isinstance(data.get("choices"), list):
             message = f"the upstream answered {response.status} with a body that is not a chat.completion object"
             raise MalformedResponseError(message) from _failure(
@@ -235,20 +264,31 @@ class Upstream:
     async def _send(self, url: str, path: str, body: bytes, headers: dict[str, str]) -> aiohttp.ClientResponse:
         self.router.start(url)
         try:
-            return await self._client().post(self._target(url, path), data=body, headers=headers)
+            return await self._client().post(
+                self._target(url, path), data=body, headers=headers, allow_redirects=False
+            )
         finally:
             self.router.done(url)
 
     async def _failure(self, response: aiohttp.ClientResponse) -> UpstreamFailure:
+        status, code = response.status, "upstream_error"
+        body: bytes | None = b""
         try:
-            body = await response.read()
+            body = await read_bounded(response, self.max_error_bytes)
         except (aiohttp.ClientError, asyncio.TimeoutError):
-            body = error_bytes(502, f"upstream answered {response.status}", "upstream_error")
+            body = error_bytes(502, f"upstream answered {status}", "upstream_error")
         finally:
-            response.release()
-        self.counters.by_status[response.status] = self.counters.by_status.get(response.status, 0) + 1
+            response.close() if body is None else response.release()
+        if body is None:  # the status goes back; the body is ours, one line saying why
+            code = "upstream_error_too_large"
+            message = f"the upstream answered {status} with an error body over {self.max_error_bytes} bytes"
+            body = error_bytes(status, message + " (max_error_bytes); it was not passed on", code)
+        self._count(status)
         headers = {key.lower(): value for key, value in response.headers.items() if key.lower() == "retry-after"}
-        return UpstreamFailure(response.status, body, headers)
+        return UpstreamFailure(status, body, headers, code=code)
+
+    def _count(self, status: int) -> None:
+        self.counters.by_status[status] = self.counters.by_status.get(status, 0) + 1
 
     def _target(self, url: str, path: str) -> URL:
         target = self._targets.get((url, path))
@@ -265,3 +305,28 @@ class Upstream:
 
 def _failure(status: int, message: str, code: str) -> UpstreamFailure:
     return UpstreamFailure(status, error_bytes(status, message, code), code=code)
+
+
+def _redirect(status: int) -> UpstreamFailure:
+    return _failure(
+        502, f"the upstream answered {status} (a redirect); serve does not follow redirects", "upstream_redirect"
+    )
+
+
+def _too_large(limit: int) -> UpstreamFailure:
+    message = f"the upstream's reply is over {limit} bytes (max_reply_bytes); it was not passed on"
+    return _failure(502, message, "upstream_reply_too_large")
+
+
+async def read_bounded(response: aiohttp.ClientResponse, limit: int) -> bytes | None:
+    """The body, or None as soon as it passes `limit` bytes (never held past it; a Content-Length over it is
+    refused before a byte is read)."""
+    if response.content_length is not None and response.content_length > limit:
+        return None
+    parts, size = [], 0
+    async for chunk in response.content.iter_any():
+        size += len(chunk)
+        if size > limit:
+            return None
+        parts.append(chunk)
+    return b"".join(parts)
