@@ -101,6 +101,8 @@ ROWS = [
     Row("eval-out-is-a-file", (*EVAL[:3], "--out", "{tmp}/f", LLM), "is a file; give a folder", {"f": "x"}),
     Row("eval-out-under-a-file", (*EVAL[:3], "--out", "{tmp}/f/run", LLM), "f is a file, so nothing", {"f": "x"}),
     Row("resume-nothing", (*LEARN, "--resume"), "nothing to resume"),
+    # sysfs refuses every mkdir, root's too: a folder that cannot be written, where chmod cannot stop root
+    Row("out-not-writable", (*LEARN[:3], "--out", "/sys/tfgrpo-run", LLM), "/sys/tfgrpo-run: "),  # EPERM or EACCES
     Row("traces-and-data", (*LEARN, "--from-traces", "{tmp}/t.sqlite"), "--from-traces and --data are exclusive"),
     Row("cache-is-a-folder", (*EVAL, "--cache", "{tmp}"), "is a directory; give the cache a file path"),
     Row("cache-under-a-file", (*EVAL, "--cache", "{tmp}/f/c.sqlite"), "is a file, so the cache", {"f": "x"}),
@@ -134,6 +136,7 @@ ROWS = [
             ("yaml-syntax", "epochs: [1\n", "not valid YAML"),
             ("yaml-cache-is-a-folder", "llm:\n  cache: /\n", "is a directory; give the cache a file path"),
             ("yaml-max-row-bytes-tiny", "max_row_bytes: 10\n", "max_row_bytes: Input should be greater"),
+            ("yaml-recursive-alias", "agent:\n  tool_options: &a {python: *a}\n", "alias *a is inside its own"),
         ]
     ),
     Row("yaml-missing", (*LEARN, "--config", "{tmp}/none.yaml"), "config file not found"),
@@ -662,6 +665,13 @@ ROWS = [
             ("experiment-set-wrong-type", "quickstart", ("--set", "evals.easy.samples=abc"), "evals.easy.samples", {}),
             ("experiment-recipe-syntax", "{tmp}/r.yaml", (), "not valid YAML at line 2", {"r.yaml": "learn: [1\n"}),
             ("experiment-recipe-a-list", "{tmp}/r.yaml", (), "the top level must be a mapping", {"r.yaml": "- a\n"}),
+            (
+                "experiment-recipe-recursive-alias",
+                "{tmp}/r.yaml",
+                (),
+                "inside its own",
+                {"r.yaml": "learn: &a [*a]\n"},
+            ),
             ("experiment-budget-0", "quickstart", ("--budget-usd", "0"), "--budget-usd must be a number > 0", {}),
             (
                 "experiment-budget-negative",

@@ -61,6 +61,7 @@ FLAGS = [
     opt.flag("seeds"),
     opt.flag("gate", "--gate/--no-gate"),
     opt.flag("resume"),
+    opt.flag("allow_config_change"),
 ]
 
 

@@ -206,6 +206,11 @@ class LearnConfig(BaseModel):
 
     # -- run control --------------------------------------------------------------------------------
     resume: bool = Field(False, description="Continue an interrupted run in `out` from its last completed step.")
+    allow_config_change: bool = Field(
+        False,
+        description="With --resume: carry on although settings that decide the requests (group size, data, model, "
+        "...) differ from those the completed steps ran with; the change is recorded in state.json.",
+    )
     on_consolidation_failure: Literal["skip", "apply_proposed"] = Field(
         "skip", description="When stage 3 fails twice: apply nothing (skip) or the stage-2 proposals as they are."
     )
