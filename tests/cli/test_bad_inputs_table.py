@@ -63,6 +63,9 @@ RUN_A = {"a/samples.jsonl": samples("p1", "p2")}  # a good eval run, the baselin
 COMPARE = ("compare", "{tmp}/a", "{tmp}/b", "--out", "{tmp}/report")
 FINETUNE = ("finetune", "grpo", "--data", "{tmp}/d.jsonl", "--out", "{out}")
 CHAT = ("chat", "hi", LLM)
+EVAL_EASY = "evals: {easy: {data: easy}}\n"  # the smallest recipe: one eval set
+FINETUNE_NO_DATA = "finetunes: {x: {method: sft, data: ./none.jsonl}}"
+MODEL_NO_PATH = "model: {backend: transformers, model: ./no-model}"  # a dry run must not ask the hub for it
 UPSTREAM = "http://127.0.0.1:9/v1"  # never reached: every serve row is refused before it binds or connects
 SERVE = ("serve", "--library", "{tmp}/lib.json", "--upstream", UPSTREAM, "--traces", "{tmp}/t.sqlite")
 
@@ -665,6 +668,22 @@ ROWS = [
             ("experiment-set-wrong-type", "quickstart", ("--set", "evals.easy.samples=abc"), "evals.easy.samples", {}),
             ("experiment-recipe-syntax", "{tmp}/r.yaml", (), "not valid YAML at line 2", {"r.yaml": "learn: [1\n"}),
             ("experiment-recipe-a-list", "{tmp}/r.yaml", (), "the top level must be a mapping", {"r.yaml": "- a\n"}),
+            *(
+                (name, "{tmp}/r.yaml", ("--dry-run",), says, {"r.yaml": EVAL_EASY + recipe})
+                for name, recipe, says in [
+                    (
+                        "experiment-dry-run-unknown-method",
+                        "finetunes: {x: {method: nosuch, data: easy}}",
+                        "unknown method 'nosuch'",
+                    ),
+                    (
+                        "experiment-dry-run-finetune-data-missing",
+                        FINETUNE_NO_DATA,
+                        "finetunes.x.data: unknown dataset",
+                    ),
+                    ("experiment-dry-run-model-path-missing", MODEL_NO_PATH, "'./no-model' is a path that does not"),
+                ]
+            ),
             (
                 "experiment-recipe-recursive-alias",
                 "{tmp}/r.yaml",
