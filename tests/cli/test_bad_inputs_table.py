@@ -143,6 +143,12 @@ ROWS = [
         ]
     ),
     Row("yaml-missing", (*LEARN, "--config", "{tmp}/none.yaml"), "config file not found"),
+    Row(
+        "data-over-memory-budget",
+        ("learn", "--data", "{tmp}/d.jsonl", "--out", "{out}", "--max-dataset-mb", "1", LLM),
+        "d.jsonl:128: d.jsonl needs more than its memory budget of 1 MB",
+        {"d.jsonl": "".join(json.dumps({"problem": f"What is {i}+1?", "answer": "1"}) + "\n" for i in range(300))},
+    ),
     # -- bad dataset rows (learn --data FILE) ------------------------------------------------------------
     *(
         Row(name, ("learn", "--data", "{tmp}/" + file, "--out", "{out}", LLM), says, {file: text})

@@ -2,6 +2,7 @@
 
 - a disk that fills mid-run: one `error:` line naming the file and --resume, state.json still the last
   completed step, and `--resume` finishes with the rollouts an uninterrupted run has;
+- 200,000 rows without --limit: refused at the memory budget, after reading only the rows within it;
 - RUN/config.yaml edited before `--resume` (G=2 -> 4; here a finished run given a second epoch): refused, naming the key, unless
   --allow-config-change, which state.json then records.
 """
@@ -81,3 +82,15 @@ def test_resume_refuses_an_edited_config_naming_the_key(tmp_path: Path, capsys) 
         assert state["status"] == "completed"
         assert state["config_changes"] == [{"from_step": done + 1, "changes": {"group_size": {"old": 2, "new": 4}}}]
         assert "allow_config_change: false" in config.read_text(encoding="utf-8")  # the next resume checks again
+
+
+@pytest.mark.timeout(120)
+def test_a_200000_row_dataset_stops_at_the_memory_budget(tmp_path: Path, capsys) -> None:
+    data = write_problems(tmp_path / "big.jsonl", [(i, i + 1) for i in range(200_000)])
+    code = run_cli("learn", "--data", data, "--out", tmp_path / "run", "--api-key", "k", "--backend", "openai")
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert code == 2 and len(errors) == 1 and "memory budget of 512 MB" in errors[0], err
+    held = int(errors[0].split("(")[1].split(" rows")[0].replace(",", ""))
+    assert 50_000 < held < 70_000  # 512 MB at ~8 KB a row: streamed, never all 200,000 held
+    assert not (tmp_path / "run").exists()

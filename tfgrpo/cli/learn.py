@@ -53,6 +53,7 @@ FLAGS = [
     opt.flag("agent.protocol", "--protocol"),
     opt.flag("val_samples"),
     opt.flag("limit"),
+    opt.flag("max_dataset_mb"),
     opt.flag("init_library"),
     opt.flag("leakage"),
     opt.flag("test_data"),

@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from tfgrpo.core.datasets import DATASET_CACHE_HELP, DatasetCache
+from tfgrpo.core.datasets import DATASET_CACHE_HELP, DATASET_MEMORY_MB, DatasetCache
 from tfgrpo.core.textfile import MAX_ROW_BYTES
 from tfgrpo.experiences.credit import DEFAULT_LEVEL, DEFAULT_MIN_GROUPS
 from tfgrpo.llm.config import LLMConfig
@@ -61,6 +61,12 @@ class LearnConfig(BaseModel):
         MAX_ROW_BYTES,
         ge=1024,
         description="Longest dataset row accepted, in bytes (a longer row is an error naming its line).",
+    )
+    max_dataset_mb: int = Field(
+        DATASET_MEMORY_MB,
+        ge=1,
+        description="Memory budget of each dataset, in MB: rows count their text plus ~8 KB each as they load; "
+        "past it the run stops before its first request (use --limit, or raise this).",
     )
     init_library: str | None = Field(None, description="Start from this library JSON instead of an empty library.")
     dataset_cache: DatasetCache = Field("default", description=DATASET_CACHE_HELP)
