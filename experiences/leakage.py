@@ -52,7 +52,9 @@ LeakageMode = Literal["reject", "flag", "off"]
 
 _NUMBER = re.compile(r"(?<![\w.])[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:\s*/\s*\d+)?(?![\w])")
 _LATEX_COMMAND = re.compile(r"\\(?:[dt]?frac|sqrt|binom|boxed)\s*(?:\[[^\]]*\])?(?:\s*\{(?:[^{}]|\{[^{}]*\})*\})+")
-_INLINE_MATH = re.compile(r"\$\$?([^$]+?)\$\$?|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.S)
+# A `\(` (`\[`) span ends at its close and holds no second opening: without that, each of n unclosed openings
+# would be read to the end of the text (quadratic).
+_INLINE_MATH = re.compile(r"\$\$?([^$]+?)\$\$?|\\\(((?:(?!\\\().)+?)\\\)|\\\[((?:(?!\\\[).)+?)\\\]", re.S)
 _WORD = re.compile(r"\w+")
 _MIN_COPY_WORDS = 3
 SPECIFIC_DENOMINATOR = 12
@@ -61,7 +63,10 @@ SMALL_GOLD_FACTOR = 1.5
 #: five reference problems a word unique to one is still strong evidence, not log(5) = 1.6 nats.
 BACKGROUND_PROBLEMS = 100
 _LATEX_NAME = re.compile(r"\\[A-Za-z]+")
-_POWER = re.compile(r"(\w+)\^\{?(\w+)\}?")  # `4c^2`, `n^{4}`: a formula's terms name a problem too
+# `4c^2`, `n^{4}`: a formula's terms name a problem too. A base starts where a word does (`(?<!\w)`) and is
+# read whole (`\w++`): the same matches as `(\w+)\^`, which from every letter of a long word read on to its
+# end and back (40,000 letters: 11 s); this reads each letter a bounded number of times.
+_POWER = re.compile(r"(?<!\w)(\w++)\^\{?(\w++)\}?")
 _STOPWORDS = frozenset(
     "that with what find which there their then than from each have this such these those when where only into "
     "also some many more most other same both them they what whose will would could should must does make".split()

@@ -119,7 +119,7 @@ def _candidates(text: str) -> list[_Candidate]:
 def _candidates_in(text: str, *, fenced: bool) -> list[_Candidate]:
     found: list[_Candidate] = []
     for region in jsonscan.find_regions(text):
-        items = _operation_items(jsonscan.load_lenient(region.json_text))
+        items = _operation_items(region.value())
         if items is not None:
             found.append(_Candidate(items, fenced, region.closed, region.start, region.end))
     # Every region cut off by the end of the text runs to that end, so they nest: only the outermost

@@ -63,6 +63,9 @@ RUN_A = {"a/samples.jsonl": samples("p1", "p2")}  # a good eval run, the baselin
 COMPARE = ("compare", "{tmp}/a", "{tmp}/b", "--out", "{tmp}/report")
 FINETUNE = ("finetune", "grpo", "--data", "{tmp}/d.jsonl", "--out", "{out}")
 CHAT = ("chat", "hi", LLM)
+EVAL_EASY = "evals: {easy: {data: easy}}\n"  # the smallest recipe: one eval set
+FINETUNE_NO_DATA = "finetunes: {x: {method: sft, data: ./none.jsonl}}"
+MODEL_NO_PATH = "model: {backend: transformers, model: ./no-model}"  # a dry run must not ask the hub for it
 UPSTREAM = "http://127.0.0.1:9/v1"  # never reached: every serve row is refused before it binds or connects
 SERVE = ("serve", "--library", "{tmp}/lib.json", "--upstream", UPSTREAM, "--traces", "{tmp}/t.sqlite")
 
@@ -101,6 +104,8 @@ ROWS = [
     Row("eval-out-is-a-file", (*EVAL[:3], "--out", "{tmp}/f", LLM), "is a file; give a folder", {"f": "x"}),
     Row("eval-out-under-a-file", (*EVAL[:3], "--out", "{tmp}/f/run", LLM), "f is a file, so nothing", {"f": "x"}),
     Row("resume-nothing", (*LEARN, "--resume"), "nothing to resume"),
+    # sysfs refuses every mkdir, root's too: a folder that cannot be written, where chmod cannot stop root
+    Row("out-not-writable", (*LEARN[:3], "--out", "/sys/tfgrpo-run", LLM), "/sys/tfgrpo-run: "),  # EPERM or EACCES
     Row("traces-and-data", (*LEARN, "--from-traces", "{tmp}/t.sqlite"), "--from-traces and --data are exclusive"),
     Row("cache-is-a-folder", (*EVAL, "--cache", "{tmp}"), "is a directory; give the cache a file path"),
     Row("cache-under-a-file", (*EVAL, "--cache", "{tmp}/f/c.sqlite"), "is a file, so the cache", {"f": "x"}),
@@ -134,9 +139,16 @@ ROWS = [
             ("yaml-syntax", "epochs: [1\n", "not valid YAML"),
             ("yaml-cache-is-a-folder", "llm:\n  cache: /\n", "is a directory; give the cache a file path"),
             ("yaml-max-row-bytes-tiny", "max_row_bytes: 10\n", "max_row_bytes: Input should be greater"),
+            ("yaml-recursive-alias", "agent:\n  tool_options: &a {python: *a}\n", "alias *a is inside its own"),
         ]
     ),
     Row("yaml-missing", (*LEARN, "--config", "{tmp}/none.yaml"), "config file not found"),
+    Row(
+        "data-over-memory-budget",
+        ("learn", "--data", "{tmp}/d.jsonl", "--out", "{out}", "--max-dataset-mb", "1", LLM),
+        "d.jsonl:128: d.jsonl needs more than its memory budget of 1 MB",
+        {"d.jsonl": "".join(json.dumps({"problem": f"What is {i}+1?", "answer": "1"}) + "\n" for i in range(300))},
+    ),
     # -- bad dataset rows (learn --data FILE) ------------------------------------------------------------
     *(
         Row(name, ("learn", "--data", "{tmp}/" + file, "--out", "{out}", LLM), says, {file: text})
@@ -662,6 +674,29 @@ ROWS = [
             ("experiment-set-wrong-type", "quickstart", ("--set", "evals.easy.samples=abc"), "evals.easy.samples", {}),
             ("experiment-recipe-syntax", "{tmp}/r.yaml", (), "not valid YAML at line 2", {"r.yaml": "learn: [1\n"}),
             ("experiment-recipe-a-list", "{tmp}/r.yaml", (), "the top level must be a mapping", {"r.yaml": "- a\n"}),
+            *(
+                (name, "{tmp}/r.yaml", ("--dry-run",), says, {"r.yaml": EVAL_EASY + recipe})
+                for name, recipe, says in [
+                    (
+                        "experiment-dry-run-unknown-method",
+                        "finetunes: {x: {method: nosuch, data: easy}}",
+                        "unknown method 'nosuch'",
+                    ),
+                    (
+                        "experiment-dry-run-finetune-data-missing",
+                        FINETUNE_NO_DATA,
+                        "finetunes.x.data: unknown dataset",
+                    ),
+                    ("experiment-dry-run-model-path-missing", MODEL_NO_PATH, "'./no-model' is a path that does not"),
+                ]
+            ),
+            (
+                "experiment-recipe-recursive-alias",
+                "{tmp}/r.yaml",
+                (),
+                "inside its own",
+                {"r.yaml": "learn: &a [*a]\n"},
+            ),
             ("experiment-budget-0", "quickstart", ("--budget-usd", "0"), "--budget-usd must be a number > 0", {}),
             (
                 "experiment-budget-negative",

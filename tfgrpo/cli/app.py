@@ -27,7 +27,7 @@ def _group() -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Run the command line (`argv=None`: the process's arguments)."""
-    from tfgrpo.cli.errors import user_facing_errors
+    from tfgrpo.cli.errors import os_error_line, user_facing_errors
 
     try:
         # Not standalone: typer's own errors (an unknown option, a value it cannot parse, a missing argument)
@@ -40,6 +40,9 @@ def main(argv: list[str] | None = None) -> None:
         _print_usage_error(exc)
     except user_facing_errors() as exc:  # a clear message, never a traceback, for the user's own mistakes
         _print_error(str(exc))
+        sys.exit(2)
+    except OSError as exc:  # the machine's refusal (a read-only folder, a full disk): what and where, one line
+        _print_error(os_error_line(exc))
         sys.exit(2)
     if isinstance(code, int) and not isinstance(code, bool) and code:  # typer.Exit(code) raised by a command
         sys.exit(code)

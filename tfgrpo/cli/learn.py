@@ -53,6 +53,7 @@ FLAGS = [
     opt.flag("agent.protocol", "--protocol"),
     opt.flag("val_samples"),
     opt.flag("limit"),
+    opt.flag("max_dataset_mb"),
     opt.flag("init_library"),
     opt.flag("leakage"),
     opt.flag("test_data"),
@@ -61,6 +62,7 @@ FLAGS = [
     opt.flag("seeds"),
     opt.flag("gate", "--gate/--no-gate"),
     opt.flag("resume"),
+    opt.flag("allow_config_change"),
 ]
 
 

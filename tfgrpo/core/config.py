@@ -56,14 +56,28 @@ class _StrictLoader(yaml.SafeLoader):
     def __init__(self, stream: str) -> None:
         super().__init__(stream)
         self.aliases = 0
+        self.open_anchors: set[str] = set()  # anchors of the nodes being composed: the ancestors of this one
 
     def compose_node(self, parent: Any, index: Any) -> Any:
-        if self.check_event(yaml.AliasEvent):
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent):
             self.aliases += 1
+            line = event.start_mark.line + 1
             if self.aliases > MAX_YAML_ALIASES:
-                mark = self.peek_event().start_mark
-                raise ConfigError(f"line {mark.line + 1}: more than {MAX_YAML_ALIASES} YAML aliases (*name): refused")
-        return super().compose_node(parent, index)
+                raise ConfigError(f"line {line}: more than {MAX_YAML_ALIASES} YAML aliases (*name): refused")
+            # `a: &a [*a]` is a structure that holds itself: validating or writing it recurses without end.
+            if event.anchor in self.open_anchors:
+                raise ConfigError(
+                    f"line {line}: the alias *{event.anchor} is inside its own anchor (a cycle): refused"
+                )
+        anchor = None if isinstance(event, yaml.AliasEvent) else getattr(event, "anchor", None)
+        if anchor is None:
+            return super().compose_node(parent, index)
+        self.open_anchors.add(anchor)
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self.open_anchors.discard(anchor)
 
     def construct_mapping(self, node: Any, deep: bool = False) -> Any:
         seen: dict[Any, int] = {}

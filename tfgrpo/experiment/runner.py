@@ -23,6 +23,7 @@ from rich.table import Table as RichTable
 from tfgrpo.core.atomic import folder_target
 from tfgrpo.core.config import ConfigError, dump_config
 from tfgrpo.core.errors import EvalError
+from tfgrpo.experiment.checks import check_recipe_inputs
 from tfgrpo.experiment.estimate import StepEstimate, estimate_step
 from tfgrpo.experiment.plan import Step, build_plan
 from tfgrpo.experiment.recipe import Recipe
@@ -159,6 +160,7 @@ def run_experiment(
     if budget_usd is not None and not (math.isfinite(budget_usd) and budget_usd > 0):
         raise ConfigError(f"--budget-usd must be a number > 0 (got {budget_usd:g}); leave it out for no cap")
     out = folder_target(out, ConfigError)  # also in a dry run: the plan is for a folder that can exist
+    check_recipe_inputs(recipe)  # a dry run too: a plan of a method or a file that does not exist is no plan
     plan = build_plan(recipe, out)
     state = ExperimentState.load(out)
     estimates = {step.id: estimate_step(step, recipe.estimate) for step in plan}

@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from tfgrpo.core.datasets import DATASET_CACHE_HELP, DatasetCache
+from tfgrpo.core.datasets import DATASET_CACHE_HELP, DATASET_MEMORY_MB, DatasetCache
 from tfgrpo.core.textfile import MAX_ROW_BYTES
 from tfgrpo.experiences.credit import DEFAULT_LEVEL, DEFAULT_MIN_GROUPS
 from tfgrpo.llm.config import LLMConfig
@@ -61,6 +61,12 @@ class LearnConfig(BaseModel):
         MAX_ROW_BYTES,
         ge=1024,
         description="Longest dataset row accepted, in bytes (a longer row is an error naming its line).",
+    )
+    max_dataset_mb: int = Field(
+        DATASET_MEMORY_MB,
+        ge=1,
+        description="Memory budget of each dataset, in MB: rows count their text plus ~8 KB each as they load; "
+        "past it the run stops before its first request (use --limit, or raise this).",
     )
     init_library: str | None = Field(None, description="Start from this library JSON instead of an empty library.")
     dataset_cache: DatasetCache = Field("default", description=DATASET_CACHE_HELP)
@@ -206,6 +212,11 @@ class LearnConfig(BaseModel):
 
     # -- run control --------------------------------------------------------------------------------
     resume: bool = Field(False, description="Continue an interrupted run in `out` from its last completed step.")
+    allow_config_change: bool = Field(
+        False,
+        description="With --resume: carry on although settings that decide the requests (group size, data, model, "
+        "...) differ from those the completed steps ran with; the change is recorded in state.json.",
+    )
     on_consolidation_failure: Literal["skip", "apply_proposed"] = Field(
         "skip", description="When stage 3 fails twice: apply nothing (skip) or the stage-2 proposals as they are."
     )

@@ -250,6 +250,7 @@ def load_problems(config: LearnConfig, spec: str, *, training: bool = True) -> l
         require_answer=config.ground_truth or not training,
         max_row_bytes=config.max_row_bytes,
         cache_dir=dataset_cache_dir(config.dataset_cache, config.out),
+        memory_mb=config.max_dataset_mb,
     )
 
 

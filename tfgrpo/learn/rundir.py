@@ -56,6 +56,15 @@ class RunState(BaseModel):
         default_factory=list, description="One entry per process that worked on the run."
     )
     status: str = Field("running", description="running | completed | interrupted | budget_exceeded | failed.")
+    settings: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The locked settings (RESUME_LOCKED_KEYS) the steps ran with: what --resume compares against, "
+        "so an edit of RUN/config.yaml is seen too.",
+    )
+    config_changes: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="Locked settings changed on a resume with --allow-config-change: from which step, old and new.",
+    )
 
 
 class RunDir:
@@ -106,7 +115,7 @@ class RunDir:
         self.root.mkdir(parents=True, exist_ok=True)
         self._acquire()
         atomic_write_text(self.config_path, dump_config(config))
-        state = RunState(offsets={name: 0 for name in self._logs()})
+        state = RunState(offsets={name: 0 for name in self._logs()}, settings=locked_settings(config))
         for path in self._logs().values():
             path.parent.mkdir(parents=True, exist_ok=True)
             path.touch()
@@ -134,19 +143,33 @@ class RunDir:
     def _reopen(self, config: LearnConfig) -> RunState:
         if not self.state_path.is_file():
             raise ConfigError(f"nothing to resume in {self.root}: no state.json (start the run without --resume)")
-        if self.config_path.is_file():
-            # compared as written (config_dict): a URL's query string is saved masked (core.secrets)
-            changed = changed_keys(read_yaml(self.config_path), config_dict(config))
-            if changed:
-                raise ConfigError(
-                    f"cannot resume {self.root} with different settings for: {', '.join(changed)} "
-                    "(they decide which requests are made; start a new run to change them)"
-                )
         state = RunState.model_validate_json(self.state_path.read_text(encoding="utf-8"))
+        self._check_settings(state, config)
         self._truncate_logs(state.offsets)
         self._remove_stale_temps()
-        atomic_write_text(self.config_path, dump_config(config))
+        # Saved without the permission: the next resume compares again rather than inheriting it.
+        atomic_write_text(self.config_path, dump_config(config.model_copy(update={"allow_config_change": False})))
         return state
+
+    def _check_settings(self, state: RunState, config: LearnConfig) -> None:
+        """Refuse (unless allowed) locked settings that differ from those the completed steps ran with: the
+        ones in state.json, which an edit of config.yaml does not touch (runs from before: config.yaml's)."""
+        current = locked_settings(config)
+        saved = state.settings or (
+            locked_settings_of(read_yaml(self.config_path)) if self.config_path.is_file() else {}
+        )
+        changed = [key for key in RESUME_LOCKED_KEYS if saved and saved.get(key) != current.get(key)]
+        if changed and not config.allow_config_change:
+            what = ", ".join(_change(key, saved.get(key), current.get(key)) for key in changed)
+            raise ConfigError(
+                f"cannot resume {self.root}: settings differ from those its {state.completed_step} completed steps "
+                f"ran with (RUN/config.yaml edited, or options given now): {what}; undo them, start a new run, "
+                "or pass --allow-config-change to mix them (recorded in state.json)"
+            )
+        if changed:
+            changes = {key: {"old": saved.get(key), "new": current.get(key)} for key in changed}
+            state.config_changes.append({"from_step": state.completed_step + 1, "changes": changes})
+        state.settings = current
 
     def _remove_stale_temps(self) -> None:
         """Temp files of atomic writes a killed process left (we hold the run lock: none is in flight)."""
@@ -242,6 +265,21 @@ def changed_keys(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
         if _lookup(saved, dotted) != _lookup(current, dotted):
             changed.append(dotted)
     return changed
+
+
+def locked_settings(config: LearnConfig) -> dict[str, Any]:
+    """The config's locked settings, dotted key -> JSON value, as config.yaml writes them (`config_dict`: a
+    secret, or a URL's query string, masked), so state.json holds no credential either."""
+    return locked_settings_of(json.loads(json.dumps(config_dict(config), default=str)))
+
+
+def locked_settings_of(data: dict[str, Any]) -> dict[str, Any]:
+    return {dotted: _lookup(data, dotted) for dotted in RESUME_LOCKED_KEYS}
+
+
+def _change(key: str, old: Any, new: Any) -> str:
+    shown = json.dumps(old), json.dumps(new)
+    return f"{key} {shown[0]} -> {shown[1]}" if max(map(len, shown)) <= 40 else key
 
 
 def _lookup(data: dict[str, Any], dotted: str) -> Any:
