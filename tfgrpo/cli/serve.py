@@ -36,6 +36,7 @@ FLAGS = [
             "reload_interval_s",
             "body_timeout_s",
             "client_keys",
+            "admin_keys",
             "cors_origins",
         )
     ),

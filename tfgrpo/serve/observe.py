@@ -85,6 +85,7 @@ class RequestRecord:
     attempts: int | None = None  # upstream attempts (None: not sent upstream, or not known)
     error: str | None = None  # the error code answered (or met mid-stream)
     client: str | None = None  # the client key's hash, shortened, when client keys are on
+    identity: str | None = None  # the client key's whole sha256 (hex): owns the exchange; never logged
 
 
 class Observer:
