@@ -148,7 +148,7 @@ def test_one_key_can_no_longer_split_itself_over_both_arms_and_sink_b(tmp_path):
     no prompt is in both arms and there is no B − A to read."""
     with proxy(tmp_path, holdout=HOLDOUT, **_key_files(tmp_path)) as p:
         for i in range(40):
-            served = _chat(p.url, MALLORY, PROMPTS[i % 10], user=_user_in("A" if i % 2 == 0 else "B"))
+            served = _chat(p.url, MALLORY, PROMPTS[(i // 2) % 10], user=_user_in("A" if i % 2 == 0 else "B"))
             reward = 1.0 if served.headers["x-tfgrpo-arm"] == "A" else 0.0
             assert _rate(p.url, MALLORY, served.headers["x-tfgrpo-exchange-id"], reward).status_code == 200
     (result,) = compare_traces(tmp_path / "traces.sqlite")
@@ -162,7 +162,10 @@ def test_forged_feedback_on_other_keys_exchanges_no_longer_shows_in_compare_trac
     [−1.000, −1.000]. Now each is a 403 and compare reads what Alice and Bob said: B − A = +0.000."""
     with proxy(tmp_path, holdout=HOLDOUT, **_key_files(tmp_path)) as p:
         honest = {
-            key: [_chat(p.url, key, prompt).headers["x-tfgrpo-exchange-id"] for prompt in PROMPTS]
+            key: [
+                _chat(p.url, key, prompt, user=_user_in("A" if key == ALICE else "B")).headers["x-tfgrpo-exchange-id"]
+                for prompt in PROMPTS
+            ]
             for key in (ALICE, BOB)
         }
         for key, ids in honest.items():
