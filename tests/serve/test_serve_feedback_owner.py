@@ -8,11 +8,14 @@ import hashlib
 from pathlib import Path
 
 import httpx
+import pytest
+from pydantic import ValidationError
 
 from tests.helpers.serve_fixtures import proxy
 from tests.helpers.serve_upstream import Fault
 from tfgrpo.eval.traces import compare_traces
 from tfgrpo.serve.arms import assign_arm
+from tfgrpo.serve.config import ServeConfig
 
 HOLDOUT = 0.5
 
@@ -182,3 +185,10 @@ def test_forged_feedback_on_other_keys_exchanges_no_longer_shows_in_compare_trac
     assert result.arms["A"].mean_reward == result.arms["B"].mean_reward == 1.0
     assert result.paired is not None and result.paired.num_problems == 10 and result.paired.diff == 0.0
     print("forged ratings of other keys' exchanges: B - A =", _paired(tmp_path / "traces.sqlite"))
+
+
+def test_admin_keys_need_client_keys(tmp_path):
+    admins = tmp_path / "admins.txt"
+    admins.write_text(f"{ADMIN}\n")
+    with pytest.raises(ValidationError, match="admin_keys needs client_keys"):
+        ServeConfig(library=tmp_path / "library.json", upstream=["http://127.0.0.1:1/v1"], admin_keys=admins)
