@@ -38,6 +38,7 @@ FLAGS = [
             "header_timeout_s",
             "max_choices",
             "client_keys",
+            "admin_keys",
             "cors_origins",
         )
     ),

@@ -161,7 +161,8 @@ async def _bounded_body(
     check_head(scope, config.max_header_bytes)
     if state.client_keys is not None and scope["path"].startswith(GUARDED_PREFIX):
         authorization = next((value for name, value in scope["headers"] if name == b"authorization"), None)
-        record.client = state.client_keys.check(authorization)
+        record.identity = state.client_keys.check(authorization)
+        record.client = record.identity[:8]
     if chat and scope["method"] != "POST":
         raise RequestRejected(405, f"{CHAT_PATH} takes POST", "method_not_allowed")
     if chat:
@@ -252,6 +253,8 @@ def _add_service_routes(app: FastAPI, state: ServeState) -> None:
     @app.post("/v1/feedback")
     async def feedback(request: Request) -> Response:
         body = await request.body()
+        rater = request.scope[RECORD].identity  # set by the client-key check; None in open mode
+        rater_is_admin = state.client_keys is not None and state.client_keys.is_admin(rater)
         deadline = asyncio.get_running_loop().time() + config.feedback_wait_s
         while True:
             try:
@@ -262,6 +265,8 @@ def _add_service_routes(app: FastAPI, state: ServeState) -> None:
                     _reward_for(config),
                     reward_bounds=(config.reward_min, config.reward_max),
                     max_json_depth=config.max_json_depth,
+                    rater=rater,
+                    rater_is_admin=rater_is_admin,
                 )
                 return JSONResponse({"id": exchange_id, "reward": reward, "gold": gold})
             except RequestRejected as rejected:

@@ -4,7 +4,10 @@ The file holds one key per line, either the key itself or `sha256:HEX`, the sha2
 the file need not hold the secret); blank lines and `#` comments are skipped. Only hashes are kept in
 memory, and a presented key is hashed before it is compared, so the check takes the same time whichever
 key comes close. A client is named in the access log by the first 8 hex characters of its key's hash,
-never by the key.
+never by the key; its identity (the whole sha256 hex) is what owns its exchanges and picks its arm.
+
+Admin keys (`--admin-keys FILE`, same format) are client keys the operator trusts further: one may rate any
+exchange, and may spread the users it fronts over both arms with the user header (`arms.py`).
 """
 
 from __future__ import annotations
@@ -21,8 +24,15 @@ UNAUTHORIZED = {"www-authenticate": "Bearer", "connection": "close"}
 
 
 class ClientKeys:
-    def __init__(self, digests: frozenset[str]):
-        self.digests = digests
+    def __init__(self, digests: frozenset[str], admin_digests: frozenset[str] = frozenset()):
+        self.digests = digests | admin_digests  # an admin key is a client key too
+        self.admin_digests = admin_digests
+
+    def with_admins(self, admins: ClientKeys) -> ClientKeys:
+        return ClientKeys(self.digests, admins.digests)
+
+    def is_admin(self, identity: str | None) -> bool:
+        return identity is not None and identity in self.admin_digests
 
     @classmethod
     def load(cls, path: Path) -> ClientKeys:
@@ -52,7 +62,7 @@ class ClientKeys:
         return cls(frozenset(digests))
 
     def check(self, authorization: bytes | None) -> str:
-        """The client's name (its key's hash, shortened) for `Authorization: Bearer KEY`; 401 otherwise."""
+        """The client's identity (its key's sha256, hex) for `Authorization: Bearer KEY`; 401 otherwise."""
         if not authorization:
             raise RequestRejected(
                 401, "no API key: send Authorization: Bearer YOUR_KEY", "missing_api_key", headers=UNAUTHORIZED
@@ -61,7 +71,7 @@ class ClientKeys:
         hashed = digest(key.strip()) if scheme.lower() == "bearer" and key.strip() else ""
         if hashed not in self.digests:
             raise RequestRejected(401, "incorrect API key provided", "invalid_api_key", headers=UNAUTHORIZED)
-        return hashed[:8]
+        return hashed
 
 
 def digest(key: str) -> str:

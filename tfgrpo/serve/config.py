@@ -157,6 +157,12 @@ class ServeConfig(BaseModel):
         description="File of client API keys, one per line: the key itself or sha256:HEX of it ('#' starts a "
         "comment). Set: every /v1/ route needs `Authorization: Bearer KEY` (else 401).",
     )
+    admin_keys: Path | None = Field(
+        None,
+        description="File of admin keys, same format as client_keys (needs client_keys): client keys that may "
+        "rate any exchange, and whose user header (arm_key_header) spreads the users they front over both arms. "
+        "A plain client key rates only its own exchanges, and its arm follows the key, not the header.",
+    )
     forward_client_auth_header: bool = Field(
         False,
         description="Send each client's own Authorization header upstream instead of the server's key (never "
@@ -256,6 +262,12 @@ class ServeConfig(BaseModel):
                 "store_dir: each worker builds its own top-k index, and a chromadb folder is one process's; "
                 "leave store_dir unset with workers > 1 (each worker keeps its index in memory)"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _admins_are_client_keys(self) -> ServeConfig:
+        if self.admin_keys is not None and self.client_keys is None:
+            raise ValueError("admin_keys needs client_keys: an admin key is a client key with more rights")
         return self
 
     @model_validator(mode="after")

@@ -21,7 +21,7 @@ from typing import Any
 
 from tfgrpo.experiences import Injection
 from tfgrpo.experiences.errors import ExperienceError
-from tfgrpo.serve.arms import LIBRARY, assign_arm
+from tfgrpo.serve.arms import LIBRARY, assign_arm, sticky_key
 from tfgrpo.serve.errors import RequestRejected
 from tfgrpo.serve.limits import load_json
 from tfgrpo.serve.live_library import LiveLibrary
@@ -50,6 +50,7 @@ class Exchange:
     injection: str  # the injection asked for (the header's, else the server's default)
     injected_ids: list[str]  # what was actually given: empty = untreated
     stream: bool
+    owner: str | None = None  # the client key's identity (sha256 hex) that made it; None in open mode
     started: float = field(default_factory=time.perf_counter)
 
     def upstream_bytes(self) -> bytes:
@@ -87,6 +88,7 @@ class Exchange:
             "model": str(self.body.get("model")),
             "upstream": upstream,
             "arm": self.arm,
+            "owner": self.owner,
             "library_version": self.library_version,
             "library_hash": self.library_hash,
             "injection": self.injection,
@@ -127,18 +129,21 @@ def prepare(
     *,
     live: LiveLibrary,
     holdout: float,
-    arm_key: str | None,
+    arm_header: str | None,
+    identity: str | None = None,
+    admin: bool = False,
     inject: str | None,
     default_inject: str,
     model: str | None,
 ) -> Exchange:
-    """Arm, injection and the upstream body for one validated request (`inject`: the per-request header)."""
+    """Arm, injection and the upstream body for one validated request (`inject`: the per-request header;
+    `identity`: the client key's, which owns the exchange; `admin`: that key may name users for the arm)."""
     try:
         injection = _injection(inject or default_inject)
     except ExperienceError as exc:
         raise BadRequest(f"x-tfgrpo-inject: {exc}") from None
-    user = body.get("user")
-    arm = assign_arm(arm_key or (user if isinstance(user, str) else None), holdout)
+    key = sticky_key(identity=identity, admin=admin, header=arm_header, body_user=body.get("user"))
+    arm = assign_arm(key, holdout)
     snapshot = live.current  # this request's version, whatever reloads happen meanwhile
     client_messages = body["messages"]
     injected: list[str] = []
@@ -160,6 +165,7 @@ def prepare(
         injection=str(injection),
         injected_ids=injected,
         stream=bool(body.get("stream")),
+        owner=identity,
     )
 
 

@@ -1,6 +1,11 @@
 """`POST /v1/feedback`: a reward for a stored exchange, given directly or as a gold answer to score.
 
-Every feedback is appended to the exchange's history; the latest is the exchange's reward. A reward sent
+Who may rate: with client keys on, only the key that made the exchange (its owner) or an admin key; any
+other key gets a 403. An exchange that failed (an error status or code) cannot be rated (409): it has no
+answer of the library's to judge. Without client keys (open mode) anyone who knows an exchange id may rate it.
+
+One rating per exchange: every feedback is appended to the exchange's history (with who sent it); the
+latest replaces the earlier one as the exchange's reward, which is all a comparison counts. A reward sent
 directly must lie within the configured bounds (default [0, 1], the range of the built-in rewards), so a
 typo like 1e9 cannot swamp a comparison. Nothing unbounded is echoed back: an id longer than any exchange
 id is refused without being repeated.
@@ -30,8 +35,11 @@ def score_feedback(
     *,
     reward_bounds: tuple[float, float],
     max_json_depth: int,
+    rater: str | None = None,
+    rater_is_admin: bool = False,
 ) -> tuple[str, float, str | None]:
-    """Validate `{"id", "reward"}` or `{"id", "gold"}`, store the reward; (id, reward, gold)."""
+    """Validate `{"id", "reward"}` or `{"id", "gold"}`, store the reward; (id, reward, gold).
+    `rater`: the identity (sha256 hex) of the client key sending it; None in open mode."""
     body = load_json(raw, max_json_depth, what="feedback body")
     if not isinstance(body, dict) or not isinstance(body.get("id"), str):
         raise _invalid(USAGE)
@@ -49,11 +57,34 @@ def score_feedback(
         raise _invalid("'gold' must be a string")
     if gold is None:
         value = _checked_reward(reward, reward_bounds)
-    else:
-        value = _score_gold(exchange_id, gold, traces, score)
-    if not traces.set_feedback(exchange_id, reward=value, gold=gold):
+    stored = traces.exchange(exchange_id)
+    if stored is None:
+        raise _not_found(exchange_id)
+    _check_may_rate(exchange_id, stored, rater, rater_is_admin)
+    if gold is not None:
+        value = _score_gold(exchange_id, stored, gold, score)
+    if not traces.set_feedback(exchange_id, reward=value, gold=gold, rated_by=rater):
         raise _not_found(exchange_id)
     return exchange_id, value, gold
+
+
+def _check_may_rate(exchange_id: str, stored: dict[str, object], rater: str | None, rater_is_admin: bool) -> None:
+    """403 unless `rater` made the exchange (or is an admin); 409 for an exchange that failed.
+    In open mode both the owner and the rater are None, so anyone may rate an exchange of open mode, and no
+    one an exchange made with a key (the store may outlive a change of mode)."""
+    if stored["owner"] != rater and not rater_is_admin:
+        raise RequestRejected(
+            403,
+            f"exchange {exchange_id!r} was made with another client key: only its owner may rate it",
+            "not_exchange_owner",
+        )
+    status = stored["status"]
+    if stored["error"] is not None or not isinstance(status, int) or status >= 400:
+        raise RequestRejected(
+            409,
+            f"exchange {exchange_id!r} failed (status {status}): a failed exchange cannot be rated",
+            "exchange_failed",
+        )
 
 
 def _checked_reward(reward: object, bounds: tuple[float, float]) -> float:
@@ -67,11 +98,10 @@ def _checked_reward(reward: object, bounds: tuple[float, float]) -> float:
     return float(reward)
 
 
-def _score_gold(exchange_id: str, gold: str, traces: TraceStore, score: Callable[[str, str], float | None]) -> float:
-    stored = traces.exchange(exchange_id)
-    if stored is None:
-        raise _not_found(exchange_id)
-    if stored["reply"] is None:
+def _score_gold(
+    exchange_id: str, stored: dict[str, object], gold: str, score: Callable[[str, str], float | None]
+) -> float:
+    if not isinstance(stored["reply"], str):
         raise RequestRejected(
             409, f"exchange {exchange_id!r} has no reply to score (status {stored['status']})", "no_reply_to_score"
         )

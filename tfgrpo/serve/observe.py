@@ -86,6 +86,7 @@ class RequestRecord:
     error: str | None = None  # the error code answered (or met mid-stream)
     client: str | None = None  # the client key's hash, shortened, when client keys are on
     cut: bool = False  # a stream ended early after its 200 head: `status` is then the one it is traced with
+    identity: str | None = None  # the client key's whole sha256 (hex): owns the exchange; never logged
 
 
 class Observer:

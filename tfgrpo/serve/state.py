@@ -51,6 +51,8 @@ class ServeState:
         hidden = _internal_addresses(config)
         observer = Observer(ServeMetrics(multiprocess_dir=metrics_dir), access_log=config.access_log, hidden=hidden)
         client_keys = ClientKeys.load(config.client_keys) if config.client_keys else None
+        if client_keys is not None and config.admin_keys is not None:
+            client_keys = client_keys.with_admins(ClientKeys.load(config.admin_keys))
         live = LiveLibrary(
             config.library,
             store_dir=config.store_dir,

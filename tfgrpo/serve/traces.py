@@ -41,6 +41,8 @@ EXCHANGES = sa.Table(
     sa.Column("model", sa.Text),
     sa.Column("upstream", sa.Text),
     sa.Column("arm", sa.String(8), nullable=False),  # the arm ASSIGNED
+    # sha256 (hex) of the client key that made it, never the key: only it may rate it; NULL in open mode
+    sa.Column("owner", sa.String(64)),
     sa.Column("library_version", sa.Integer),  # the library file's `version` field
     sa.Column("library_hash", sa.String(64)),  # sha256 of the library as served: the version that counts
     sa.Column("injection", sa.Text),  # asked for: all | none | topk:K
@@ -70,6 +72,7 @@ FEEDBACK = sa.Table(
     sa.Column("created_at", sa.Float, nullable=False),
     sa.Column("reward", sa.Float, nullable=False),
     sa.Column("gold", sa.Text),
+    sa.Column("rated_by", sa.String(64)),  # sha256 (hex) of the key that sent it; NULL in open mode
 )
 
 
@@ -99,6 +102,7 @@ class TraceStore:
             self.engine = _engine(url)
             METADATA.create_all(self.engine)
             _add_missing_columns(self.engine, EXCHANGES)
+            _add_missing_columns(self.engine, FEEDBACK)
         except (sa.exc.SQLAlchemyError, ImportError) as exc:
             reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()
             raise TraceStoreError(
@@ -161,9 +165,12 @@ class TraceStore:
         with self.engine.connect() as connection:
             connection.execute(sa.text("SELECT 1"))
 
-    def set_feedback(self, exchange_id: str, *, reward: float, gold: str | None = None) -> bool:
-        """Append a reward (and the gold answer it came from) to the exchange's history and make it the
-        exchange's current reward; False when no such exchange exists."""
+    def set_feedback(
+        self, exchange_id: str, *, reward: float, gold: str | None = None, rated_by: str | None = None
+    ) -> bool:
+        """Append a reward (and the gold answer it came from, and who sent it) to the exchange's history and
+        make it the exchange's current reward, replacing any earlier one; False when no such exchange exists.
+        Who may rate is `feedback.py`'s to decide."""
         self.flush()
         values = {"reward": float(reward), "gold": gold}
         now = time.time()
@@ -173,7 +180,9 @@ class TraceStore:
             )
             if found.rowcount == 0:
                 return False
-            connection.execute(FEEDBACK.insert().values(**values, exchange_id=exchange_id, created_at=now))
+            connection.execute(
+                FEEDBACK.insert().values(**values, exchange_id=exchange_id, created_at=now, rated_by=rated_by)
+            )
         return True
 
     def feedback_history(self, exchange_id: str) -> list[dict[str, Any]]:
