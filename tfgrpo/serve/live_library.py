@@ -44,7 +44,11 @@ class Snapshot:
     @classmethod
     def load(cls, path: Path) -> Snapshot:
         stamp = _stamp(path)  # before reading: a write after this is seen as a change next time
-        library = Library.load(path)
+        return cls.of(Library.load(path), stamp)
+
+    @classmethod
+    def of(cls, library: Library, stamp: tuple[int, int] = MISSING) -> Snapshot:
+        """The snapshot of a library held in memory (a deployed version: no file, no stamp)."""
         whole = render_system_text(render(library), library=library) if len(library) else ""
         positions = {experience.id: index for index, experience in enumerate(library.experiences)}
         return cls(library, stamp, whole, hashlib.sha256(whole.encode("utf-8")).hexdigest(), positions)
