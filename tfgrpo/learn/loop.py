@@ -152,10 +152,12 @@ async def _learn_in(run: RunDir, config: LearnConfig, *, client: LLMClient | Non
         except (KeyboardInterrupt, asyncio.CancelledError):
             status, message = "interrupted", "interrupted by the user"
         finally:
-            _record_session(run, state, session, client, status=status, wall_time_s=time.perf_counter() - started)
-            if owns_client:
-                await client.aclose()
-                client.close_cache()
+            try:  # a full disk fails this write too: the client is closed all the same
+                _record_session(run, state, session, client, status=status, wall_time_s=time.perf_counter() - started)
+            finally:
+                if owns_client:
+                    await client.aclose()
+                    client.close_cache()
         return _finish(run, config, state, status, message, console)
     finally:
         engine.close()
