@@ -191,6 +191,8 @@ def test_a_stream_cut_by_sigterm_is_traced_and_logged_as_cut(tmp_path):
             assert started.wait(60) and received
         reader.join(60)
     assert not reader.is_alive() and b"[DONE]" not in b"".join(received)
+    last_event = b"".join(received).rstrip().rsplit(b"\n\n", 1)[-1]
+    assert last_event.startswith(b"data: ") and json.loads(last_event[6:])["error"]["code"] == "cut_by_shutdown"
     [row] = TraceStore(traces).exchanges()
     assert (row["status"], row["error"]) == (503, "cut_by_shutdown") and row["reply"].startswith("x" * 1000)
     [access] = [line for line in events(log, "access") if line["path"] == "/v1/chat/completions"]

@@ -8,12 +8,14 @@ streamed request than the rest of the proxy's own work (py-spy, benchmarks/serve
 Nothing here grows with the stream: at most `max_bytes` are passed on (then the client gets an error event
 and `data: [DONE]`), and what the trace keeps of the text is `StreamText`'s bounded share. A stream ended
 early says why to `on_end`: `upstream_reply_too_large`, `upstream_broke_off`, or `cut_by_shutdown` (the
-server stopped and its graceful-shutdown time ran out: uvicorn cancels the request).
+server stopped and its graceful-shutdown time ran out: uvicorn cancels the request; the client gets an error
+event saying so, without `[DONE]`, where its connection still takes it).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Callable
 from typing import Any
@@ -66,6 +68,7 @@ class SSEPassthrough:
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
         except asyncio.CancelledError:
             cut = SHUTDOWN  # uvicorn cancels what still runs once the graceful-shutdown time is up
+            await self._say_cut(send)
             raise
         finally:  # also when the client hangs up mid-stream: what it was sent is traced
             hung_up.cancel()
@@ -75,6 +78,15 @@ class SSEPassthrough:
             else:  # its connection holds an unread rest: never back into the pool
                 self.upstream.close()
             self.on_end(CUT_STATUS[reason] if reason else self.upstream.status, reason, self.text)
+
+    async def _say_cut(self, send: Any) -> None:
+        """Tell the client the stream ends here for the shutdown (an error event, no [DONE]), if its connection
+        still takes bytes; never waits past a second (a client that reads nothing must not delay the exit)."""
+        message = "the server is shutting down: this stream was cut before its end (retry the request)"
+        event = json.dumps(error_payload(503, message, SHUTDOWN))
+        chunk = {"type": "http.response.body", "body": f"\n\ndata: {event}\n\n".encode(), "more_body": False}
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(send(chunk), timeout=1.0)
 
     async def _copy(self, send: Any, hung_up: asyncio.Future[Any]) -> str | None:
         """Copy until the upstream's end; "hung_up" when the client left, TOO_LARGE at `max_bytes`."""
