@@ -271,6 +271,8 @@ def test_the_command_line_overrides_the_yaml_value(monkeypatch, tmp_path, comman
         base = {"library": "lib.json"}  # topk selects from a library
     if option.path == "llm.llamacpp_instances":
         base = {**base, "llm": {"backend": "llamacpp"}}  # the other backends refuse it
+    if option.path == "admin_keys":
+        base = {**base, "client_keys": "client_keys.txt"}  # an admin key is a client key with more rights
     nested: dict[str, Any] = {}
     for path in (option.path, *option.also):
         *sections, leaf = path.split(".")
