@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from tfgrpo.core.datasets import DATASET_CACHE_HELP, DatasetCache
 from tfgrpo.core.textfile import MAX_ROW_BYTES
+from tfgrpo.core.tracking import TrackingSettings
 from tfgrpo.experiences import Injection
 from tfgrpo.llm.config import LLMConfig
 from tfgrpo.llm.types import SamplingParams
 from tfgrpo.rollout.agent import AgentConfig
 
 
-class EvalConfig(BaseModel):
+class EvalConfig(TrackingSettings):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     data: str = Field("aime24", description="A bundled dataset name (aime24, aime25, amc23, easy, ...) or a file.")

@@ -26,6 +26,7 @@ from tfgrpo.core.datasets import Problem, dataset_cache_dir, load_dataset_rows
 from tfgrpo.core.errors import EvalError
 from tfgrpo.core.metrics import summarize
 from tfgrpo.core.progress import stage_progress
+from tfgrpo.core.tracking import open_trackers, require_trackers, scalars
 from tfgrpo.eval.config import EvalConfig
 from tfgrpo.eval.library_overlap import describe_overlap, library_eval_overlap
 from tfgrpo.experiences.model import Library
@@ -70,7 +71,25 @@ async def evaluate_async(
     rows = _write_samples(out / "samples.jsonl", setup.problems, groups)
     metrics = _metrics(config, rows, setup, wall_time_s=time.perf_counter() - started)
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2, ensure_ascii=False), encoding="utf-8")
+    with open_trackers(config, command="eval", out=out) as trackers:
+        trackers.log_metrics(scalars({k: v for k, v in metrics.items() if k not in UNTRACKED_METRICS}), step=0)
+        trackers.log_table("samples", [{key: row.get(key) for key in TRACKED_SAMPLE_KEYS} for row in rows])
     return EvalResult(out=str(out), metrics=metrics)
+
+
+#: metrics.json keys the trackers get otherwise (the config, logged whole as the run's settings) or not at all
+UNTRACKED_METRICS = ("settings", "provenance")
+#: the samples table's columns: a sample's outcome, not its prompt (the same for every sample of a problem)
+TRACKED_SAMPLE_KEYS = (
+    "problem_id",
+    "sample",
+    "gold",
+    "extracted",
+    "reward",
+    "error",
+    "completion",
+    "completion_tokens",
+)
 
 
 @dataclass
@@ -87,7 +106,9 @@ class _EvalSetup:
 
 
 def _set_up(config: EvalConfig, out: Path, console: Any, client: LLMClient | None) -> _EvalSetup:
-    """Data, run directory, library (and its overlap with the data), prompt, agent, client and reward."""
+    """Data, run directory, library (and its overlap with the data), prompt, agent, client, reward and the
+    trackers' extras."""
+    require_trackers(config.trackers)
     problems = load_dataset_rows(
         config.data,
         problem_key=config.problem_key,

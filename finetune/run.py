@@ -32,6 +32,7 @@ from tfgrpo.finetune.models import (
     load_tokenizer,
     resolve_model_source,
 )
+from tfgrpo.finetune.reporting import reporting_options
 from tfgrpo.rewards import REWARD_NAMES
 from tfgrpo.rollout.tools import BUILTIN_TOOLS, parse_tool_names
 
@@ -99,6 +100,7 @@ def check_inputs(method: str, *, data: str | Path, out: str | Path, options: dic
     method_spec(method)
     out = folder_target(out, FinetuneError)
     check_options(method, options)
+    reporting_options(options, out)
     if data_builders.bundled_dataset_name(data) is None:
         data_builders.resolve_data_file(data)
     return out
@@ -318,7 +320,7 @@ def _training_config(method: str, options: dict[str, Any], source: Any, out: Pat
             quantization,
             "as requested" if requested != "auto" else "auto: 8-bit if its weights fit in 25% of free memory",
         )
-    return build_method_config(method, {**settings, **options}), quantization
+    return build_method_config(method, {**settings, **options, **reporting_options(options, out)}), quantization
 
 
 def _build_trainer(

@@ -25,6 +25,7 @@ FLAGS = [
     opt.flag("agent.max_turns", "--max-turns"),
     opt.flag("agent.protocol", "--protocol"),
     opt.flag("label"),
+    *opt.tracking_flags(),
     *opt.llm_flags(
         "backend",
         "model",

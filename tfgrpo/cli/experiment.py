@@ -48,6 +48,9 @@ def register(app: typer.Typer) -> None:
         api_key: Annotated[
             str | None, typer.Option("--api-key", help=opt.option_help(Recipe, opt.flag("model.api_key")))
         ] = None,
+        report_to: Annotated[
+            list[str] | None, typer.Option("--report-to", help=opt.option_help(Recipe, opt.flag("report_to")))
+        ] = None,
     ) -> None:
         from rich.console import Console
 
@@ -57,6 +60,10 @@ def register(app: typer.Typer) -> None:
         loaded = load_recipe(recipe, set_)
         if api_key:
             loaded.model.api_key = api_key
+        if report_to:
+            from tfgrpo.core.tracking import parse_report_to
+
+            loaded.report_to = parse_report_to(report_to) or ["none"]  # type: ignore[assignment]
         console = Console(stderr=True, soft_wrap=True)
         result = run_experiment(loaded, out, budget_usd=budget_usd, dry_run=dry_run, console=console)
         if result.status == "budget_exceeded":

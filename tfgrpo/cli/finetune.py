@@ -51,6 +51,13 @@ FLAGS = [
     ),
     opt.flag("max_turns", help="Model turns per trajectory with tools (final answer included).", kind=int),
     opt.flag("seed", help="Random seed.", kind=int),
+    opt.flag(
+        "report_to",
+        help="Experiment trackers TRL logs to: none | tensorboard | mlflow | wandb | trackio (repeatable or a,b; "
+        "each an extra: pip install 'tfgrpo[NAME]').",
+        kind=list[str],
+    ),
+    opt.flag("run_name", help="The run's name in the trackers (default: the --out folder's name).", kind=str),
 ]
 
 

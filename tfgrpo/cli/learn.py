@@ -63,6 +63,7 @@ FLAGS = [
     opt.flag("gate", "--gate/--no-gate"),
     opt.flag("resume"),
     opt.flag("allow_config_change"),
+    *opt.tracking_flags(),
 ]
 
 

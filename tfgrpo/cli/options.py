@@ -230,6 +230,11 @@ def llm_flags(*names: str, section: str = "llm.") -> list[Flag]:
     return [flag(section + name, *_LLM_DECLS.get(name, ())) for name in names]
 
 
+def tracking_flags() -> list[Flag]:
+    """`--report-to`, `--run-name`, `--tracker-project`: the `TrackingSettings` fields of learn, eval and experiment."""
+    return [flag("report_to"), flag("run_name"), flag("tracker_project")]
+
+
 def sampling_flags(section: str, *names: str, label: str = "") -> list[Flag]:
     """`--temperature`, `--top-p`, `--max-tokens` of a `SamplingParams` section of the command's config."""
     return [flag(f"{section}.{name}", label=label) for name in names]

@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator
 
-from tfgrpo.core.config import ConfigError, config_dict
+from tfgrpo.core.config import ConfigError, config_dict, format_validation_error
 
 TrackerName = Literal["none", "tensorboard", "mlflow", "wandb", "trackio"]
 #: the modules each tracker needs (the extra of the same name installs them)
@@ -45,8 +45,12 @@ TEXT_TABLE_ROWS = 100
 MLFLOW_PARAM_CHARS = 6000
 
 
+class TrackingError(ConfigError):
+    """A chosen tracker cannot be used (unknown, or its extra is missing); the message says what to do."""
+
+
 class TrackingSettings(BaseModel):
-    """The tracking fields a command's config inherits (learn, eval, experiment)."""
+    """The tracking fields a command's config inherits (learn, eval, experiment): `report_to` as TRL spells it."""
 
     report_to: list[TrackerName] = Field(
         default_factory=lambda: ["none"],
@@ -54,7 +58,9 @@ class TrackingSettings(BaseModel):
         "(repeatable or a,b; each an extra: pip install 'tfgrpo[NAME]').",
     )
     run_name: str | None = Field(None, description="The run's name in the trackers; default: the --out folder's name.")
-    project: str = Field("tfgrpo", min_length=1, description="MLflow experiment, W&B and trackio project.")
+    tracker_project: str = Field(
+        "tfgrpo", min_length=1, description="The trackers' project: MLflow experiment, W&B and trackio project."
+    )
 
     @field_validator("report_to", mode="before")
     @classmethod
@@ -72,8 +78,14 @@ class TrackingSettings(BaseModel):
         return [name for name in self.report_to if name != "none"]
 
 
-class TrackingError(ConfigError):
-    """A chosen tracker cannot be used (its extra is missing); the message names the install command."""
+def parse_report_to(value: object) -> list[str]:
+    """`report_to` as a command line or YAML gives it ("a,b", a list, None) -> the trackers chosen, checked
+    (finetune's, which TRL receives); one line on a name that is not a tracker."""
+    try:
+        settings = TrackingSettings.model_validate({"report_to": ["none"] if value is None else value})
+    except ValidationError as exc:
+        raise TrackingError(format_validation_error(exc, source="--report-to")) from None
+    return settings.trackers
 
 
 def require_trackers(names: Sequence[str]) -> None:
@@ -83,7 +95,7 @@ def require_trackers(names: Sequence[str]) -> None:
             if importlib.util.find_spec(module) is None:
                 raise TrackingError(
                     f"--report-to {name}: {module} is not installed: pip install 'tfgrpo[{name}]' "
-                    f"(or scripts/install.sh --trackers)"
+                    f"(scripts/install.sh installs every tracker)"
                 )
 
 
@@ -288,15 +300,22 @@ class Trackers:
         for tracker in trackers:
             tracker.close(failed=failed)
 
+    def __enter__(self) -> Trackers:
+        return self
 
-def open_trackers(settings: TrackingSettings, *, command: str, out: str | Path) -> Trackers:
-    """One run in each tracker `settings.report_to` names, started with the masked settings (`config_dict`)."""
-    names = settings.trackers
+    def __exit__(self, kind: object, error: object, traceback: object) -> None:
+        self.close(failed=error is not None)
+
+
+def open_trackers(config: TrackingSettings, *, command: str, out: str | Path) -> Trackers:
+    """One run in each tracker `config.report_to` names, started with the command's whole config as
+    `config_dict` writes it (secrets masked)."""
+    names = config.trackers
     if not names:
         return Trackers()
     require_trackers(names)
     out = Path(out)
-    run = RunInfo(command, settings.run_name or out.resolve().name, settings.project, out, config_dict(settings))
+    run = RunInfo(command, config.run_name or out.resolve().name, config.tracker_project, out, config_dict(config))
     opened: list[Tracker] = []
     try:
         for name in names:
@@ -305,6 +324,18 @@ def open_trackers(settings: TrackingSettings, *, command: str, out: str | Path) 
         Trackers(opened).close(failed=True)
         raise
     return Trackers(opened)
+
+
+def scalars(data: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
+    """The numbers of a metrics dict, nested keys joined by '/' (booleans as 0/1; text, lists and None left out)."""
+    found: dict[str, float] = {}
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            found.update(scalars(value, f"{name}/"))
+        elif isinstance(value, (bool, int, float)) and math.isfinite(float(value)):
+            found[name] = float(value)
+    return found
 
 
 __all__ = [
@@ -317,5 +348,7 @@ __all__ = [
     "TrackingSettings",
     "flatten",
     "open_trackers",
+    "parse_report_to",
     "require_trackers",
+    "scalars",
 ]

@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from tfgrpo.core.config import ConfigError, format_validation_error, load_yaml_text, load_yaml_value, read_yaml
+from tfgrpo.core.tracking import TrackingSettings
 from tfgrpo.llm.config import LLMConfig
 
 BUNDLED_RECIPES = ("paper-math", "quickstart", "quickstart-baselines", "baselines-local")
@@ -95,8 +96,8 @@ class ReportSpec(BaseModel):
     pooled: bool = Field(True, description="Add a 'library (pooled)' row over all seeds when there are several.")
 
 
-class Recipe(BaseModel):
-    """One experiment: learn runs, fine-tuning baselines, evals on every set, and the final table."""
+class Recipe(TrackingSettings):
+    """One experiment: learn runs, fine-tuning baselines, evals on every set, the final table (and its trackers)."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 

@@ -11,6 +11,7 @@ and the experiment goes on: the table marks its row, and the next run tries it a
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from rich.table import Table as RichTable
 from tfgrpo.core.atomic import folder_target
 from tfgrpo.core.config import ConfigError, dump_config
 from tfgrpo.core.errors import EvalError
+from tfgrpo.core.tracking import open_trackers, require_trackers
 from tfgrpo.experiment.checks import check_recipe_inputs
 from tfgrpo.experiment.estimate import StepEstimate, estimate_step
 from tfgrpo.experiment.plan import Step, build_plan
@@ -161,6 +163,7 @@ def run_experiment(
         raise ConfigError(f"--budget-usd must be a number > 0 (got {budget_usd:g}); leave it out for no cap")
     out = folder_target(out, ConfigError)  # also in a dry run: the plan is for a folder that can exist
     check_recipe_inputs(recipe)  # a dry run too: a plan of a method or a file that does not exist is no plan
+    require_trackers(recipe.trackers)
     plan = build_plan(recipe, out)
     state = ExperimentState.load(out)
     estimates = {step.id: estimate_step(step, recipe.estimate) for step in plan}
@@ -209,7 +212,21 @@ def run_experiment(
         )
         for step_id, message in result.failed.items():
             console.print(f"[yellow]{step_id} failed[/]: {message} (its row is marked in the table)", highlight=False)
+        track_table(recipe, result)
     return result
+
+
+def track_table(recipe: Recipe, result: ExperimentResult) -> None:
+    """The experiment's table (report/table.json: a row per system, a column per eval set) and its spend, to the
+    trackers `recipe.report_to` names."""
+    assert result.report is not None
+    table = json.loads((result.report.parent / "table.json").read_text(encoding="utf-8"))
+    with open_trackers(recipe, command="experiment", out=result.out) as trackers:
+        trackers.log_table("table", [dict(zip(table["headers"], row, strict=False)) for row in table["rows"]])
+        ran = sum(action != "skipped" for action in result.actions.values())
+        trackers.log_metrics(
+            {"cost/spent_usd": result.spent_usd, "steps/ran": ran, "steps/failed": len(result.failed)}, step=0
+        )
 
 
 def _run_steps(

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from tfgrpo.core.datasets import DATASET_CACHE_HELP, DATASET_MEMORY_MB, DatasetCache
 from tfgrpo.core.textfile import MAX_ROW_BYTES
+from tfgrpo.core.tracking import TrackingSettings
 from tfgrpo.experiences.credit import DEFAULT_LEVEL, DEFAULT_MIN_GROUPS
 from tfgrpo.llm.config import LLMConfig
 from tfgrpo.llm.types import SamplingParams
@@ -38,8 +39,8 @@ class StageTemplates(BaseModel):
     )
 
 
-class LearnConfig(BaseModel):
-    """Everything one learn run needs. Unknown keys are errors (`extra="forbid"`)."""
+class LearnConfig(TrackingSettings):
+    """Everything one learn run needs (and the trackers it logs to). Unknown keys are errors (`extra="forbid"`)."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 

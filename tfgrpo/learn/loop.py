@@ -30,6 +30,7 @@ from rich.console import Console
 
 from tfgrpo.core.atomic import removed_on_failure
 from tfgrpo.core.datasets import Problem, dataset_cache_dir, load_dataset_rows
+from tfgrpo.core.tracking import Trackers, open_trackers, require_trackers, scalars
 from tfgrpo.experiences.model import Library
 from tfgrpo.learn.config import LearnConfig
 from tfgrpo.learn.guards import LeakageGuard, check_learning_data, load_declared_test_sets
@@ -37,6 +38,7 @@ from tfgrpo.learn.metrics import run_metrics
 from tfgrpo.learn.rundir import RunDir, RunState
 from tfgrpo.learn.selection import select_best_step, selection_metrics
 from tfgrpo.learn.step import Engine, StepPlan
+from tfgrpo.learn.step_scalars import epoch_scalars, step_scalars
 from tfgrpo.llm.client import LLMClient
 from tfgrpo.llm.errors import BudgetExceededError
 from tfgrpo.llm.factory import build_client
@@ -99,7 +101,9 @@ class RunInputs:
 
 
 def read_inputs(config: LearnConfig) -> RunInputs:
-    """Data, validation data, declared test sets, the leakage guard, the reward and the starting library."""
+    """Data, validation data, declared test sets, the leakage guard, the reward, the starting library and the
+    trackers' extras."""
+    require_trackers(config.trackers)
     problems = load_problems(config, config.data)
     val_problems = load_problems(config, config.val_data, training=False) if config.val_data else []
     test_sets = load_declared_test_sets(config)
@@ -142,10 +146,12 @@ async def _learn_in(run: RunDir, config: LearnConfig, *, client: LLMClient | Non
     )
     started = time.perf_counter()
     status, message = "failed", "crashed"  # until the loop finishes or stops cleanly
+    trackers = Trackers()
     try:
         try:
+            trackers = open_trackers(config, command="learn", out=run.root)
             with engine.progress:
-                await run_planned_steps(engine, run, inputs, state)
+                await run_planned_steps(engine, run, inputs, state, trackers)
             status, message = "completed", ""
         except BudgetExceededError as exc:
             status, message = "budget_exceeded", str(exc)
@@ -158,8 +164,12 @@ async def _learn_in(run: RunDir, config: LearnConfig, *, client: LLMClient | Non
                 if owns_client:
                     await client.aclose()
                     client.close_cache()
-        return _finish(run, config, state, status, message, console)
+        result = _finish(run, config, state, status, message, console)
+        trackers.log_metrics(scalars(result.metrics["totals"], "totals/"), step=state.completed_step)
+        trackers.log_table("credit", result.metrics["credit"])
+        return result
     finally:
+        trackers.close(failed=status == "failed")
         engine.close()
 
 
@@ -177,17 +187,22 @@ def _warn(run: RunDir, console: Any, inputs: RunInputs, state: RunState, config:
             console.print(f"warning: {warning}", style="yellow", highlight=False, markup=False)
 
 
-async def run_planned_steps(engine: Engine, run: RunDir, inputs: RunInputs, state: RunState) -> None:
-    """Every step not yet completed, and each epoch's validation once its last step is done."""
+async def run_planned_steps(
+    engine: Engine, run: RunDir, inputs: RunInputs, state: RunState, trackers: Trackers
+) -> None:
+    """Every step not yet completed, and each epoch's validation once its last step is done; each step's final
+    metrics go to the trackers."""
     library = run.load_step_library(state.completed_step)
     for plan in inputs.plans:
         if plan.step > state.completed_step:
             library = await engine.run_step(plan, library, state)
+            trackers.log_metrics(step_scalars(state.steps[-1], library, engine.config), step=plan.step)
         if plan.last_in_epoch:
             state.epoch_end_step[plan.epoch] = plan.step
             if inputs.val_problems and plan.epoch not in state.validation:
                 epoch_library = library if plan.step == state.completed_step else run.load_step_library(plan.step)
                 state.validation[plan.epoch] = await engine.validator.validate(plan.epoch, epoch_library)
+                trackers.log_metrics(epoch_scalars(state.validation[plan.epoch]), step=plan.step)
             run.save_state(state)
 
 
