@@ -154,3 +154,15 @@ def test_a_report_to_that_is_no_tracker_is_one_line(tmp_path, capsys, given):
     code = run_cli("learn", "--data", "easy", "--out", tmp_path / "r", "--report-to", given)
     error = capsys.readouterr().err
     assert code != 0 and "report_to" in error and "Traceback" not in error and len(error.strip().splitlines()) == 1
+
+
+def test_report_to_from_yaml_and_the_command_line(tmp_path):
+    from tfgrpo.core.config import build_config
+    from tfgrpo.learn.config import LearnConfig
+
+    path = tmp_path / "learn.yaml"
+    path.write_text("data: easy\nreport_to: [tensorboard, mlflow]\nrun_name: first\n", encoding="utf-8")
+    assert build_config(LearnConfig, path, {}).trackers == ["tensorboard", "mlflow"]
+    given = build_config(LearnConfig, path, {"report_to": ["wandb,trackio"], "run_name": None})
+    assert given.trackers == ["wandb", "trackio"] and given.run_name == "first"
+    assert build_config(LearnConfig, None, {"data": "easy"}).trackers == []  # the default: none
