@@ -183,6 +183,7 @@ def _values(model: type, option: options.Flag) -> tuple[Any, Any]:
         "data": ("easy", "easy_train"),  # and finetune's data: a bundled set, or a file that exists
         "reward": ("exact", "numeric"),  # reward names are checked with the config (serve)
         "cors_origins": (["https://a.example"], ["https://b.example", "http://127.0.0.1:3000"]),  # origins too
+        "report_to": (["tensorboard"], ["mlflow", "wandb"]),  # tracker names are checked with the config
     }
     if leaf in special:
         return special[leaf]

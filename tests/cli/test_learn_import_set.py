@@ -14,9 +14,10 @@ from tests.helpers.serve_upstream import ScriptedUpstream, running
 
 #: third-party top-level packages allowed before the first request: the CLI (typer, rich, click via typer's
 #: shellingham), configs (pydantic, yaml), prompt templates (jinja2), the SDK and its transport (openai,
-#: aiohttp and friends, httpx), retries (tenacity), reply repair (json_repair)
+#: aiohttp and friends, httpx; brotli: aiohttp's `br` decoder, imported when installed, as the trackio extra
+#: does), retries (tenacity), reply repair (json_repair)
 ALLOWED = {
-    "aiohappyeyeballs", "aiohttp", "aiosignal", "annotated_doc", "annotated_types", "anyio", "attr", "certifi",
+    "aiohappyeyeballs", "aiohttp", "aiosignal", "annotated_doc", "annotated_types", "anyio", "attr", "brotli", "certifi",
     "click", "distro", "filelock", "frozenlist", "h11", "h2", "hpack", "httpcore", "httpcore2",
     "httpx", "httpx2", "hyperframe", "idna", "jinja2", "jiter", "json_repair", "markdown_it", "markupsafe", "mdurl",
     "multidict", "openai", "propcache", "pydantic", "pydantic_core", "pygments", "rich", "shellingham",
