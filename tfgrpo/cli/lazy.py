@@ -54,6 +54,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "tfgrpo.cli.serve",
         "Serve a library as an OpenAI-compatible endpoint: injection, A/B holdout, traces, feedback, hot reload.",
     ),
+    "mcp": (
+        "tfgrpo.cli.mcp",
+        "Serve a library to MCP clients (Claude Code, Codex, Cursor) over stdio or HTTP: retrieval, listing, outcomes.",
+    ),
     "experiment": (
         "tfgrpo.cli.experiment",
         "Run a recipe: learn runs, fine-tuned baselines, evals, then one table with CIs and paired tests.",
