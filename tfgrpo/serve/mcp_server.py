@@ -32,7 +32,7 @@ from pydantic import Field
 
 from tfgrpo.experiences.export import export_text
 from tfgrpo.serve.auth import ClientKeys
-from tfgrpo.serve.errors import RequestRejected
+from tfgrpo.serve.errors import RequestRejected, error_payload
 from tfgrpo.serve.live_library import LiveLibrary
 from tfgrpo.serve.mcp_config import McpConfig
 from tfgrpo.serve.mcp_library import InputRefused, LibraryTools
@@ -157,7 +157,7 @@ class KeyCheck:
         try:
             identity = self.keys.check(authorization)
         except RequestRejected as rejected:
-            body = json.dumps({"error": {"message": rejected.message, "code": rejected.code}}).encode()
+            body = json.dumps(error_payload(rejected.status, str(rejected), rejected.code)).encode()
             headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
             headers += [(name.encode(), value.encode()) for name, value in rejected.headers.items()]
             await send({"type": "http.response.start", "status": rejected.status, "headers": headers})
