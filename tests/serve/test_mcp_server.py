@@ -183,6 +183,7 @@ async def test_http_session_needs_its_key_and_serves_a_changed_library(library_f
         (["--transport", "http", "--host", "0.0.0.0"], "listening on 0.0.0.0 needs client_keys"),
         (["--client-keys", "keys.txt"], "client_keys guard the http transport"),
         (["--default-k", "9", "--max-k", "3"], "default_k (9) must not exceed max_k (3)"),
+        (["--transport", "http", "--client-keys", "no-such-keys.txt"], "client_keys no-such-keys.txt: cannot read it"),
     ],
 )
 def test_bad_settings_are_one_line(
@@ -193,3 +194,11 @@ def test_bad_settings_are_one_line(
     assert info.value.code == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+def test_a_missing_library_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["mcp", str(tmp_path / "none.json")])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "none.json" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1

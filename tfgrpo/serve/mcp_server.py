@@ -103,9 +103,9 @@ def open_tools(config: McpConfig) -> LibraryTools:
 
 
 def run(config: McpConfig, announce: Callable[[str], None]) -> None:
+    keys = ClientKeys.load(config.client_keys) if config.client_keys else None  # before the slow part
     with contextlib.redirect_stdout(sys.stderr):  # a model's loading chatter must not reach the stdio channel
         tools = open_tools(config)
-        keys = ClientKeys.load(config.client_keys) if config.client_keys else None
     library = tools.live.current.library
     where = "stdio" if config.transport == "stdio" else f"http://{config.host}:{config.port}{PATH}"
     announce(f"tfgrpo mcp: {config.library} ({len(library)} experiences, version {library.version}) on {where}")
