@@ -149,7 +149,16 @@ async def test_http_session_needs_its_key_and_serves_a_changed_library(library_f
     keys.write_text(f"# agents\n{KEY}\n")
     log = tmp_path / "mcp.log"
     task = "Find the roots of x^2 + x - 2."
-    args = ("--client-keys", str(keys), "--traces", str(traces), "--reload-interval-s", "0.2")
+    args = (
+        "--client-keys",
+        str(keys),
+        "--traces",
+        str(traces),
+        "--reload-interval-s",
+        "0.2",
+        "--max-request-bytes",
+        "4096",
+    )
     with http_server(library_file, log, *args) as url:
         async with http_client(url, KEY) as client:
             await _retrieve_and_record(client, task, gold="1, -2")
@@ -172,6 +181,10 @@ async def test_http_session_needs_its_key_and_serves_a_changed_library(library_f
             answer = httpx2.post(url, json={}, headers=headers, timeout=30)
             assert answer.status_code == 401
             assert answer.json()["error"]["code"] == ("invalid_api_key" if key else "missing_api_key")
+        call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "list_experiences"}}
+        padded = json.dumps({**call, "padding": "x" * 5000})
+        headers = {"Authorization": f"Bearer {KEY}", "content-type": "application/json"}
+        assert httpx2.post(url, content=padded, headers=headers, timeout=30).status_code == 413  # body over the cap
     assert _learnable(traces, tmp_path) == {task: "1, -2"}
     text = log.read_text()
     assert KEY not in text and "wrong-key-77" not in text  # no key, right or wrong, reaches the log
