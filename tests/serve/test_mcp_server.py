@@ -5,6 +5,7 @@ a changed library file served without a restart."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -20,9 +21,12 @@ import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
+from typer.testing import CliRunner
 
+from tests.helpers.serve_upstream import ScriptedUpstream, running
 from tests.helpers.servers import free_port
-from tfgrpo.cli.app import main
+from tests.serve.test_serve_online_learning import PROBLEMS, LessonWorld
+from tfgrpo.cli.app import app, main
 from tfgrpo.experiences import Library
 from tfgrpo.serve.dataset import problems_from_traces
 
@@ -188,6 +192,37 @@ async def test_http_session_needs_its_key_and_serves_a_changed_library(library_f
     assert _learnable(traces, tmp_path) == {task: "1, -2"}
     text = log.read_text()
     assert KEY not in text and "wrong-key-77" not in text  # no key, right or wrong, reaches the log
+
+
+def test_learn_from_traces_learns_from_outcomes_recorded_over_mcp(library_file: Path, tmp_path: Path) -> None:
+    """The agent loop closed: outcomes an agent records over MCP are the problems `learn --from-traces` learns on
+    (the scripted model answers A+B right half the time, unless the learned lesson is in its prompt)."""
+    traces = tmp_path / "traces.sqlite"
+    server = StdioServerParameters(
+        command=sys.executable, args=_command(str(library_file), "--traces", str(traces))[1:], env=ENV
+    )
+
+    async def agent_sessions() -> None:
+        async with Client(server) as client:
+            for a, b in PROBLEMS:
+                task = f"What is {a}+{b}?"
+                found = await client.call_tool("relevant_experiences", {"task": task, "k": 1})
+                ids = [e["id"] for e in found.structured_content["experiences"]]
+                arguments = {"task": task, "experience_ids": ids, "reward": 0.0, "answer": "0", "gold": str(a + b)}
+                assert not (await client.call_tool("record_outcome", arguments)).is_error
+
+    asyncio.run(agent_sessions())
+    with running(ScriptedUpstream(responder=LessonWorld().reply_for)) as upstream:
+        args = ["learn", "--from-traces", str(traces), "--out", str(tmp_path / "run"), "--backend", "openai"]
+        args += ["--model", "m", "--base-url", upstream + "/v1", "--api-key", "sk-test", "-G", "4", "--epochs", "1"]
+        result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    problems = [json.loads(line) for line in (tmp_path / "run" / "traces_problems.jsonl").read_text().splitlines()]
+    assert sorted((p["problem"], p["answer"]) for p in problems) == sorted(
+        (f"What is {a}+{b}?", str(a + b)) for a, b in PROBLEMS
+    )
+    learned = {e.text for e in Library.load(tmp_path / "run" / "library.json")}
+    assert learned >= {f"When adding {a} and {b}, check the carry." for a, b in PROBLEMS}
 
 
 @pytest.mark.parametrize(
