@@ -12,6 +12,7 @@ import pytest
 from pydantic import ValidationError
 
 from tfgrpo.core.sequential import (
+    Decision,
     Observation,
     SequentialInputError,
     SequentialSettings,
@@ -56,17 +57,47 @@ def test_path_ends_where_difference_bounds_does(paired):
     assert final.lower < final.estimate < final.upper
 
 
-def test_a_better_challenger_is_promoted_and_a_worse_one_rolled_back():
+A_A_STREAMS = 1000
+A_A_HORIZON = 100  # per arm: every look from min_samples (20) to 100 is a chance to promote wrongly
+
+
+@pytest.mark.parametrize("paired", [True, False], ids=["paired", "two-sample"])
+def test_a_a_streams_are_falsely_promoted_at_most_alpha_of_the_time(paired):
+    rng = np.random.default_rng(2026 + paired)
+    settings = SequentialSettings(alpha=0.05, max_samples=A_A_HORIZON)
+    promoted = kinds = 0
+    for stream in range(A_A_STREAMS):
+        base = (0.3, 0.5, 0.8)[stream % 3]
+        path = difference_path(*_stream(rng, A_A_HORIZON, base, base, paired=paired), alpha=settings.alpha)
+        decision, bounds = _first_decision(path, settings)
+        promoted += decision is not None and decision.action == "promote"
+        kinds += bounds.kind == ("paired" if paired else "two-sample")
+    assert kinds == A_A_STREAMS
+    assert promoted / A_A_STREAMS <= settings.alpha, promoted
+
+
+@pytest.mark.parametrize("paired", [True, False], ids=["paired", "two-sample"])
+@pytest.mark.parametrize(("effect", "action"), [(0.10, "promote"), (-0.10, "rollback")])
+def test_a_ten_point_challenger_is_promoted_and_a_ten_point_worse_one_rolled_back(paired, effect, action):
     rng = np.random.default_rng(7)
     settings = SequentialSettings()
-    better = difference_path(*_stream(rng, 1500, 0.5, 0.6, paired=False), alpha=settings.alpha)
-    decision, bounds = _first_decision(better, settings)
-    assert decision is not None and decision.action == "promote", decision
-    assert decision.rule.startswith("lower bound +") and bounds.lower > 0
-    worse = difference_path(*_stream(rng, 1500, 0.5, 0.4, paired=True), alpha=settings.alpha)
-    decision, bounds = _first_decision(worse, settings)
-    assert decision is not None and decision.action == "rollback", decision
-    assert bounds.kind == "paired" and bounds.upper < 0
+    for _ in range(5):
+        path = difference_path(*_stream(rng, settings.max_samples, 0.5, 0.5 + effect, paired=paired), alpha=0.05)
+        decision, bounds = _first_decision(path, settings)
+        assert decision is not None and decision.action == action, decision
+        assert (bounds.lower > 0) if action == "promote" else (bounds.upper < 0)
+        assert bounds.n_test < settings.max_samples
+
+
+def test_no_decision_before_min_samples_and_a_stop_at_max_samples():
+    rng = np.random.default_rng(5)
+    settings = SequentialSettings(min_samples=30, max_samples=60)
+    path = difference_path(*_stream(rng, 60, 0.0, 1.0, paired=False), alpha=0.05)
+    decision, bounds = _first_decision(path, settings)
+    assert decision.action == "promote" and bounds.n_test == 30  # all-or-nothing: certain from the first look
+    flat = difference_path(*_stream(rng, 60, 1.0, 1.0, paired=True), alpha=0.05)
+    assert decide(flat[-2], settings).action == "continue"
+    assert decide(flat[-1], settings) == Decision("stop", "n 60 pairs reached max_samples 60: the champion stays")
 
 
 def test_the_guard_rolls_back_a_challenger_that_fails_more():
@@ -78,6 +109,9 @@ def test_the_guard_rolls_back_a_challenger_that_fails_more():
     assert decide_guard(bounds, max_increase=0.02).action == "rollback"
     same = guard_bounds(champion, list(rng.random(400) < 0.02), alpha=0.05)
     assert decide_guard(same, max_increase=0.02).action == "continue"
+    always_failing = guard_bounds([False] * 20, [True] * 20, alpha=0.05)
+    assert decide_guard(always_failing, max_increase=0.02).action == "rollback"
+    assert decide_guard(guard_bounds([False] * 5, [True] * 5, alpha=0.05), 0.02).action == "continue"  # warm-up
 
 
 def test_pairs_are_one_to_one_in_time_order():

@@ -18,9 +18,11 @@ why. What is ours is the adaptation:
   (`PAIRED_SHARE`), then the sequence is the one-sample t-sequence of the per-pair differences (the prompt's
   own difficulty cancels); otherwise "two-sample": every observation of both arms in a regression on an
   intercept and the arm indicator, whose coefficient is the difference of means.
-- **Warm-up**: no bound before `WARMUP` observations per arm (or pairs), and none while the residual
-  variance is zero (every reward so far equal within each arm): the t-statistic is undefined there, and a
-  zero-width interval would claim a certainty no data gave. The bounds are then the whole range.
+- **Warm-up**: no bound before `WARMUP` observations per arm (or pairs): the bounds are the whole range.
+  The t-sequence reads no spread as no noise: when every reward so far is equal within each arm (a
+  challenger that fails every request, a champion that never does) the interval shrinks to the observed
+  difference, which decides in the data's direction. Under A/A that needs two constant arms that differ,
+  probability 2 p^n (1-p)^n at n per arm: below 1e-5 after the warm-up for any base rate p.
 
 The guard test is the same two-sample sequence on failure indicators (an upstream error or timeout = 1).
 Each kind alone is valid at alpha; a stream whose kind changes along the way is covered by the union of two
@@ -43,7 +45,6 @@ if TYPE_CHECKING:  # numpy and savvi are imported where a bound is computed (sta
 
 PAIRED_SHARE = 0.5
 WARMUP = 10
-_DEGENERATE_SSE = 1e-9  # residual sum of squares (rescaled rewards) below which the variance counts as zero
 
 
 class SequentialInputError(ValueError):
@@ -163,22 +164,46 @@ def difference_path(
     )
     position = {(arm, index): k for k, (_, arm, index) in enumerate(events)}
     completions = sorted((max(position[(0, i)], position[(1, j)]), i, j) for i, j in arms.pairs)
-    two_sample, paired = _two_sample_model(alpha), _paired_model(alpha)
+    two_sample, paired = _LazyFit(_two_sample_model(alpha), 1), _LazyFit(_paired_model(alpha), 0)
     counts, n_pairs, path = [0, 0], 0, []
     for k, (_, arm, index) in enumerate(events):
         counts[arm] += 1
-        reward = arms.challenger[index] if arm else arms.champion[index]
-        two_sample.update(_row(reward, 1.0, float(arm)))
+        two_sample.add(arms.challenger[index] if arm else arms.champion[index], 1.0, float(arm))
         while n_pairs < len(completions) and completions[n_pairs][0] <= k:
             _, i, j = completions[n_pairs]
-            paired.update(_row(arms.challenger[j] - arms.champion[i], 1.0))
+            paired.add(arms.challenger[j] - arms.champion[i], 1.0)
             n_pairs += 1
         if _is_paired(n_pairs, counts[0], counts[1]):
-            interval, kind = _interval(paired, 0, n_pairs >= WARMUP), "paired"
+            interval, kind = paired.interval(n_pairs >= WARMUP), "paired"
         else:
-            interval, kind = _interval(two_sample, 1, min(counts) >= WARMUP), "two-sample"
+            interval, kind = two_sample.interval(min(counts) >= WARMUP), "two-sample"
         path.append(arms.bounds(interval, counts[0], counts[1], n_pairs, kind))
     return path
+
+
+class _LazyFit:
+    """A savvi sequence whose rows wait until a bound of it is asked for, and whose last bound is kept.
+
+    A stream that stays paired never asks for the two-sample bound, so its rows are never fitted; the fit
+    does not depend on the order its rows arrive in (recursive least squares), so waiting changes nothing.
+    """
+
+    def __init__(self, model: LinearRegression, coefficient: int) -> None:
+        self.model, self.coefficient = model, coefficient
+        self.pending: list[tuple[float, ...]] = []
+        self.last: tuple[float, float, float] | None = None
+        self.last_enough = False
+
+    def add(self, *values: float) -> None:
+        self.pending.append(values)
+
+    def interval(self, enough: bool) -> tuple[float, float, float]:
+        if self.pending or self.last is None or enough != self.last_enough:
+            for values in self.pending:
+                self.model.update(_row(*values))
+            self.pending.clear()
+            self.last, self.last_enough = _interval(self.model, self.coefficient, enough), enough
+        return self.last
 
 
 def pair_by_prompt(
@@ -325,9 +350,12 @@ def _row(*values: float) -> np.ndarray:
 def _interval(model: LinearRegression, coefficient: int, enough: bool) -> tuple[float, float, float]:
     """(lower, upper, estimate) of one coefficient on the rescaled scale, clipped to [-1, 1]."""
     estimate = float(model.beta[coefficient]) if model.n else 0.0
-    if not enough or model.nu() <= 0 or model.sse() <= _DEGENERATE_SSE:
+    if not enough or model.nu() <= 0:
         return -1.0, 1.0, max(-1.0, min(1.0, estimate))
-    lower, upper = (float(v) for v in model.calculate_conf_int()[coefficient])
+    import numpy as np
+
+    with np.errstate(invalid="ignore", divide="ignore"):  # no spread at all: 0/0, answered as the whole range
+        lower, upper = (float(v) for v in model.calculate_conf_int()[coefficient])
     if math.isnan(lower) or math.isnan(upper):
         return -1.0, 1.0, max(-1.0, min(1.0, estimate))
     return max(-1.0, lower), min(1.0, upper), max(-1.0, min(1.0, estimate))
