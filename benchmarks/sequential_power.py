@@ -157,7 +157,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--streams", type=int, default=400, help="A/A streams per cell")
     parser.add_argument("--horizon", type=int, default=200, help="A/A observations per arm")
-    parser.add_argument("--power-streams", type=int, default=100, help="+10-point streams per cell")
+    parser.add_argument("--power-streams", type=int, default=100, help="+10-point streams per cell (0: no power table)")
     parser.add_argument("--alphas", default="0.01,0.05,0.10")
     parser.add_argument("--alpha", type=float, default=0.05, help="alpha of the power table")
     args = parser.parse_args()
@@ -165,8 +165,9 @@ def main() -> None:
     alphas = [float(a) for a in args.alphas.split(",")]
     print(f"\nA/A, {args.horizon} per arm, a decision after every observation from min_samples 20:\n")
     print("\n".join(a_a_table(args.streams, args.horizon, alphas)))
-    print(f"\n+{EFFECT:.2f} challenger, alpha {args.alpha}, {args.power_streams} streams a row:\n")
-    print("\n".join(power_table(args.power_streams, args.alpha)))
+    if args.power_streams > 0:
+        print(f"\n+{EFFECT:.2f} challenger, alpha {args.alpha}, {args.power_streams} streams a row:\n")
+        print("\n".join(power_table(args.power_streams, args.alpha)))
 
 
 if __name__ == "__main__":
