@@ -115,6 +115,8 @@ class DifferenceBounds:
 
 @dataclass(frozen=True)
 class Decision:
+    """What the test does now, and the one rule that made it (a line for the decision log)."""
+
     action: str  # "promote" | "rollback" | "stop" | "continue"
     rule: str  # one line: "lower bound +0.031 > min_effect 0.000"
 
