@@ -13,6 +13,7 @@ from tfgrpo.live.config import LearnerConfig
 
 EXIT_INTERRUPTED = 130
 EXIT_BUDGET = 3
+EXIT_FAILED = 2
 
 FLAGS = [
     opt.flag("traces"),
@@ -61,3 +62,5 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(EXIT_INTERRUPTED)
         if result.status == "budget_exceeded":
             raise typer.Exit(EXIT_BUDGET)
+        if result.status == "failed":
+            raise typer.Exit(EXIT_FAILED)

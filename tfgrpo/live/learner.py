@@ -34,6 +34,7 @@ from tfgrpo.experiences import Library
 from tfgrpo.learn.loop import learn_async
 from tfgrpo.live.config import LearnerConfig
 from tfgrpo.live.intake import PAGE, Cursor, ExchangeReader
+from tfgrpo.llm.errors import LLMError
 from tfgrpo.live.rundir import LearnerRunDir, LearnerState, Round
 from tfgrpo.serve.deployment import Deployment, DeploymentState, StaleRevision
 from tfgrpo.serve.live_library import Snapshot
@@ -42,7 +43,7 @@ from tfgrpo.serve.traces import TraceStore
 
 @dataclass
 class LearnerResult:
-    status: str  # stopped (--once) | budget_exceeded | interrupted
+    status: str  # stopped (--once) | failed (--once, the round's model calls failed) | budget_exceeded | interrupted
     state: LearnerState
 
 
@@ -74,7 +75,7 @@ class Learner:
                 if status in ("budget_exceeded", "interrupted"):
                     return LearnerResult(status, state)
                 if self.config.once:
-                    return LearnerResult("stopped", state)
+                    return LearnerResult("failed" if status == "failed" else "stopped", state)
                 await asyncio.sleep(self.config.poll_interval_s)
         finally:
             self.run.release()
@@ -179,7 +180,11 @@ class Learner:
             budget_usd=budget,
             resume=(folder / "learn" / "state.json").is_file(),
         )
-        result = await learn_async(config, console=self.console)
+        try:
+            result = await learn_async(config, console=self.console)
+        except LLMError as exc:  # an outage: the round stays begun, and is resumed at the next poll
+            self.say(f"round {entry.number}: {exc}; resumed at the next poll")
+            return "failed"
         totals = result.metrics.get("totals", {})
         entry.cost_usd = float(totals.get("cost_usd", 0.0))
         entry.usage = {key: totals[key] for key in ("prompt_tokens", "completion_tokens", "rollouts") if key in totals}

@@ -98,7 +98,9 @@ class LearnerRunDir:
         self._lock = lock
         atomic_write_text(self.root / "config.yaml", dump_config(config))
         if not self.state_path.is_file():
-            return LearnerState(ground_truth=config.ground_truth)
+            state = LearnerState(ground_truth=config.ground_truth)
+            self.save(state)  # the run's kind is fixed from its first start on
+            return state
         state = LearnerState.model_validate_json(self.state_path.read_text(encoding="utf-8"))
         if state.ground_truth != config.ground_truth:
             raise ConfigError(
