@@ -13,6 +13,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from tests.helpers.learn_world import PROBLEM
 from tfgrpo.experiences import Library
 from tfgrpo.live.config import LearnerConfig
 from tfgrpo.llm.config import LLMConfig
@@ -84,11 +85,11 @@ def learner_config(traces: Path | str, out: Path, base_url: str, **settings: Any
 
 
 def rollout_requests(bodies: list[dict[str, Any]]) -> list[str]:
-    """The user prompts of the rollout requests a scripted server answered (stage requests left out)."""
+    """The "What is A+B?" of each rollout request a scripted server answered (stage requests left out)."""
     prompts = []
     for body in bodies:
         first = body["messages"][0]["content"] or ""
         if any(tag in first for tag in ("<proposed_changes>", "<attempt ", "<trajectory>")):
             continue
-        prompts.append(body["messages"][-1]["content"])
+        prompts.append(PROBLEM.search(body["messages"][-1]["content"])[0])
     return prompts
