@@ -20,7 +20,7 @@ from pydantic import BaseModel, SecretStr
 from typer.testing import CliRunner
 
 import tfgrpo.finetune.run
-from tfgrpo.cli import chat, evaluate, learn, library_trust, options, score, serve
+from tfgrpo.cli import chat, evaluate, learn, learner, library_trust, options, score, serve
 from tfgrpo.cli.app import app
 from tfgrpo.core.config import build_config
 from tfgrpo.eval.config import EvalConfig
@@ -123,7 +123,7 @@ def test_option_shows_its_fields_description_and_default(command, option):
 
 
 def test_every_command_that_takes_a_model_config_derives_its_options():
-    assert set(DERIVED) == {"chat", "learn", "eval", "score", "finetune", "serve", "library ablate"}
+    assert set(DERIVED) == {"chat", "learn", "eval", "score", "finetune", "serve", "library ablate", "learner"}
     assert len(CASES) >= 90
 
 
@@ -225,6 +225,7 @@ RUNS: dict[str, tuple[list[str], dict[str, Any], Any]] = {
     "library ablate": (["LIB.json", "--data", "easy"], {}, library_trust),
     "score": (["rows.jsonl", "--reward", "judge"], None, score),  # no --config: the judge's model only
     "finetune": (["sft"], {"data": "rows.jsonl", "out": "out"}, None),
+    "learner": ([], {}, learner),
 }
 OVERRIDE_CASES = [
     pytest.param(name, option, id=f"{name}:{option.decls[0]}")

@@ -8,8 +8,10 @@ the carry.", so a round that runs the engine changes the library in a way the te
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections import Counter
+from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -25,6 +27,7 @@ from tests.helpers.live_traces import (
     rollout_requests,
     seed_deployment,
 )
+from tests.helpers.postgres_server import postgres_server
 from tests.helpers.serve_fixtures import proxy, write_library
 from tests.helpers.serve_upstream import ScriptedUpstream
 from tfgrpo.cli.app import app
@@ -85,9 +88,23 @@ def test_served_and_rated_exchanges_become_a_challenger_learned_from_the_champio
                 assert secret not in text, (path, secret)
 
 
+@contextlib.contextmanager
+def _store_url(kind: str, tmp_path) -> Iterator[str]:
+    if kind == "postgresql":
+        with postgres_server() as url:
+            yield url
+    else:
+        yield str(tmp_path / "traces.sqlite")
+
+
 @pytest.mark.timeout(240)
-def test_a_restart_resumes_from_the_cursor_and_from_the_begun_round(tmp_path):
-    traces = tmp_path / "traces.sqlite"
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+def test_a_restart_resumes_from_the_cursor_and_from_the_begun_round(tmp_path, kind):
+    with _store_url(kind, tmp_path) as traces:
+        _restart_scenario(tmp_path, traces)
+
+
+def _restart_scenario(tmp_path, traces: str) -> None:
     deployment, store = seed_deployment(traces)
     for a, b in PAIRS[:2]:
         rewarded(store, a, b)
@@ -112,6 +129,8 @@ def test_a_restart_resumes_from_the_cursor_and_from_the_begun_round(tmp_path):
     assert deployment.state().challenger == resumed.state.rounds[0].challenger
     assert sum(d["action"] == "propose" for d in deployment.decisions()) == 1
     assert "resumed at step 0" in (out / "rounds" / "0001" / "learn" / "events.log").read_text()
+    store.close()
+    deployment.engine.dispose()
 
 
 @pytest.mark.timeout(240)

@@ -143,7 +143,10 @@ class ExchangeReader:
                 return skip(reason)
         key = str(row["prompt_key"])
         intake.problems[key] = Problem(
-            id=f"trace-{key[:12]}", problem=text, answer=answer, extra={"exchange_id": row["exchange_id"], "prompt_key": key}
+            id=f"trace-{key[:12]}",
+            problem=text,
+            answer=answer,
+            extra={"exchange_id": row["exchange_id"], "prompt_key": key},
         )
         intake.rewarded += 1
 

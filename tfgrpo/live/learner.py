@@ -34,8 +34,8 @@ from tfgrpo.experiences import Library
 from tfgrpo.learn.loop import learn_async
 from tfgrpo.live.config import LearnerConfig
 from tfgrpo.live.intake import PAGE, Cursor, ExchangeReader
+from tfgrpo.live.rundir import LearnerRunDir, LearnerState, Round, RoundStatus
 from tfgrpo.llm.errors import LLMError
-from tfgrpo.live.rundir import LearnerRunDir, LearnerState, Round
 from tfgrpo.serve.deployment import Deployment, DeploymentState, StaleRevision
 from tfgrpo.serve.live_library import Snapshot
 from tfgrpo.serve.traces import TraceStore
@@ -233,10 +233,12 @@ class Learner:
             state.pending.setdefault(row["prompt_key"], problem.model_dump())
         state.pending_rewarded += entry.rewarded
 
-    def _end(self, state: LearnerState, entry: Round, status: str, message: str) -> str:
-        entry.status, entry.message, entry.ended_at = status, message, time.time()  # type: ignore[assignment]
+    def _end(self, state: LearnerState, entry: Round, status: RoundStatus, message: str) -> str:
+        entry.status, entry.message, entry.ended_at = status, message, time.time()
         self.run.save(state)
-        self.say(f"round {entry.number}: {status}: {message} (cost ${entry.cost_usd:.4f}; all rounds ${state.cost_usd:.4f})")
+        self.say(
+            f"round {entry.number}: {status}: {message} (cost ${entry.cost_usd:.4f}; all rounds ${state.cost_usd:.4f})"
+        )
         return status
 
     # -- saying ----------------------------------------------------------------------------------------

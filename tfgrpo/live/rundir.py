@@ -94,7 +94,9 @@ class LearnerRunDir:
         try:
             lock.acquire(timeout=0)
         except Timeout:
-            raise ConfigError(f"{self.root} is in use by another `tfgrpo learner` ({self.lock_path} is held)") from None
+            raise ConfigError(
+                f"{self.root} is in use by another `tfgrpo learner` ({self.lock_path} is held)"
+            ) from None
         self._lock = lock
         atomic_write_text(self.root / "config.yaml", dump_config(config))
         if not self.state_path.is_file():
