@@ -32,7 +32,9 @@ from tests.helpers.serve_fixtures import proxy, write_library
 from tests.helpers.serve_upstream import ScriptedUpstream
 from tfgrpo.cli.app import app
 from tfgrpo.core.datasets import load_dataset_rows
+from tfgrpo.experiences import Library
 from tfgrpo.live.learner import run_learner
+from tfgrpo.serve.live_library import Snapshot
 
 PAIRS = [(12, 34), (5, 8), (21, 9)]
 
@@ -230,3 +232,34 @@ def test_the_command_runs_once_and_refuses_bad_settings_in_one_line(tmp_path, ca
         error = capsys.readouterr().err
         assert code == 2 and message in error and "Traceback" not in error, error
         assert len(error.strip().splitlines()) == 1, error
+
+
+@pytest.mark.timeout(240)
+def test_a_round_begun_from_a_champion_that_no_longer_serves_is_stale_and_its_prompts_wait_again(tmp_path):
+    traces = tmp_path / "traces.sqlite"
+    deployment, store = seed_deployment(traces)
+    for a, b in PAIRS:
+        rewarded(store, a, b)
+    down = learner_config(traces, tmp_path / "learner", "http://127.0.0.1:9/v1")
+    down.llm.max_retries = 0
+    assert [r.status for r in run_learner(down).state.rounds] == ["learning"]
+    other = Library.from_texts(["Write the final answer in a box."])
+    other_hash = Snapshot.of(other).content_hash
+    promoted = deployment.promote(deployment.propose(other, other_hash, source="admin", by="admin"), rule="t", by="t")
+    with WorldServer(World()) as model:
+        state = run_learner(learner_config(traces, tmp_path / "learner", model.base_url)).state
+        calls = [body for body in model.bodies if "Read the whole question" in json.dumps(body)]
+    assert [r.status for r in state.rounds] == ["stale", "proposed"] and calls == []  # the old champion cost nothing
+    assert (state.rounds[1].champion, state.rounds[1].problems) == (promoted.champion, 3)
+    assert "Write the final answer in a box." in _lessons(deployment, state.rounds[1].challenger)
+
+
+def test_at_most_max_problems_wait_the_oldest_dropped_and_counted(tmp_path):
+    traces = tmp_path / "traces.sqlite"
+    _, store = seed_deployment(traces)
+    for a, b in PAIRS:
+        rewarded(store, a, b)
+    config = learner_config(traces, tmp_path / "learner", "http://127.0.0.1:9/v1", propose_every=100, max_problems=2)
+    state = run_learner(config).state
+    assert [p["problem"] for p in state.pending.values()] == ["What is 5+8?", "What is 21+9?"]
+    assert (state.dropped, state.pending_rewarded) == (1, 3)

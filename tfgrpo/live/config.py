@@ -86,7 +86,10 @@ class LearnerConfig(BaseModel):
         "waits; None: only by count.",
     )
     max_problems: int = Field(
-        64, ge=1, description="Most distinct prompts one round learns from (the newest; older ones are dropped)."
+        64,
+        ge=1,
+        description="Most distinct prompts waiting for a round, and so learned from in one (the newest; an older one "
+        "is dropped, and counted, when a newer one arrives).",
     )
     once: bool = Field(
         False,

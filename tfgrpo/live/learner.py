@@ -91,6 +91,9 @@ class Learner:
             for key, problem in intake.problems.items():
                 state.pending.pop(key, None)  # the newest answer for a prompt, and its place at the end
                 state.pending[key] = problem.model_dump()
+            while len(state.pending) > self.config.max_problems:  # the oldest go: a round takes this many at most
+                state.pending.pop(next(iter(state.pending)))
+                state.dropped += 1
             state.cursor = intake.cursor.__dict__.copy()
             state.read += intake.rows
             state.pending_rewarded += intake.rewarded
@@ -115,6 +118,8 @@ class Learner:
             return "waiting"
         assert current is not None
         last = state.rounds[-1] if state.rounds else None
+        if last is not None and last.status in ("learning", "learned") and last.champion != current.champion:
+            self._stale(state, last, current)  # learned (or learning) from a champion that serves no more
         if last is None or last.status not in ("learning", "learned"):
             if not self._due(state):
                 return "waiting"
@@ -143,9 +148,8 @@ class Learner:
         return interval is not None and time.time() - state.since >= interval * 60
 
     def begin_round(self, state: LearnerState, deployment: Deployment, current: DeploymentState) -> Round:
-        """The waiting prompts (the newest `max_problems`) and the champion written into a new round's folder."""
-        keys = list(state.pending)[-self.config.max_problems :]
-        problems = [state.pending[key] for key in keys]
+        """The waiting prompts and the champion written into a new round's folder."""
+        problems = list(state.pending.values())  # at most max_problems: `read_new` keeps no more
         number = len(state.rounds) + 1
         folder = self.run.round_dir(number)
         deployment.library(current.champion).save(folder / "champion.json")
@@ -159,7 +163,6 @@ class Learner:
             rewarded=state.pending_rewarded,
             started_at=time.time(),
         )
-        state.dropped += len(state.pending) - len(problems)
         state.pending, state.pending_rewarded, state.since = {}, 0, entry.started_at
         state.rounds.append(entry)
         self.run.save(state)
@@ -206,8 +209,7 @@ class Learner:
         assert entry.challenger is not None
         current = deployment.state()
         if current is not None and current.champion != entry.champion:
-            self._requeue(state, entry)
-            return self._end(state, entry, "stale", f"the champion is now {current.champion[:12]}; prompts re-queued")
+            return self._stale(state, entry, current)
         library = Library.load(self.run.round_dir(entry.number) / "learn" / "library.json")
         source = f"learner {self.name} round {entry.number}"
         try:
@@ -219,8 +221,8 @@ class Learner:
                 return "waiting"
         return self._end(state, entry, "proposed", f"challenger {entry.challenger[:12]} proposed")
 
-    def _requeue(self, state: LearnerState, entry: Round) -> None:
-        """A stale round's prompts wait again, for a round from the new champion (no newer answer replaced)."""
+    def _stale(self, state: LearnerState, entry: Round, current: DeploymentState) -> str:
+        """The round's prompts wait again, for a round from the new champion (no newer answer replaced)."""
         lines = (self.run.round_dir(entry.number) / "problems.jsonl").read_text(encoding="utf-8").splitlines()
         for line in lines:
             row = json.loads(line)
@@ -230,8 +232,10 @@ class Learner:
                 answer=row.get("answer"),
                 extra={"exchange_id": row["exchange_id"], "prompt_key": row["prompt_key"]},
             )
-            state.pending.setdefault(row["prompt_key"], problem.model_dump())
+            if len(state.pending) < self.config.max_problems:
+                state.pending.setdefault(row["prompt_key"], problem.model_dump())
         state.pending_rewarded += entry.rewarded
+        return self._end(state, entry, "stale", f"the champion is now {current.champion[:12]}; prompts re-queued")
 
     def _end(self, state: LearnerState, entry: Round, status: RoundStatus, message: str) -> str:
         entry.status, entry.message, entry.ended_at = status, message, time.time()

@@ -63,7 +63,7 @@ class LearnerState(BaseModel):
     skipped: int = 0
     malformed: int = 0
     locked_out: int = 0
-    dropped: int = Field(0, description="Waiting prompts beyond max_problems, dropped when a round began.")
+    dropped: int = Field(0, description="Waiting prompts dropped, oldest first, to keep at most max_problems.")
     skipped_bytes: int = Field(0, description="Size of skipped.jsonl at the last save.")
 
     @property
