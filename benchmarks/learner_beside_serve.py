@@ -11,6 +11,7 @@ back at once: the learner keeps learning through its whole phase.
 
     OMP_NUM_THREADS=1 python benchmarks/learner_beside_serve.py                   # 3 phases x 1500 requests
     python benchmarks/learner_beside_serve.py --requests 2000 --concurrency 16 --latency-ms 20
+    python benchmarks/learner_beside_serve.py --nice 19                            # the learner niced
 
 The table: p50/p95/p99 of the chat requests of each phase, its throughput, the learner's rounds and CPU
 seconds in that phase, and the 1-minute load average at its end. Give the CPU model and load with it.
@@ -118,6 +119,7 @@ def main() -> None:
     parser.add_argument(
         "--propose-every", type=int, default=24, help="the learner's rated exchanges (and prompts) per round"
     )
+    parser.add_argument("--nice", type=int, default=0, help="run the learner under `nice -n N` (0: as serve)")
     parser.add_argument("--keep", action="store_true", help="keep the work folder (logs, store, learner run)")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="tfgrpo-learner-bench-"))
@@ -141,7 +143,8 @@ def main() -> None:
         print("|---|---|---|---|---|---|---|---|")
         latencies, wall = asyncio.run(phase(url, args.requests, args.concurrency, seed=1))
         print(row("without the learner", latencies, wall, "-", "-"), flush=True)
-        learner = [sys.executable, "-m", "tfgrpo", "learner", "--traces", str(traces), "--out", str(work / "learner")]
+        learner = ["nice", "-n", str(args.nice)] if args.nice else []
+        learner += [sys.executable, "-m", "tfgrpo", "learner", "--traces", str(traces), "--out", str(work / "learner")]
         learner += ["--settle-s", "0", "--poll-interval-s", "0.2", "--propose-every", str(args.propose_every)]
         learner += ["--max-problems", str(args.propose_every)]
         learner += ["--backend", "openai", "--model", "m", "--base-url", upstream_url + "/v1", "-G", "4"]
