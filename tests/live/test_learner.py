@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import signal
+import subprocess
+import sys
+import time
 from collections import Counter
 from collections.abc import Iterator
 
@@ -263,3 +267,54 @@ def test_at_most_max_problems_wait_the_oldest_dropped_and_counted(tmp_path):
     state = run_learner(config).state
     assert [p["problem"] for p in state.pending.values()] == ["What is 5+8?", "What is 21+9?"]
     assert (state.dropped, state.pending_rewarded) == (1, 3)
+
+
+@pytest.mark.timeout(240)
+def test_a_round_runs_after_propose_interval_min_with_fewer_than_propose_every_waiting(tmp_path):
+    traces = tmp_path / "traces.sqlite"
+    deployment, store = seed_deployment(traces)
+    rewarded(store, *PAIRS[0])
+    with WorldServer(World()) as model:
+        config = learner_config(traces, tmp_path / "learner", model.base_url, propose_every=100)
+        by_count = run_learner(config.model_copy(update={"propose_interval_min": None})).state
+        assert by_count.rounds == [] and by_count.pending_rewarded == 1
+        time.sleep(0.1)
+        by_time = run_learner(config.model_copy(update={"propose_interval_min": 0.001})).state  # 0.06 s
+    assert [(r.status, r.problems) for r in by_time.rounds] == [("proposed", 1)]
+    assert deployment.state().challenger == by_time.rounds[0].challenger
+
+
+@pytest.mark.timeout(240)
+def test_the_learner_process_waits_for_the_deployment_follows_the_store_and_stops_on_sigint(tmp_path):
+    traces, out = tmp_path / "traces.sqlite", tmp_path / "learner"
+    with WorldServer(World()) as model:
+        command = [sys.executable, "-m", "tfgrpo", "learner", "--traces", str(traces), "--out", str(out)]
+        command += ["--settle-s", "0", "--poll-interval-s", "0.1", "--propose-every", "3", "-G", "4"]
+        command += ["--backend", "openai", "--model", "m", "--base-url", model.base_url]
+        with open(tmp_path / "learner.log", "w") as log:
+            process = subprocess.Popen(command, stderr=log, stdout=subprocess.DEVNULL)
+        try:
+            _wait_for(lambda: "waiting for `tfgrpo serve`" in _read(out / "events.log"), process)
+            deployment, store = seed_deployment(traces)
+            for a, b in PAIRS:
+                rewarded(store, a, b)
+            _wait_for(lambda: deployment.state().challenger is not None, process)
+        finally:
+            process.send_signal(signal.SIGINT)
+            code = process.wait(timeout=60)
+    state = json.loads((out / "state.json").read_text())
+    assert code == 130 and [r["status"] for r in state["rounds"]] == ["proposed"]
+    assert deployment.state().challenger == state["rounds"][0]["challenger"]
+    assert "Traceback" not in (tmp_path / "learner.log").read_text()
+
+
+def _read(path) -> str:
+    return path.read_text() if path.is_file() else ""
+
+
+def _wait_for(condition, process, timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert process.poll() is None, "the learner exited"
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)
