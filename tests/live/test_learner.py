@@ -186,6 +186,8 @@ def test_malformed_cut_unlabelled_and_locked_out_rows_are_skipped_and_recorded(t
     assert set(skipped) == {*bad, unlabelled}
     for exchange_id, reason in bad.items():
         assert reason in skipped[exchange_id]["reason"]
+    kinds = Counter(row["kind"] for row in skipped.values())
+    assert kinds == {"malformed": 2, "locked_out": 1, "unusable": 3}
     assert "without a gold answer" in skipped[unlabelled]["reason"]
     assert (state.read, state.skipped, state.malformed, state.locked_out) == (7, 6, 2, 1)
     assert [p["extra"]["exchange_id"] for p in state.pending.values()] == [good]
@@ -318,3 +320,23 @@ def _wait_for(condition, process, timeout_s: float = 120.0) -> None:
         assert process.poll() is None, "the learner exited"
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.1)
+
+
+@pytest.mark.timeout(240)
+def test_the_budget_caps_all_rounds_and_a_learner_given_more_resumes_the_round(tmp_path):
+    traces = tmp_path / "traces.sqlite"
+    deployment, store = seed_deployment(traces)
+    for a, b in PAIRS:
+        rewarded(store, a, b)
+    with WorldServer(World()) as model:
+        config = learner_config(traces, tmp_path / "learner", model.base_url)
+        config.llm.price_input_per_1m = config.llm.price_output_per_1m = 1000.0  # the rollouts alone cost ~$0.5
+        config.llm.budget_usd = 0.01
+        capped = run_learner(config)
+        assert capped.status == "budget_exceeded" and [r.status for r in capped.state.rounds] == ["learning"]
+        assert capped.state.cost_usd >= 0.01 and deployment.state().challenger is None  # calls in flight finish
+        config.llm.budget_usd = 10.0
+        more = run_learner(config)
+    assert more.status == "stopped" and [r.status for r in more.state.rounds] == ["proposed"]
+    assert more.state.cost_usd > capped.state.cost_usd
+    assert deployment.state().challenger == more.state.rounds[0].challenger

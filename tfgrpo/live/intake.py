@@ -54,7 +54,8 @@ class Intake:
     problems: dict[str, Problem] = field(default_factory=dict)
     rows: int = 0  # trace rows read (a full page: more may wait)
     rewarded: int = 0  # exchanges that became problems (a prompt seen twice counts twice)
-    skipped: list[dict[str, Any]] = field(default_factory=list)  # {"exchange_id", "reason", "malformed"}
+    #: {"exchange_id", "reason", "kind": malformed | locked_out | unusable}
+    skipped: list[dict[str, Any]] = field(default_factory=list)
 
 
 class ExchangeReader:
@@ -130,12 +131,12 @@ class ExchangeReader:
         )
 
     def _take(self, intake: Intake, row: Any) -> None:
-        def skip(reason: str, *, malformed: bool = False) -> None:
-            intake.skipped.append({"exchange_id": row["exchange_id"], "reason": reason, "malformed": malformed})
+        def skip(reason: str, kind: str = "unusable") -> None:
+            intake.skipped.append({"exchange_id": row["exchange_id"], "reason": reason, "kind": kind})
 
-        text, problem_error = _prompt(row)
+        text, problem_error, malformed = _prompt(row)
         if problem_error:
-            return skip(problem_error, malformed=problem_error.startswith("malformed"))
+            return skip(problem_error, "malformed" if malformed else "unusable")
         answer: str | None = None
         if self.ground_truth:
             answer, reason = self._answer(row)
@@ -176,26 +177,26 @@ class ExchangeReader:
                     {
                         "exchange_id": problem.extra["exchange_id"],
                         "reason": f"locked out: the prompt is {overlap.test_set}:{overlap.test_id} (by {overlap.by})",
-                        "malformed": False,
+                        "kind": "locked_out",
                     }
                 )
 
 
-def _prompt(row: Any) -> tuple[str, str]:
-    """The last user message's text, or ('', why it cannot be a problem)."""
+def _prompt(row: Any) -> tuple[str, str, bool]:
+    """The last user message's text, or ('', why it cannot be a problem, whether the row is malformed)."""
     try:
         messages = json.loads(row["messages"])
         truncated = json.loads(row["truncated"]) if row["truncated"] else {}
     except (TypeError, ValueError) as exc:
-        return "", f"malformed row: not JSON ({type(exc).__name__})"
+        return "", f"malformed row: not JSON ({type(exc).__name__})", True
     if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
-        return "", "malformed row: messages are not a list of messages"
+        return "", "malformed row: messages are not a list of messages", True
     if isinstance(truncated, dict) and "messages" in truncated:
-        return "", "the prompt was cut at max_trace_chars"
+        return "", "the prompt was cut at max_trace_chars", False
     text = last_user_text(messages)
     if not text.strip():
-        return "", "no user message"
-    return text, ""
+        return "", "no user message", False
+    return text, "", False
 
 
 __all__ = ["Cursor", "ExchangeReader", "Intake"]

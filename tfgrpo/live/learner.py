@@ -58,8 +58,8 @@ class Learner:
     async def run_async(self) -> LearnerResult:
         """Follow the store until stopped (or, with `once`, for one pass)."""
         store = TraceStore(self.config.traces)  # opened read-side: its writer thread never starts
-        state = self.run.open(self.config)
         try:
+            state = self.run.open(self.config)
             deployment = Deployment(store.engine)
             reader = ExchangeReader(
                 store.engine,
@@ -98,8 +98,8 @@ class Learner:
             state.read += intake.rows
             state.pending_rewarded += intake.rewarded
             state.skipped += len(intake.skipped)
-            state.malformed += sum(entry["malformed"] for entry in intake.skipped)
-            state.locked_out += sum(entry["reason"].startswith("locked out") for entry in intake.skipped)
+            state.malformed += sum(entry["kind"] == "malformed" for entry in intake.skipped)
+            state.locked_out += sum(entry["kind"] == "locked_out" for entry in intake.skipped)
             self.run.save(state, intake.skipped)
             self.say(
                 f"read {intake.rows} rows: {intake.rewarded} rewarded, {len(intake.skipped)} skipped; "
@@ -123,12 +123,25 @@ class Learner:
         if last is None or last.status not in ("learning", "learned"):
             if not self._due(state):
                 return "waiting"
+            left = self._budget_left(state, None)
+            if left is not None and left <= 0:
+                return self._out_of_budget(state)
             last = self.begin_round(state, deployment, current)
         if last.status == "learning":
             outcome = await self.learn_round(state, last)
             if outcome != "learned":
                 return outcome
         return self.propose(state, last, deployment)
+
+    def _budget_left(self, state: LearnerState, entry: Round | None) -> float | None:
+        """What `llm.budget_usd` leaves for `entry` (a new round: None) after every other round's cost."""
+        if self.config.llm.budget_usd is None:
+            return None
+        return self.config.llm.budget_usd - sum(r.cost_usd for r in state.rounds if r is not entry)
+
+    def _out_of_budget(self, state: LearnerState) -> str:
+        self.say(f"llm.budget_usd {self.config.llm.budget_usd:g} is spent (${state.cost_usd:.4f}); stopping")
+        return "budget_exceeded"
 
     def _blocked(self, current: DeploymentState | None) -> str:
         if current is None:
@@ -172,10 +185,9 @@ class Learner:
     async def learn_round(self, state: LearnerState, entry: Round) -> str:
         """The round's learn run (resumed when a restart finds it begun); returns learned, or why not."""
         folder = self.run.round_dir(entry.number)
-        spent = sum(r.cost_usd for r in state.rounds if r is not entry)
-        budget = None if self.config.llm.budget_usd is None else self.config.llm.budget_usd - spent
+        budget = self._budget_left(state, entry)
         if budget is not None and budget <= 0:
-            return self._end(state, entry, "budget_exceeded", f"llm.budget_usd {self.config.llm.budget_usd:g} spent")
+            return self._out_of_budget(state)
         config = self.config.round_config(
             data=str(folder / "problems.jsonl"),
             out=str(folder / "learn"),
@@ -194,8 +206,9 @@ class Learner:
         if result.status == "interrupted":
             self.run.save(state)
             return "interrupted"
-        if result.status != "completed":
-            return self._end(state, entry, "budget_exceeded", result.message)
+        if result.status != "completed":  # the budget: the round stays begun, resumed by a learner given more
+            self.run.save(state)
+            return self._out_of_budget(state)
         entry.challenger = Snapshot.of(result.library).content_hash
         if entry.challenger == entry.champion:
             self._end(state, entry, "unchanged", "the round changed nothing in the champion")
