@@ -20,7 +20,7 @@ from pydantic import BaseModel, SecretStr
 from typer.testing import CliRunner
 
 import tfgrpo.finetune.run
-from tfgrpo.cli import chat, evaluate, learn, library_trust, options, score, serve
+from tfgrpo.cli import chat, evaluate, learn, learner, library_trust, options, score, serve
 from tfgrpo.cli import mcp as mcp_cli
 from tfgrpo.cli.app import app
 from tfgrpo.core.config import build_config
@@ -126,7 +126,7 @@ def test_option_shows_its_fields_description_and_default(command, option):
 
 
 def test_every_command_that_takes_a_model_config_derives_its_options():
-    assert set(DERIVED) == {"chat", "learn", "eval", "score", "finetune", "serve", "library ablate", "mcp"}
+    assert set(DERIVED) == {"chat", "learn", "eval", "score", "finetune", "serve", "library ablate", "mcp", "learner"}
     assert len(CASES) >= 90
 
 
@@ -234,6 +234,7 @@ RUNS: dict[str, tuple[list[str], dict[str, Any], Any]] = {
         {"transport": "http", "client_keys": "k.txt", "default_k": 1},
         mcp_cli,
     ),  # any host, any max_k
+    "learner": ([], {}, learner),
 }
 OVERRIDE_CASES = [
     pytest.param(name, option, id=f"{name}:{option.decls[0]}")
