@@ -1,0 +1,102 @@
+"""A lesson that names a problem (a quote of it, its distinctive token, its id) and states its gold is a leak in
+every mode, whatever the size of the problem set; copies are compared with the problem's math removed too (issue 47)."""
+
+from __future__ import annotations
+
+import re
+from types import SimpleNamespace
+
+import pytest
+
+from tfgrpo.core.datasets import load_dataset_rows
+from tfgrpo.experiences.leakage import LeakageChecker
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def templated() -> list[SimpleNamespace]:
+    """20 problems of one template: only the key tells them apart (the gold of key 5 is 196)."""
+    return [
+        SimpleNamespace(id=f"SIM-{k}", problem=f"SIM-{k}: Find the secret number of key {k}.", answer=str((k + 9) ** 2))
+        for k in range(1, 21)
+    ]
+
+
+def leaks(checker: LeakageChecker, text: str, sources=None) -> list:
+    return [f for f in checker.check([("L", text)], sources) if f.kind == "answer" and f.is_leak]
+
+
+class TestTemplatedSet:
+    checker = LeakageChecker({"sim": templated()})
+
+    @pytest.mark.parametrize("text", ["For key 5 the secret number is 196.", "For key 5 the secret number is 392/2."])
+    def test_the_distinctive_token_and_the_gold_are_a_leak(self, text):
+        found = leaks(self.checker, text)
+        assert [(f.problem_id, f.tied) for f in found] == [("SIM-5", "distinctive token")]
+        assert "key 5" in found[0].tie_evidence
+
+    def test_the_id_and_the_gold_are_a_leak(self):
+        found = leaks(self.checker, "Remember: SIM-5 comes out at 196.")
+        assert [(f.problem_id, f.tied) for f in found] == [("SIM-5", "id")]
+
+    def test_a_quote_and_the_gold_are_a_leak(self):
+        found = leaks(self.checker, "In the problem 'the secret number of key 5', the final answer is 196.")
+        assert [(f.problem_id, f.tied) for f in found] == [("SIM-5", "quote")]
+
+    def test_another_keys_gold_or_no_key_is_no_leak(self):
+        assert leaks(self.checker, "For key 6 the secret number is 196.") == []  # 196 is key 5's gold
+        assert leaks(self.checker, "Squares of two-digit numbers, like 196, are worth memorising.") == []
+        assert leaks(self.checker, "Check 5 keys before answering.") == []
+
+
+def strip_math(text: str) -> str:
+    return re.sub(r"\$\$?[^$]+?\$\$?|\\\(.+?\\\)|\\\[.+?\\\]", " ", text, flags=re.S)
+
+
+@pytest.fixture(scope="module")
+def dapo():
+    return load_dataset_rows("dapo100")
+
+
+@pytest.fixture(scope="module")
+def dapo_checker(dapo):
+    return LeakageChecker({"dapo100": dapo})
+
+
+class TestQuotedOpenings:
+    def test_the_smallest_prime_quote_with_its_answer(self, dapo_checker):
+        text = (
+            "In the problem that begins 'Determine the smallest prime such that ... is divisible by ..., but not', "
+            "the final answer is 509."
+        )
+        found = leaks(dapo_checker, text)
+        assert [(f.problem_id, f.tied) for f in found] == [("dapo17k-0009", "quote")]
+
+    def test_eleven_words_of_every_opening_with_math_stripped(self, dapo):
+        """Every dapo100 problem with a gold of 10 or more: its first eleven words, math stripped, and its gold.
+        Caught in check mode (no provenance) as a leak of that problem, not only as a copy."""
+        checker = LeakageChecker({"dapo100": dapo})
+        cases = []
+        for problem in dapo:
+            words = re.findall(r"[\w'-]+", strip_math(problem.problem))
+            if len(words) >= 11 and re.fullmatch(r"-?\d+", problem.answer) and abs(int(problem.answer)) >= 10:
+                quote = " ".join(words[:11])
+                cases.append((problem.id, f"In the problem that begins '{quote}', the final answer is {problem.answer}."))
+        assert len(cases) >= 40
+        findings = checker.check(cases)
+        caught = {f.experience_id for f in findings if f.kind == "answer" and f.is_leak and f.problem_id == f.experience_id}
+        assert len(caught) / len(cases) >= 0.95, sorted(set(dict(cases)) - caught)
+
+
+def test_a_latex_problem_copied_without_its_math_is_a_copy():
+    problem = SimpleNamespace(
+        id="ineq",
+        answer="9",
+        problem="Let $a$, $b$ and $c$ be positive real numbers such that $a+b+c=1$. Find the minimum value of "
+        "$\\frac{1}{a}+\\frac{1}{b}+\\frac{1}{c}$ over all such triples of positive real numbers.",
+    )
+    checker = LeakageChecker({"train": [problem]})
+    lesson = "Let and be positive real numbers such that. Find the minimum value of over all such triples."
+    found = checker.check([("L", lesson)])
+    assert [(f.kind, f.problem_id) for f in found] == [("copy", "ineq")]
+    assert checker.check([("L", "Positive real numbers: find the minimum value with AM-HM.")]) == []
