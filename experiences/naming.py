@@ -1,0 +1,178 @@
+"""Does a text name one problem of a set? The evidence that tells that problem from the others.
+
+A text names a problem when it carries what distinguishes that problem from the rest of the set, whatever the
+set's size:
+
+- "id": the problem's id (`SIM-5`, `aime2024-II-05`, `dapo17k-0040`), read as its run of words; an id with no
+  letter or no digit, or one the loader made up (`row-0007`), says nothing;
+- "quote": a run of `quote_words` consecutive words of the problem that at most `most` problems of the set
+  contain ("the secret number of key 5" in a set where every problem asks for a secret number);
+- "distinctive token": a word or number of the problem that at most `most` problems use, next to the same
+  word as in the problem ("key 5", where only one problem has a 5): the token a template varies, a name, a
+  year. Single digits count, because in a templated set they are what tells the problems apart.
+
+Words are compared twice: as written and with the math removed (`$...$`, `\\(...\\)`, `\\[...\\]` spans and
+LaTeX commands), so a lesson that quotes a LaTeX statement without its formulas still quotes it.
+
+Every pass reads each word of a text a bounded number of times (dictionary look-ups of its runs): linear in the
+text, whatever it holds (tests/experiences/test_scanners_adversarial.py).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+# The leakage guard's math spans: a `\(` (`\[`) span ends at its close and holds no second opening, so n unclosed
+# openings are not each read to the end of the text (quadratic).
+INLINE_MATH = re.compile(r"\$\$?([^$]+?)\$\$?|\\\(((?:(?!\\\().)+?)\\\)|\\\[((?:(?!\\\[).)+?)\\\]", re.S)
+_LATEX_NAME = re.compile(r"\\[A-Za-z]+")
+_WORD = re.compile(r"\w+")
+_GENERATED_ID = re.compile(r"row-\d+")
+#: Words too common to name anything, however few problems of a set use them.
+STOPWORDS = frozenset(
+    "that with what find which there their then than from each have this such these those when where only into "
+    "also some many more most other same both them they what whose will would could should must does make".split()
+)
+#: Shortest run of words the copy checks look for: the index of runs is keyed by it.
+RUN = 3
+
+
+def words(text: str) -> tuple[str, ...]:
+    """Lower-cased words, math and all."""
+    return tuple(_WORD.findall(text.lower()))
+
+
+def plain_words(text: str) -> tuple[str, ...]:
+    """Lower-cased words with the math removed: what is left of a statement quoted without its formulas."""
+    return words(_LATEX_NAME.sub(" ", INLINE_MATH.sub(" ", text)))
+
+
+def ngrams(sequence: Sequence[str], n: int) -> set[tuple[str, ...]]:
+    return {tuple(sequence[i : i + n]) for i in range(len(sequence) - n + 1)}
+
+
+@dataclass(frozen=True)
+class Naming:
+    """What ties a text to one problem: the kind of evidence and the words that carry it."""
+
+    kind: str  # "id", "quote" or "distinctive token"
+    words: str
+
+
+@dataclass
+class ProblemIndex:
+    """The problems' words, indexed once for the evidence that a text names one of them.
+
+    Args:
+        ids: the problems' ids, in order.
+        statements: the problems' texts, in the same order.
+        share: a token (a run of words) is distinctive when at most this share of the problems use it
+            (and at least one problem: in a set of 20, the one problem that has it).
+        quote_words: the words a quote needs.
+        excluded: per problem, tokens that are never its distinctive token (its gold answer).
+    """
+
+    ids: Sequence[str]
+    statements: Sequence[str]
+    share: float = 0.05
+    quote_words: int = 4
+    excluded: Sequence[Iterable[str]] = ()
+    sequences: list[tuple[tuple[str, ...], tuple[str, ...]]] = field(init=False)  # (words, plain words)
+    most: int = field(init=False)
+    _runs: dict[tuple[str, ...], list[int]] = field(init=False, repr=False)
+    _ids: dict[str, list[tuple[tuple[str, ...], int]]] = field(init=False, repr=False)  # first word -> (id, index)
+    _marks: dict[tuple[str, str], list[tuple[int, str]]] = field(init=False, repr=False)  # bigram -> (index, token)
+    _grams: dict[tuple[int, int], set[tuple[str, ...]]] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.sequences = [(words(s), plain_words(s)) for s in self.statements]
+        self.most = max(1, int(self.share * len(self.sequences)))
+        self._grams, self._runs, self._ids, self._marks = {}, {}, {}, {}
+        excluded = [set(e) for e in self.excluded] or [set() for _ in self.sequences]
+        usage = Counter(token for raw, plain in self.sequences for token in set(raw) | set(plain))
+        for index, (raw, plain) in enumerate(self.sequences):
+            for gram in ngrams(raw, RUN) | ngrams(plain, RUN):
+                self._runs.setdefault(gram, []).append(index)
+            rare = {t for t in set(raw) | set(plain) if usage[t] <= self.most and _token(t)} - excluded[index]
+            marks = {
+                (pair, token) for seq in (raw, plain) for pair in ngrams(seq, 2) for token in pair if token in rare
+            }
+            for pair, token in marks:
+                if pair[0] != pair[1]:
+                    self._marks.setdefault(pair, []).append((index, token))  # type: ignore[arg-type]
+            id_words = words(self.ids[index])
+            if _usable_id(self.ids[index]):
+                self._ids.setdefault(id_words[0], []).append((id_words, index))
+
+    def candidates(self, *sequences: tuple[str, ...]) -> list[int]:
+        """The problems that share a run of `RUN` words with any of `sequences`: no other can be copied or quoted
+        (10,000 training problems: a text is compared with the few it shares a phrase with, not with all)."""
+        found: set[int] = set()
+        for sequence in sequences:
+            for gram in ngrams(sequence, RUN):
+                found.update(self._runs.get(gram, ()))
+        return sorted(found)
+
+    def grams(self, index: int, n: int, plain: bool = False) -> set[tuple[str, ...]]:
+        """Problem `index`'s n-grams (of its plain words with `plain`), cached."""
+        key = (index, -n if plain else n)
+        if key not in self._grams:
+            self._grams[key] = ngrams(self.sequences[index][plain], n)
+        return self._grams[key]
+
+    def namings(self, text: str) -> dict[int, Naming]:
+        """Problem index -> the strongest evidence that `text` names it (id, then quote, then token)."""
+        raw, plain = words(text), plain_words(text)
+        found: dict[int, Naming] = {}
+        for index, naming in [
+            *self._token_namings(raw, plain),
+            *self._quote_namings(raw, plain),
+            *self._id_namings(raw),
+        ]:
+            found[index] = naming  # later evidence is stronger
+        return found
+
+    def _id_namings(self, raw: tuple[str, ...]) -> Iterable[tuple[int, Naming]]:
+        for position, word in enumerate(raw):
+            for id_words, index in self._ids.get(word, ()):
+                if raw[position : position + len(id_words)] == id_words:
+                    yield index, Naming("id", self.ids[index])
+
+    def _quote_namings(self, raw: tuple[str, ...], plain: tuple[str, ...]) -> Iterable[tuple[int, Naming]]:
+        n = self.quote_words
+        ours = ngrams(raw, n) | ngrams(plain, n)
+        shared = {
+            index: (ours & self.grams(index, n)) | (ours & self.grams(index, n, plain=True))
+            for index in self.candidates(raw, plain)
+        }
+        usage = Counter(gram for grams in shared.values() for gram in grams)
+        for index, grams in shared.items():
+            rare = sorted(gram for gram in grams if usage[gram] <= self.most)
+            if rare:
+                yield index, Naming("quote", " ".join(rare[0]))
+
+    def _token_namings(self, raw: tuple[str, ...], plain: tuple[str, ...]) -> Iterable[tuple[int, Naming]]:
+        for pair in sorted(ngrams(raw, 2) | ngrams(plain, 2), reverse=True):
+            for index, token in self._marks.get(pair, ()):  # type: ignore[call-overload]
+                yield index, Naming("distinctive token", f"'{token}' in '{' '.join(pair)}'")
+
+
+def _token(word: str) -> bool:
+    """A word that can be a problem's distinctive token: a number (any, a key is often one digit), a name with
+    a digit (`x1`, `sim5`), or a word of four or more letters that is not a stopword ("most" in "at most")."""
+    return any(c.isdigit() for c in word) or (len(word) >= 4 and word not in STOPWORDS)
+
+
+def _usable_id(problem_id: str) -> bool:
+    return (
+        len(problem_id) >= 3
+        and any(c.isalpha() for c in problem_id)
+        and any(c.isdigit() for c in problem_id)
+        and not _GENERATED_ID.fullmatch(problem_id)
+    )
+
+
+__all__ = ["INLINE_MATH", "RUN", "STOPWORDS", "Naming", "ProblemIndex", "ngrams", "plain_words", "words"]
