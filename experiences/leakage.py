@@ -291,13 +291,14 @@ class LeakageChecker:
         return None
 
     def _answer(self, experience_id: str | None, text: str, ref: _Ref, found: str) -> LeakFinding:
+        found = found.strip()
         return LeakFinding(
             kind="answer",
             experience_id=experience_id,
             text=text,
             problem_id=ref.id,
             source=ref.source,
-            evidence=f"{found.strip()} = gold answer {ref.gold}",
+            evidence=f"{found} = gold answer {ref.gold}" + (" (equivalent expression)" if found != ref.gold else ""),
         )
 
     def _copied_run(self, sequence: tuple[str, ...], index: int, plain: bool) -> str | None:

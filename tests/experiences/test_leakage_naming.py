@@ -100,3 +100,36 @@ def test_a_latex_problem_copied_without_its_math_is_a_copy():
     found = checker.check([("L", lesson)])
     assert [(f.kind, f.problem_id) for f in found] == [("copy", "ineq")]
     assert checker.check([("L", "Positive real numbers: find the minimum value with AM-HM.")]) == []
+
+
+def test_library_check_says_which_evidence_tied_each_finding(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from tfgrpo.cli.app import app
+    from tfgrpo.experiences import Library
+
+    data = tmp_path / "sim.jsonl"
+    data.write_text("".join(json.dumps(vars(p)) + "\n" for p in templated()))
+    library = tmp_path / "lib.json"
+    lessons = [
+        "For key 5 the secret number is 392/2.",
+        "Remember: SIM-7 comes out at 256.",
+        "In the problem 'the secret number of key 3', the final answer is 144.",
+        "Squares of two-digit numbers, like 225, are worth memorising.",
+    ]
+    Library.from_texts(lessons).save(library)
+    runner = CliRunner()
+    found = runner.invoke(app, ["library", "check", str(library), "--against", str(data), "--json"])
+    assert found.exit_code == 1, found.output
+    rows = [json.loads(line) for line in found.stdout.splitlines()]
+    assert [(r["experience_id"], r["problem_id"], r["tied"], r["tie_evidence"]) for r in rows] == [
+        ("G0", "SIM-5", "distinctive token", "'5' in 'key 5'"),
+        ("G1", "SIM-7", "id", "SIM-7"),
+        ("G2", "SIM-3", "quote", "number of key 3"),
+        ("G3", "SIM-6", None, None),
+    ]
+    assert rows[0]["evidence"] == "392/2 = gold answer 196 (equivalent expression)"
+    table = runner.invoke(app, ["library", "check", str(library), "--against", str(data)], env={"COLUMNS": "400"})
+    assert "distinctive token: '5' in 'key 5'" in table.stdout and "coincidence (not a leak)" in table.stdout
