@@ -1,18 +1,19 @@
-"""Precision and recall of the leakage guard on a labelled set of math lessons.
+"""Precision and recall of the leakage guard on its two labelled sets of math lessons.
 
     OMP_NUM_THREADS=1 python benchmarks/leakage.py [--misses]
 
-The set is `tests/data/leakage_lessons.jsonl` (263 lessons, provenance in leakage_lessons.md): general rules,
-most with a number that equals some reference problem's gold answer by coincidence, and real leaks (a
-problem's answer stated with the problem named, problems copied). References: the bundled dapo100 (all 110
-rows) as training problems, aime24 and aime25 as test sets. A lesson counts as rejected when the guard's
-default `reject` mode would reject it. Three modes:
+Set A, `tests/data/leakage_lessons.jsonl` (263 lessons, provenance in leakage_lessons.md), against the bundled
+dapo100 (all 110 rows) as training problems and aime24 + aime25 as test sets: the set the guard's parameters
+are chosen on. Set B, `tests/data/leakage_lessons_b.jsonl` (written by tests/data/leakage_lessons_b.py), against
+math_l5_train200 and three templated families (tests/data/leakage_templated.jsonl) as training problems and
+amc23 as validation: held out. A lesson counts as rejected when the guard's default `reject` mode would reject
+it (an answer tied to its problem, or a copy). Three modes:
 
 - before: every match rejects (the guard before issue 26);
 - library check: no provenance (`tfgrpo library check`, `eval --library`);
 - learn: a leak of a training problem arrives as it does in `tfgrpo learn`, proposed by that problem's group
-  alone; general rules arrive proposed by two groups (a rule shared by a batch); test problems are never
-  learned on, so their leaks have no provenance.
+  alone; general rules arrive proposed by two groups (a rule shared by a batch); validation and test problems
+  are never learned on, so their leaks have no provenance.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -30,52 +32,80 @@ sys.path.insert(0, str(_HERE.parent))
 from tfgrpo.experiences.leakage import LeakageChecker  # noqa: E402
 
 ROOT = _HERE.parent
-SETS = {
-    "dapo100": "tfgrpo/core/data/dapo_math_17k_first110.jsonl",
-    "aime24": "tfgrpo/core/data/aime24.jsonl",
-    "aime25": "tfgrpo/core/data/aime25.jsonl",
-}
+DATA = ROOT / "tfgrpo" / "core" / "data"
+TESTS = ROOT / "tests" / "data"
 
 
-def load_sets() -> dict[str, list[SimpleNamespace]]:
-    sets = {}
-    for name, path in SETS.items():
-        rows = [json.loads(line) for line in (ROOT / path).read_text().splitlines() if line.strip()]
-        sets[name] = [SimpleNamespace(id=str(r["id"]), problem=r["problem"], answer=r["answer"]) for r in rows]
-    return sets
+@dataclass(frozen=True)
+class LabelledSet:
+    name: str
+    lessons: Path
+    references: dict[str, Path]
+    training: tuple[str, ...]  # the reference sets learned on: their leaks arrive with provenance in learn mode
 
 
-def lessons() -> list[dict]:
-    path = ROOT / "tests" / "data" / "leakage_lessons.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+SETS = (
+    LabelledSet(
+        "A (parameters chosen on it)",
+        TESTS / "leakage_lessons.jsonl",
+        {
+            "dapo100": DATA / "dapo_math_17k_first110.jsonl",
+            "aime24": DATA / "aime24.jsonl",
+            "aime25": DATA / "aime25.jsonl",
+        },
+        ("dapo100",),
+    ),
+    LabelledSet(
+        "B (held out)",
+        TESTS / "leakage_lessons_b.jsonl",
+        {
+            "amc23": DATA / "amc23.jsonl",
+            "math_l5_train200": DATA / "math_l5_int_train200.jsonl",
+            "templated": TESTS / "leakage_templated.jsonl",
+        },
+        ("math_l5_train200", "templated"),
+    ),
+)
+MODES = {"every match rejects (before)": "before", "library check": "check", "learn": "learn"}
 
 
-def rejected(checker: LeakageChecker, rows: list[dict], mode: str) -> set[str]:
+def _rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def load_references(labelled: LabelledSet) -> dict[str, list[SimpleNamespace]]:
+    return {
+        name: [SimpleNamespace(id=str(r["id"]), problem=r["problem"], answer=r["answer"]) for r in _rows(path)]
+        for name, path in labelled.references.items()
+    }
+
+
+def lessons(labelled: LabelledSet) -> list[dict]:
+    return _rows(labelled.lessons)
+
+
+def rejected(checker: LeakageChecker, rows: list[dict], mode: str, training: tuple[str, ...]) -> set[str]:
     """Ids of the lessons the guard rejects in `mode`."""
     sources = None
     if mode == "learn":
         sources = [
             {row["problem"].split(":", 1)[1]}
-            if row["label"] == "leak" and row["problem"].startswith("dapo100:")
+            if row["label"] == "leak" and row["problem"].split(":", 1)[0] in training
             else {"a-batch-query", "another-batch-query"}
             for row in rows
         ]
     findings = checker.check([(row["id"], row["text"]) for row in rows], sources)
     if mode == "before":
-        return {f.experience_id for f in findings if f.kind == "copy" or not _small(checker, f)}
+        return {f.experience_id for f in findings if f.kind == "copy" or not checker._ref(f).small}  # noqa: SLF001
     return {f.experience_id for f in findings if f.is_leak}
 
 
-def _small(checker: LeakageChecker, finding) -> bool:
-    return checker._ref(finding).small  # noqa: SLF001 -- the old guard never compared small golds
-
-
-def table(rows: list[dict], checker: LeakageChecker) -> list[dict]:
+def table(rows: list[dict], checker: LeakageChecker, training: tuple[str, ...]) -> list[dict]:
     general = [row for row in rows if row["label"] == "general"]
     leaks = [row for row in rows if row["label"] == "leak"]
     out = []
-    for mode in ("every match rejects (before)", "library check", "learn"):
-        hit = rejected(checker, rows, {"library check": "check", "learn": "learn"}.get(mode, "before"))
+    for mode, key in MODES.items():
+        hit = rejected(checker, rows, key, training)
         caught = sum(row["id"] in hit for row in leaks)
         false = sum(row["id"] in hit for row in general)
         kinds = {
@@ -96,29 +126,37 @@ def table(rows: list[dict], checker: LeakageChecker) -> list[dict]:
     return out
 
 
+def measure(labelled: LabelledSet) -> tuple[int, int, list[dict]]:
+    """(lessons, reference problems, one row per mode) of one labelled set with the default guard."""
+    rows = lessons(labelled)
+    checker = LeakageChecker(load_references(labelled))
+    return len(rows), checker.size, table(rows, checker, labelled.training)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--misses", action="store_true", help="list the missed leaks and rejected rules")
     args = parser.parse_args()
-    rows = lessons()
-    checker = LeakageChecker(load_sets())
-    results = table(rows, checker)
-    print(f"{len(rows)} lessons; references: {checker.size} problems\n")
-    print("| mode | leaks caught (recall) | general rules rejected | precision | by kind of leak |")
-    print("|---|---:|---:|---:|---|")
-    for row in results:
-        (caught, leaks), (false, general) = row["leaks caught"], row["general rejected"]
-        kinds = ", ".join(f"{kind} {a}/{b}" for kind, (a, b) in row["by kind"].items())
+    for labelled in SETS:
+        count, size, results = measure(labelled)
         print(
-            f"| {row['mode']} | {caught}/{leaks} ({100 * caught / leaks:.1f} %) | {false}/{general} "
-            f"({100 * false / general:.1f} %) | {row['precision']:.3f} | {kinds} |"
+            f"\nSet {labelled.name}: {count} lessons; references: {size} problems ({', '.join(labelled.references)})\n"
         )
-    if args.misses:
+        print("| mode | leaks caught (recall) | general rules rejected | precision | by kind of leak |")
+        print("|---|---:|---:|---:|---|")
         for row in results:
-            for missed in row["missed"]:
-                print(f"{row['mode']}: missed {missed['kind']} {missed['problem']}: {missed['text']}")
-            for false in row["false"]:
-                print(f"{row['mode']}: rejected rule: {false['text']}")
+            (caught, leaks), (false, general) = row["leaks caught"], row["general rejected"]
+            kinds = ", ".join(f"{kind} {a}/{b}" for kind, (a, b) in row["by kind"].items())
+            print(
+                f"| {row['mode']} | {caught}/{leaks} ({100 * caught / leaks:.1f} %) | {false}/{general} "
+                f"({100 * false / general:.1f} %) | {row['precision']:.3f} | {kinds} |"
+            )
+        if args.misses:
+            for row in results[1:]:
+                for missed in row["missed"]:
+                    print(f"{row['mode']}: missed {missed['kind']} {missed['problem']}: {missed['text']}")
+                for false in row["false"]:
+                    print(f"{row['mode']}: rejected rule: {false['text']}")
 
 
 if __name__ == "__main__":
