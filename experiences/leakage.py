@@ -150,7 +150,7 @@ class LeakageChecker:
     distinctive_share: float = 0.05
     min_naming_score: float = 9.0
     copy_min_words: int = 10
-    quote_words: int = 4
+    quote_words: int = 6
     _refs: list[_Ref] = field(init=False, repr=False)
     _by_value: dict[Fraction, list[_Ref]] = field(init=False, repr=False)
     _by_key: dict[tuple[str, str], int] = field(init=False, repr=False)  # (source, problem id) -> reference index

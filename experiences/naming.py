@@ -5,11 +5,14 @@ set's size:
 
 - "id": the problem's id (`SIM-5`, `aime2024-II-05`, `dapo17k-0040`), read as its run of words; an id with no
   letter or no digit, or one the loader made up (`row-0007`), says nothing;
-- "quote": a run of `quote_words` consecutive words of the problem that at most `most` problems of the set
-  contain ("the secret number of key 5" in a set where every problem asks for a secret number);
-- "distinctive token": a word or number of the problem that at most `most` problems use, next to the same
-  word as in the problem ("key 5", where only one problem has a 5): the token a template varies, a name, a
-  year. Single digits count, because in a templated set they are what tells the problems apart.
+- "distinctive token": a name of the problem that at most `most` problems use ("Beth"), or such a number next
+  to the same word as in the problem ("key 5", where only one problem has a 5): what a template varies, a
+  name, a year. Single digits count, because in a templated set they are what tells the problems apart; common
+  words do not, however few problems use them ("a circle", "the maximum": every lesson says those);
+- "quote": a run of `quote_words` consecutive words of the problem that at most `most` problems contain and
+  that is the problem's opening or holds one of its distinctive tokens ("the secret number of key 5" in a set
+  where every problem asks for a secret number); a phrase from the middle of a statement ("the sum of the
+  reciprocals of") is how lessons talk, not a quote.
 
 Words are compared twice: as written and with the math removed (`$...$`, `\\(...\\)`, `\\[...\\]` spans and
 LaTeX commands), so a lesson that quotes a LaTeX statement without its formulas still quotes it.
@@ -31,6 +34,8 @@ INLINE_MATH = re.compile(r"\$\$?([^$]+?)\$\$?|\\\(((?:(?!\\\().)+?)\\\)|\\\[((?:
 _LATEX_NAME = re.compile(r"\\[A-Za-z]+")
 _WORD = re.compile(r"\w+")
 _GENERATED_ID = re.compile(r"row-\d+")
+_CAPITALISED = re.compile(r"[A-Z][a-z]+")
+_SENTENCE_END = ".!?:"
 #: Words too common to name anything, however few problems of a set use them.
 STOPWORDS = frozenset(
     "that with what find which there their then than from each have this such these those when where only into "
@@ -78,25 +83,38 @@ class ProblemIndex:
     ids: Sequence[str]
     statements: Sequence[str]
     share: float = 0.05
-    quote_words: int = 4
+    quote_words: int = 6
     excluded: Sequence[Iterable[str]] = ()
     sequences: list[tuple[tuple[str, ...], tuple[str, ...]]] = field(init=False)  # (words, plain words)
     most: int = field(init=False)
     _runs: dict[tuple[str, ...], list[int]] = field(init=False, repr=False)
     _ids: dict[str, list[tuple[tuple[str, ...], int]]] = field(init=False, repr=False)  # first word -> (id, index)
     _marks: dict[tuple[str, str], list[tuple[int, str]]] = field(init=False, repr=False)  # bigram -> (index, token)
+    _names: dict[str, list[int]] = field(init=False, repr=False)  # distinctive name -> problems
     _grams: dict[tuple[int, int], set[tuple[str, ...]]] = field(init=False, repr=False)
+    _rare: list[frozenset[str]] = field(init=False, repr=False)  # per problem: its distinctive tokens
+    _openings: list[set[tuple[str, ...]]] = field(init=False, repr=False)  # per problem: its first quote_words
 
     def __post_init__(self) -> None:
         self.sequences = [(words(s), plain_words(s)) for s in self.statements]
         self.most = max(1, int(self.share * len(self.sequences)))
-        self._grams, self._runs, self._ids, self._marks = {}, {}, {}, {}
+        self._grams, self._runs, self._ids, self._marks, self._names = {}, {}, {}, {}, {}
         excluded = [set(e) for e in self.excluded] or [set() for _ in self.sequences]
         usage = Counter(token for raw, plain in self.sequences for token in set(raw) | set(plain))
+        lower = {word for statement in self.statements for word in _WORD.findall(statement) if word.islower()}
+        self._rare, self._openings = [], []
         for index, (raw, plain) in enumerate(self.sequences):
             for gram in ngrams(raw, RUN) | ngrams(plain, RUN):
                 self._runs.setdefault(gram, []).append(index)
-            rare = {t for t in set(raw) | set(plain) if usage[t] <= self.most and _token(t)} - excluded[index]
+            names = _names(self.statements[index], lower)
+            rare = (
+                frozenset(t for t in set(raw) | set(plain) if usage[t] <= self.most and (_is_number(t) or t in names))
+                - excluded[index]
+            )
+            self._rare.append(rare)
+            for name in rare - {t for t in rare if _is_number(t)}:
+                self._names.setdefault(name, []).append(index)
+            self._openings.append({raw[: self.quote_words], plain[: self.quote_words]})
             marks = {
                 (pair, token) for seq in (raw, plain) for pair in ngrams(seq, 2) for token in pair if token in rare
             }
@@ -150,20 +168,44 @@ class ProblemIndex:
         }
         usage = Counter(gram for grams in shared.values() for gram in grams)
         for index, grams in shared.items():
-            rare = sorted(gram for gram in grams if usage[gram] <= self.most)
+            rare = sorted(
+                gram
+                for gram in grams
+                if usage[gram] <= self.most
+                and (gram in self._openings[index] or any(token in self._rare[index] for token in gram))
+            )
             if rare:
                 yield index, Naming("quote", " ".join(rare[0]))
 
     def _token_namings(self, raw: tuple[str, ...], plain: tuple[str, ...]) -> Iterable[tuple[int, Naming]]:
+        for name in sorted(set(raw), reverse=True):
+            for index in self._names.get(name, ()):
+                yield index, Naming("distinctive token", f"the name '{name}'")
         for pair in sorted(ngrams(raw, 2) | ngrams(plain, 2), reverse=True):
             for index, token in self._marks.get(pair, ()):  # type: ignore[call-overload]
                 yield index, Naming("distinctive token", f"'{token}' in '{' '.join(pair)}'")
 
 
-def _token(word: str) -> bool:
-    """A word that can be a problem's distinctive token: a number (any, a key is often one digit), a name with
-    a digit (`x1`, `sim5`), or a word of four or more letters that is not a stopword ("most" in "at most")."""
-    return any(c.isdigit() for c in word) or (len(word) >= 4 and word not in STOPWORDS)
+def _is_number(word: str) -> bool:
+    """A number or a name with a digit (`5`, `2018`, `x1`, `sim5`): what a template varies, an id's part."""
+    return any(c.isdigit() for c in word)
+
+
+def _names(statement: str, lower: set[str]) -> set[str]:
+    """Lower-cased names of a statement: words capitalised inside a sentence ("... and Beth lives"), and those
+    capitalised at a sentence's start that the set never writes in lower case ("Alicia bikes", not "Cities")."""
+    found = set()
+    for match in _CAPITALISED.finditer(statement):
+        start = match.start()
+        if start and (statement[start - 1].isalnum() or statement[start - 1] == "\\"):
+            continue  # inside a word ("xYz"), or a LaTeX command ("\\Delta")
+        before = start - 1
+        while before >= 0 and statement[before].isspace():
+            before -= 1  # each run of spaces is read once per word after it: linear
+        word = match.group().lower()
+        if (before >= 0 and statement[before] not in _SENTENCE_END) or word not in lower:
+            found.add(word)
+    return found
 
 
 def _usable_id(problem_id: str) -> bool:
