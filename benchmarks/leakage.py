@@ -56,7 +56,7 @@ SETS = (
         ("dapo100",),
     ),
     LabelledSet(
-        "B (held out)",
+        "B (held out from the first version; the naming rules were then revised on it)",
         TESTS / "leakage_lessons_b.jsonl",
         {
             "amc23": DATA / "amc23.jsonl",
@@ -64,6 +64,17 @@ SETS = (
             "templated": TESTS / "leakage_templated.jsonl",
         },
         ("math_l5_train200", "templated"),
+    ),
+    LabelledSet(
+        "C (held out after the revision on B)",
+        TESTS / "leakage_lessons_c.jsonl",
+        {
+            "aime25": DATA / "aime25.jsonl",
+            "easy": DATA / "easy_arith.jsonl",
+            "easy_train": DATA / "easy_arith_train.jsonl",
+            "templated": TESTS / "leakage_templated_c.jsonl",
+        },
+        ("easy_train", "templated"),
     ),
 )
 MODES = {"every match rejects (before)": "before", "library check": "check", "learn": "learn"}
