@@ -89,7 +89,7 @@ class ProblemIndex:
     most: int = field(init=False)
     _runs: dict[tuple[str, ...], list[int]] = field(init=False, repr=False)
     _ids: dict[str, list[tuple[tuple[str, ...], int]]] = field(init=False, repr=False)  # first word -> (id, index)
-    _marks: dict[tuple[str, str], list[tuple[int, str]]] = field(init=False, repr=False)  # bigram -> (index, token)
+    _marks: dict[tuple[str, ...], list[int]] = field(init=False, repr=False)  # distinctive numbered pair -> problems
     _names: dict[str, list[int]] = field(init=False, repr=False)  # distinctive name -> problems
     _grams: dict[tuple[int, int], set[tuple[str, ...]]] = field(init=False, repr=False)
     _rare: list[frozenset[str]] = field(init=False, repr=False)  # per problem: its distinctive tokens
@@ -100,27 +100,26 @@ class ProblemIndex:
         self.most = max(1, int(self.share * len(self.sequences)))
         self._grams, self._runs, self._ids, self._marks, self._names = {}, {}, {}, {}, {}
         excluded = [set(e) for e in self.excluded] or [set() for _ in self.sequences]
-        usage = Counter(token for raw, plain in self.sequences for token in set(raw) | set(plain))
+        vocabularies = [set(raw) | set(plain) for raw, plain in self.sequences]
+        pairs = [
+            {pair for seq in sequence for pair in ngrams(seq, 2) if _numbered(pair, excluded[index])}
+            for index, sequence in enumerate(self.sequences)
+        ]
+        usage = Counter(token for vocabulary in vocabularies for token in vocabulary)
+        pair_usage = Counter(pair for problem_pairs in pairs for pair in problem_pairs)
         lower = {word for statement in self.statements for word in _WORD.findall(statement) if word.islower()}
         self._rare, self._openings = [], []
         for index, (raw, plain) in enumerate(self.sequences):
             for gram in ngrams(raw, RUN) | ngrams(plain, RUN):
                 self._runs.setdefault(gram, []).append(index)
-            names = _names(self.statements[index], lower)
-            rare = (
-                frozenset(t for t in set(raw) | set(plain) if usage[t] <= self.most and (_is_number(t) or t in names))
-                - excluded[index]
-            )
-            self._rare.append(rare)
-            for name in rare - {t for t in rare if _is_number(t)}:
+            names = {t for t in _names(self.statements[index], lower) if usage[t] <= self.most} - excluded[index]
+            marks = {pair for pair in pairs[index] if pair_usage[pair] <= self.most}
+            for name in names:
                 self._names.setdefault(name, []).append(index)
+            for pair in marks:
+                self._marks.setdefault(pair, []).append(index)
+            self._rare.append(frozenset(names | {token for pair in marks for token in pair if _is_number(token)}))
             self._openings.append({raw[: self.quote_words], plain[: self.quote_words]})
-            marks = {
-                (pair, token) for seq in (raw, plain) for pair in ngrams(seq, 2) for token in pair if token in rare
-            }
-            for pair, token in marks:
-                if pair[0] != pair[1]:
-                    self._marks.setdefault(pair, []).append((index, token))  # type: ignore[arg-type]
             id_words = words(self.ids[index])
             if _usable_id(self.ids[index]):
                 self._ids.setdefault(id_words[0], []).append((id_words, index))
@@ -182,8 +181,24 @@ class ProblemIndex:
             for index in self._names.get(name, ()):
                 yield index, Naming("distinctive token", f"the name '{name}'")
         for pair in sorted(ngrams(raw, 2) | ngrams(plain, 2), reverse=True):
-            for index, token in self._marks.get(pair, ()):  # type: ignore[call-overload]
-                yield index, Naming("distinctive token", f"'{token}' in '{' '.join(pair)}'")
+            for index in self._marks.get(pair, ()):
+                yield index, Naming("distinctive token", f"'{' '.join(pair)}'")
+
+
+#: Words too plain to make a number a problem's own ("the 9", "are 36", "with 12").
+_PLAIN = frozenset(
+    "a an and are as at be by each every for from has have how if in is it its of on or than that the then there "
+    "this to was were what when which who with".split()
+)
+
+
+def _numbered(pair: tuple[str, ...], excluded: set[str]) -> bool:
+    """A pair of words that can mark a problem: a number (not the gold) beside a word of three or more letters
+    ("key 5"); a variable ("y 3") or another number ("2 3") is how every formula and list goes on."""
+    number, word = sorted(pair, key=_is_number, reverse=True)
+    if not _is_number(number) or number in excluded:
+        return False
+    return word.isalpha() and len(word) >= 3 and word not in _PLAIN
 
 
 def _is_number(word: str) -> bool:

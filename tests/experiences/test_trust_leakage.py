@@ -138,8 +138,8 @@ def test_a_lesson_from_one_group_stating_its_answer_is_tied_by_provenance():
     (finding,) = checker.check([(None, "Count the minutes: it comes to 204.")], [{"walk", "sum"}])
     assert finding.tied is None and not finding.is_leak  # proposed by several groups: a shared rule's number
     (named,) = checker.check([(None, "For Aya's kilometer walk with the coffee shop, the total is 204.")])
-    assert (named.tied, named.tie_evidence) == ("distinctive token", "'coffee' in 'coffee shop'")
-    (named,) = checker.check([(None, "Aya's kilometer walks, and coffee afterwards: the total is 204.")])
+    assert (named.tied, named.tie_evidence) == ("distinctive token", "the name 'aya'")
+    (named,) = checker.check([(None, "Kilometer-long walks, a coffee shop afterwards: the total is 204.")])
     assert named.tied == "names the problem"
 
 
