@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from tests.helpers.leakage_sets import SETS, measure
 from tfgrpo.core.datasets import load_dataset_rows
 from tfgrpo.experiences.leakage import LeakageChecker
 
@@ -17,7 +18,9 @@ pytestmark = pytest.mark.timeout(120)
 def templated() -> list[SimpleNamespace]:
     """20 problems of one template: only the key tells them apart (the gold of key 5 is 196)."""
     return [
-        SimpleNamespace(id=f"SIM-{k}", problem=f"SIM-{k}: Find the secret number of key {k}.", answer=str((k + 9) ** 2))
+        SimpleNamespace(
+            id=f"SIM-{k}", problem=f"SIM-{k}: Find the secret number of key {k}.", answer=str((k + 9) ** 2)
+        )
         for k in range(1, 21)
     ]
 
@@ -81,10 +84,14 @@ class TestQuotedOpenings:
             words = re.findall(r"[\w'-]+", strip_math(problem.problem))
             if len(words) >= 11 and re.fullmatch(r"-?\d+", problem.answer) and abs(int(problem.answer)) >= 10:
                 quote = " ".join(words[:11])
-                cases.append((problem.id, f"In the problem that begins '{quote}', the final answer is {problem.answer}."))
+                cases.append(
+                    (problem.id, f"In the problem that begins '{quote}', the final answer is {problem.answer}.")
+                )
         assert len(cases) >= 40
         findings = checker.check(cases)
-        caught = {f.experience_id for f in findings if f.kind == "answer" and f.is_leak and f.problem_id == f.experience_id}
+        caught = {
+            f.experience_id for f in findings if f.kind == "answer" and f.is_leak and f.problem_id == f.experience_id
+        }
         assert len(caught) / len(cases) >= 0.95, sorted(set(dict(cases)) - caught)
 
 
@@ -127,9 +134,27 @@ def test_library_check_says_which_evidence_tied_each_finding(tmp_path):
     assert [(r["experience_id"], r["problem_id"], r["tied"], r["tie_evidence"]) for r in rows] == [
         ("G0", "SIM-5", "distinctive token", "'key 5'"),
         ("G1", "SIM-7", "id", "SIM-7"),
-        ("G2", "SIM-3", "quote", "number of key 3"),
+        ("G2", "SIM-3", "quote", "the secret number of key 3"),
         ("G3", "SIM-6", None, None),
     ]
     assert rows[0]["evidence"] == "392/2 = gold answer 196 (equivalent expression)"
     table = runner.invoke(app, ["library", "check", str(library), "--against", str(data)], env={"COLUMNS": "400"})
     assert "distinctive token: 'key 5'" in table.stdout and "coincidence (not a leak)" in table.stdout
+
+
+# (leaks caught, general rules rejected) per set and mode, as docs/trust.md reports them; set A's general rules
+# rejected are those of the guard before issue 47 (2 of 149 in both modes): its precision may not get worse.
+DOCUMENTED = {
+    "A": {"library check": (107, 2), "learn": (113, 2)},
+    "B": {"library check": (104, 5), "learn": (116, 5)},
+    "C": {"library check": (48, 0), "learn": (51, 0)},
+}
+
+
+@pytest.mark.parametrize("labelled", SETS, ids=[s.name[0] for s in SETS])
+def test_labelled_sets_as_documented(labelled):
+    _, _, results = measure(labelled)
+    for row in results[1:]:
+        caught, false = row["leaks caught"][0], row["general rejected"][0]
+        least_caught, most_false = DOCUMENTED[labelled.name[0]][row["mode"]]
+        assert caught >= least_caught and false <= most_false, (row["mode"], caught, false)
