@@ -35,6 +35,7 @@ _LATEX_NAME = re.compile(r"\\[A-Za-z]+")
 _WORD = re.compile(r"\w+")
 _GENERATED_ID = re.compile(r"row-\d+")
 _CAPITALISED = re.compile(r"[A-Z][a-z]+")
+_DIGIT = re.compile(r"\d")
 _SENTENCE_END = ".!?:"
 #: Words too common to name anything, however few problems of a set use them.
 STOPWORDS = frozenset(
@@ -195,15 +196,17 @@ _PLAIN = frozenset(
 def _numbered(pair: tuple[str, ...], excluded: set[str]) -> bool:
     """A pair of words that can mark a problem: a number (not the gold) beside a word of three or more letters
     ("key 5"); a variable ("y 3") or another number ("2 3") is how every formula and list goes on."""
-    number, word = sorted(pair, key=_is_number, reverse=True)
-    if not _is_number(number) or number in excluded:
+    first, second = pair
+    first_number, second_number = _is_number(first), _is_number(second)
+    if first_number == second_number:
         return False
-    return word.isalpha() and len(word) >= 3 and word not in _PLAIN
+    number, word = (first, second) if first_number else (second, first)
+    return number not in excluded and word.isalpha() and len(word) >= 3 and word not in _PLAIN
 
 
 def _is_number(word: str) -> bool:
     """A number or a name with a digit (`5`, `2018`, `x1`, `sim5`): what a template varies, an id's part."""
-    return any(c.isdigit() for c in word)
+    return _DIGIT.search(word) is not None
 
 
 def _names(statement: str, lower: set[str]) -> set[str]:
