@@ -11,16 +11,22 @@ each against a set of reference problems (anything with `id`, `problem` and `ans
   nor are one-character non-numeric golds (choice letters).
 - copy: the experience shares word n-grams with a problem: shared / min(n-grams of either) >= `copy_threshold`,
   with n = min(`ngram`, words of either) and at least 3 words on both sides; or it repeats `copy_min_words`
-  (10) consecutive words of the problem (a copied statement inside a longer lesson).
+  (10) consecutive words of the problem, as written or with its math removed (a LaTeX statement copied
+  without its formulas).
 
-A value equal to a gold is only *evidence* of a leak when it is tied to that problem (`LeakFinding.tied`):
+A value equal to a gold is only *evidence* of a leak when it is tied to that problem (`LeakFinding.tied`, and
+the words that tie it in `tie_evidence`), strongest first:
 - "provenance": the experience was proposed by the group of that very problem alone (whose gold the model
   saw), so a number in it equal to that gold is that problem's answer;
+- "id", "quote", "distinctive token": the text names the problem by what tells it from the others of the set,
+  whatever the set's size (`tfgrpo.experiences.naming`): its id, a quote of its opening (or of a run that holds
+  its distinctive token), a name only it has, or a number only it has beside the same word ("key 5"). A gold
+  below `min_integer` is tied by an id or a quote, not by a token alone;
 - "names the problem": it shares enough of the problem's distinctive words (words, names and numbers of the
   statement that at most `distinctive_share` of the reference problems use), weighted by rarity (sum of
   log(problems / problems using it) >= `min_naming_score`; 1.5 times that for a gold below `min_integer`);
-- "specific value": the value is too specific to be a coincidence: an expression, a fraction whose
-  denominator exceeds 12, or an integer of 1,000 or more that is not a multiple of 100 or a power of two.
+- "specific value": the value is too specific to be a coincidence: an expression, or a fraction whose
+  denominator exceeds 12.
 An untied match ("a cube has 12 edges" while some problem's answer is 12) is a coincidence: reported
 with `tied=None`, and never a reason to reject. A copy is always tied. What the guard cannot see: a leak
 that paraphrases the problem in other words and states an unspecific answer, from a group it was not
