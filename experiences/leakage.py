@@ -50,7 +50,7 @@ from pydantic import BaseModel, Field
 
 from tfgrpo.core.answers import as_fraction, normalize_answer
 from tfgrpo.experiences.model import Library
-from tfgrpo.experiences.naming import INLINE_MATH, RUN, STOPWORDS, Naming, ProblemIndex, ngrams, plain_words, words
+from tfgrpo.experiences.naming import INLINE_MATH, RUN, Naming, ProblemIndex, ngrams, plain_words, words
 from tfgrpo.rewards.math import equivalent_many, gold_answer
 from tfgrpo.rewards.verifier import Verifier
 
@@ -71,6 +71,10 @@ _LATEX_NAME = re.compile(r"\\[A-Za-z]+")
 # read whole (`\w++`): the same matches as `(\w+)\^`, which from every letter of a long word read on to its
 # end and back (40,000 letters: 11 s); this reads each letter a bounded number of times.
 _POWER = re.compile(r"(?<!\w)(\w++)\^\{?(\w++)\}?")
+_STOPWORDS = frozenset(
+    "that with what find which there their then than from each have this such these those when where only into "
+    "also some many more most other same both them they what whose will would could should must does make".split()
+)
 
 
 class ReferenceProblem(Protocol):
@@ -359,7 +363,7 @@ def _terms(text: str) -> Iterable[str]:
     words = (
         t
         for t in _WORD.findall(plain)
-        if (len(t) >= 4 and t.isalpha() and t not in STOPWORDS)
+        if (len(t) >= 4 and t.isalpha() and t not in _STOPWORDS)
         or (len(t) >= 2 and t.isdigit())
         or (len(t) >= 3 and "_" in t)
     )

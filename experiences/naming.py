@@ -37,11 +37,6 @@ _GENERATED_ID = re.compile(r"row-\d+")
 _CAPITALISED = re.compile(r"[A-Z][a-z]+")
 _DIGIT = re.compile(r"\d")
 _SENTENCE_END = ".!?:"
-#: Words too common to name anything, however few problems of a set use them.
-STOPWORDS = frozenset(
-    "that with what find which there their then than from each have this such these those when where only into "
-    "also some many more most other same both them they what whose will would could should must does make".split()
-)
 #: Shortest run of words the copy checks look for: the index of runs is keyed by it.
 RUN = 3
 
@@ -235,4 +230,4 @@ def _usable_id(problem_id: str) -> bool:
     )
 
 
-__all__ = ["INLINE_MATH", "RUN", "STOPWORDS", "Naming", "ProblemIndex", "ngrams", "plain_words", "words"]
+__all__ = ["INLINE_MATH", "RUN", "Naming", "ProblemIndex", "ngrams", "plain_words", "words"]
