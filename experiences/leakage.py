@@ -11,16 +11,22 @@ each against a set of reference problems (anything with `id`, `problem` and `ans
   nor are one-character non-numeric golds (choice letters).
 - copy: the experience shares word n-grams with a problem: shared / min(n-grams of either) >= `copy_threshold`,
   with n = min(`ngram`, words of either) and at least 3 words on both sides; or it repeats `copy_min_words`
-  (10) consecutive words of the problem (a copied statement inside a longer lesson).
+  (10) consecutive words of the problem, as written or with its math removed (a LaTeX statement copied
+  without its formulas).
 
-A value equal to a gold is only *evidence* of a leak when it is tied to that problem (`LeakFinding.tied`):
+A value equal to a gold is only *evidence* of a leak when it is tied to that problem (`LeakFinding.tied`, and
+the words that tie it in `tie_evidence`), strongest first:
 - "provenance": the experience was proposed by the group of that very problem alone (whose gold the model
   saw), so a number in it equal to that gold is that problem's answer;
+- "id", "quote", "distinctive token": the text names the problem by what tells it from the others of the set,
+  whatever the set's size (`tfgrpo.experiences.naming`): its id, a quote of its opening (or of a run that holds
+  its distinctive token), a name only it has, or a number only it has beside the same word ("key 5"). A gold
+  below `min_integer` is tied by an id or a quote, not by a token alone;
 - "names the problem": it shares enough of the problem's distinctive words (words, names and numbers of the
   statement that at most `distinctive_share` of the reference problems use), weighted by rarity (sum of
   log(problems / problems using it) >= `min_naming_score`; 1.5 times that for a gold below `min_integer`);
-- "specific value": the value is too specific to be a coincidence: an expression, a fraction whose
-  denominator exceeds 12, or an integer of 1,000 or more that is not a multiple of 100 or a power of two.
+- "specific value": the value is too specific to be a coincidence: an expression, or a fraction whose
+  denominator exceeds 12.
 An untied match ("a cube has 12 edges" while some problem's answer is 12) is a coincidence: reported
 with `tied=None`, and never a reason to reject. A copy is always tied. What the guard cannot see: a leak
 that paraphrases the problem in other words and states an unspecific answer, from a group it was not
@@ -44,6 +50,7 @@ from pydantic import BaseModel, Field
 
 from tfgrpo.core.answers import as_fraction, normalize_answer
 from tfgrpo.experiences.model import Library
+from tfgrpo.experiences.naming import INLINE_MATH, RUN, Naming, ProblemIndex, ngrams, plain_words, words
 from tfgrpo.rewards.math import equivalent_many, gold_answer
 from tfgrpo.rewards.verifier import Verifier
 
@@ -52,11 +59,8 @@ LeakageMode = Literal["reject", "flag", "off"]
 
 _NUMBER = re.compile(r"(?<![\w.])[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:\s*/\s*\d+)?(?![\w])")
 _LATEX_COMMAND = re.compile(r"\\(?:[dt]?frac|sqrt|binom|boxed)\s*(?:\[[^\]]*\])?(?:\s*\{(?:[^{}]|\{[^{}]*\})*\})+")
-# A `\(` (`\[`) span ends at its close and holds no second opening: without that, each of n unclosed openings
-# would be read to the end of the text (quadratic).
-_INLINE_MATH = re.compile(r"\$\$?([^$]+?)\$\$?|\\\(((?:(?!\\\().)+?)\\\)|\\\[((?:(?!\\\[).)+?)\\\]", re.S)
 _WORD = re.compile(r"\w+")
-_MIN_COPY_WORDS = 3
+_MIN_COPY_WORDS = RUN
 SPECIFIC_DENOMINATOR = 12
 SMALL_GOLD_FACTOR = 1.5
 #: Rarity is counted as if the references sat among this many other problems that do not use the word: with
@@ -91,8 +95,12 @@ class LeakFinding(BaseModel):
     overlap: float | None = Field(None, description="copy: fraction of shared n-grams.")
     tied: str | None = Field(
         None,
-        description="What ties the match to the problem: provenance, names the problem, specific value, copy; "
-        "None: a coincidence (a general rule's number that equals some problem's answer).",
+        description="What ties the match to the problem: provenance, id, quote, distinctive token, names the "
+        "problem, specific value, copy; None: a coincidence (a general rule's number that equals some problem's "
+        "answer).",
+    )
+    tie_evidence: str | None = Field(
+        None, description="The words that tie it: the id, the quoted words, the token and its neighbour, ..."
     )
 
     @property
@@ -100,10 +108,17 @@ class LeakFinding(BaseModel):
         """Evidence enough to reject: a copy, or an answer tied to its problem."""
         return self.tied is not None
 
+    @property
+    def tie_label(self) -> str:
+        """`tied` with the words that carry it ("quote: 'determine the smallest prime such'")."""
+        if self.tied is None:
+            return "coincidence (not a leak)"
+        return f"{self.tied}: {self.tie_evidence}" if self.tie_evidence else self.tied
+
     def describe(self) -> str:
         who = f"[{self.experience_id}] " if self.experience_id else ""
         what = "contains the answer of" if self.kind == "answer" else "copies"
-        tag = f" [{self.tied or 'coincidence'}]" if self.kind == "answer" else ""
+        tag = f" [{self.tie_label if self.tied else 'coincidence'}]" if self.kind == "answer" else ""
         return f"{who}{what} {self.source}:{self.problem_id} ({self.evidence}){tag}: {_short(self.text)}"
 
 
@@ -111,7 +126,6 @@ class LeakFinding(BaseModel):
 class _Ref:
     id: str
     source: str
-    words: tuple[str, ...]
     gold: str | None  # normalised
     value: Fraction | None  # exact value of a numeric gold
     distinctive: frozenset[str] = frozenset()  # words and numbers of the statement few problems share
@@ -134,6 +148,8 @@ class LeakageChecker:
         copy_min_words: a text that repeats this many consecutive words of a problem copies it, however long.
         min_naming_score: how rare the words a text shares with a problem must be, in sum (each counts
             log(problems / problems using it)), for the text to name that problem.
+        quote_words: a text that repeats this many consecutive words of a problem, a run at most
+            `distinctive_share` of the problems contain, quotes it.
     """
 
     sets: Mapping[str, Sequence[ReferenceProblem]]
@@ -144,19 +160,21 @@ class LeakageChecker:
     distinctive_share: float = 0.05
     min_naming_score: float = 9.0
     copy_min_words: int = 10
+    quote_words: int = 6
     _refs: list[_Ref] = field(init=False, repr=False)
     _by_value: dict[Fraction, list[_Ref]] = field(init=False, repr=False)
-    _by_key: dict[tuple[str, str], _Ref] = field(init=False, repr=False)  # (source, problem id) -> reference
-    _grams: dict[tuple[int, int], set[tuple[str, ...]]] = field(init=False, repr=False)  # (ref index, n) -> n-grams
-    _by_run: dict[tuple[str, ...], list[int]] | None = field(init=False, repr=False)  # k-word run -> references
+    _by_key: dict[tuple[str, str], int] = field(init=False, repr=False)  # (source, problem id) -> reference index
+    _index: ProblemIndex | None = field(init=False, repr=False)  # the problems' words, built on first use
 
     def __post_init__(self) -> None:
         if not 0 < self.copy_threshold <= 1:
             raise ValueError(f"copy_threshold must be in (0, 1] (got {self.copy_threshold})")
         if self.ngram < _MIN_COPY_WORDS:
             raise ValueError(f"ngram must be at least {_MIN_COPY_WORDS} (got {self.ngram})")
-        self._refs, self._by_value, self._grams, self._by_key = [], {}, {}, {}
-        self._by_run = None
+        if min(self.copy_min_words, self.quote_words) < _MIN_COPY_WORDS:
+            raise ValueError(f"copy_min_words and quote_words must be at least {_MIN_COPY_WORDS}")
+        self._refs, self._by_value, self._by_key = [], {}, {}
+        self._index = None
         for source, problems in self.sets.items():
             for problem in problems:
                 self._refs.append(self._reference(source, problem))
@@ -168,7 +186,7 @@ class LeakageChecker:
             total = len(self._refs) + BACKGROUND_PROBLEMS
             rarity = tuple((word, math.log(total / usage[word])) for word in sorted(rare))
             self._refs[index] = ref = replace(ref, distinctive=rare, rarity=rarity)
-            self._by_key[ref.source, ref.id] = ref
+            self._by_key[ref.source, ref.id] = index
             if ref.value is not None:
                 self._by_value.setdefault(ref.value, []).append(ref)
 
@@ -179,12 +197,24 @@ class LeakageChecker:
         small = value is not None and value.denominator == 1 and abs(value) < self.min_integer
         if value is None and gold is not None and len(gold) < 2:
             gold = None  # a choice letter
-        words = tuple(_WORD.findall(problem.problem.lower()))
-        return _Ref(problem.id, source, words, gold, value, small=small, statement=problem.problem)
+        return _Ref(problem.id, source, gold, value, small=small, statement=problem.problem)
 
     @property
     def size(self) -> int:
         return len(self._refs)
+
+    @property
+    def index(self) -> ProblemIndex:
+        """The problems' words for copies, quotes, ids and distinctive tokens; built on first use."""
+        if self._index is None:
+            self._index = ProblemIndex(
+                [ref.id for ref in self._refs],
+                [ref.statement for ref in self._refs],
+                share=self.distinctive_share,
+                quote_words=self.quote_words,
+                excluded=[words(ref.gold or "") for ref in self._refs],
+            )
+        return self._index
 
     def check(
         self, items: Iterable[tuple[str | None, str]], sources: Sequence[Collection[str]] | None = None
@@ -193,6 +223,28 @@ class LeakageChecker:
 
         `sources`, one per item: the ids of the problems whose groups proposed it (its provenance)."""
         items = list(items)
+        findings = self._answers(items)
+        for index, (experience_id, text) in enumerate(items):
+            findings[index].extend(self._copies(experience_id, text))
+        kept = []
+        for index, group in enumerate(findings):
+            origin = set(sources[index]) if sources is not None else set()
+            text = items[index][1]
+            words_of_text = set(_terms(text))
+            namings = self.index.namings(text) if any(f.kind == "answer" for f in group) else {}
+            for finding in group:
+                if finding.kind == "answer":
+                    position = self._by_key[finding.source, finding.problem_id]
+                    ref = self._refs[position]
+                    tie = self._tie(ref, origin, words_of_text, namings.get(position))
+                    finding.tied, finding.tie_evidence = tie if tie else (None, None)
+                    if ref.small and finding.tied is None:
+                        continue  # "check 2 cases": a small number in a lesson is evidence of nothing
+                kept.append(finding)
+        return kept
+
+    def _answers(self, items: list[tuple[str | None, str]]) -> list[list[LeakFinding]]:
+        """Per item, its values equal to a gold: numbers in process, expression golds by math-verify, batched."""
         findings: list[list[LeakFinding]] = [[] for _ in items]
         pending: list[tuple[int, str, _Ref, str]] = []  # (index, span, ref, gold) for math-verify, batched
         expression_refs = [r for r in self._refs if r.gold is not None and r.value is None]
@@ -216,7 +268,6 @@ class LeakageChecker:
                     findings[index].append(self._answer(experience_id, text, ref, gold))
                 else:
                     pending.extend((index, span, ref, gold) for span in spans)
-            findings[index].extend(self._copies(experience_id, text))
         if pending:
             verdicts = equivalent_many([(gold, span) for _, span, _, gold in pending], verifier=self.verifier)
             matched: set[tuple[int, str, str]] = set()
@@ -224,18 +275,7 @@ class LeakageChecker:
                 if equal and (index, ref.source, ref.id) not in matched:
                     matched.add((index, ref.source, ref.id))
                     findings[index].append(self._answer(items[index][0], items[index][1], ref, span))
-        kept = []
-        for index, group in enumerate(findings):
-            origin = set(sources[index]) if sources is not None else set()
-            words = set(_terms(items[index][1]))
-            for finding in group:
-                if finding.kind == "answer":
-                    ref = self._ref(finding)
-                    finding.tied = self._tie(ref, origin, words)
-                    if ref.small and finding.tied is None:
-                        continue  # "check 2 cases": a small number in a lesson is evidence of nothing
-                kept.append(finding)
-        return kept
+        return findings
 
     def check_library(self, library: Library) -> list[LeakFinding]:
         """The library's findings; an experience's provenance (the queries of the step that made it) is its source."""
@@ -243,74 +283,61 @@ class LeakageChecker:
         return self.check(((e.id, e.text) for e in experiences), [e.provenance.query_ids for e in experiences])
 
     def _ref(self, finding: LeakFinding) -> _Ref:
-        return self._by_key[finding.source, finding.problem_id]
+        return self._refs[self._by_key[finding.source, finding.problem_id]]
 
-    def _tie(self, ref: _Ref, origin: set[str], words: set[str]) -> str | None:
+    def _tie(self, ref: _Ref, origin: set[str], words: set[str], naming: Naming | None) -> tuple[str, str] | None:
+        """(kind, the words that carry it) of the strongest evidence that ties a gold in a text to its problem."""
         if origin == {ref.id}:
-            return "provenance"
+            return "provenance", f"proposed by the group of {ref.id} alone"
+        if naming is not None and (naming.kind != "distinctive token" or not ref.small):
+            return naming.kind, naming.words
         # Naming: the rarer the shared words, the stronger; a small gold (a 4 in "4 squares") needs more.
-        shared = sum(weight for word, weight in ref.rarity if word in words and word != ref.gold)
-        if shared >= self.min_naming_score * (SMALL_GOLD_FACTOR if ref.small else 1):
-            return "names the problem"
+        shared = [(word, weight) for word, weight in ref.rarity if word in words and word != ref.gold]
+        score = sum(weight for _, weight in shared)
+        if score >= self.min_naming_score * (SMALL_GOLD_FACTOR if ref.small else 1):
+            return "names the problem", f"rare words {', '.join(word for word, _ in shared)} ({score:.1f})"
         if _specific(ref):
-            return "specific value"
+            return "specific value", f"gold {ref.gold}"
         return None
 
     def _answer(self, experience_id: str | None, text: str, ref: _Ref, found: str) -> LeakFinding:
+        found = found.strip()
         return LeakFinding(
             kind="answer",
             experience_id=experience_id,
             text=text,
             problem_id=ref.id,
             source=ref.source,
-            evidence=f"{found.strip()} = gold answer {ref.gold}",
+            evidence=f"{found} = gold answer {ref.gold}" + (" (equivalent expression)" if found != ref.gold else ""),
         )
 
-    def _copy_candidates(self, words: tuple[str, ...]) -> list[int]:
-        """The references that share a run of k words with `words`, k the shortest run either copy rule needs
-        (3 words, or `copy_min_words` if fewer): no other can pass a rule, so a text is compared with the few
-        problems it shares a phrase with, not with all of them (10,000 training problems: 3.3 s -> ms a step).
-        The index is built on the first use."""
-        k = max(1, min(_MIN_COPY_WORDS, self.copy_min_words))
-        if self._by_run is None:
-            self._by_run = {}
-            for index, ref in enumerate(self._refs):
-                for gram in _ngrams(ref.words, k):
-                    self._by_run.setdefault(gram, []).append(index)
-        found: set[int] = set()
-        for gram in _ngrams(words, k):
-            found.update(self._by_run.get(gram, ()))
-        return sorted(found)
-
-    def _copied_run(self, words: tuple[str, ...], index: int, ref: _Ref) -> str | None:
-        """A run of `copy_min_words` consecutive words of the problem inside a longer text, if there is one."""
+    def _copied_run(self, sequence: tuple[str, ...], index: int, plain: bool) -> str | None:
+        """A run of `copy_min_words` consecutive words of the problem (as written, or with its math removed)
+        inside a longer text, if there is one."""
         n = self.copy_min_words
-        if len(words) < n or len(ref.words) < n:
+        if len(sequence) < n:
             return None
-        theirs = self._grams.get((index, n))
-        if theirs is None:
-            theirs = self._grams[index, n] = _ngrams(ref.words, n)
-        shared = _ngrams(words, n) & theirs
+        shared = ngrams(sequence, n) & self.index.grams(index, n, plain=plain)
         return " ".join(min(shared)) if shared else None
 
     def _copies(self, experience_id: str | None, text: str) -> list[LeakFinding]:
-        words = tuple(_WORD.findall(text.lower()))
-        if len(words) < _MIN_COPY_WORDS:
+        raw = words(text)
+        if len(raw) < _MIN_COPY_WORDS:
             return []
+        plain = plain_words(text)
         grams_by_n: dict[int, set[tuple[str, ...]]] = {}
         found = []
-        for index in self._copy_candidates(words):
-            ref = self._refs[index]
-            n = min(self.ngram, len(words), len(ref.words))
+        for index in self.index.candidates(raw, plain):
+            ref, problem_words = self._refs[index], self.index.sequences[index][0]
+            n = min(self.ngram, len(raw), len(problem_words))
             if n < _MIN_COPY_WORDS:
                 continue
-            ours = grams_by_n.setdefault(n, _ngrams(words, n))
-            theirs = self._grams.get((index, n))
-            if theirs is None:
-                theirs = self._grams[index, n] = _ngrams(ref.words, n)
-            shared = ours & theirs
-            overlap = len(shared) / min(len(ours), len(theirs))
-            run = self._copied_run(words, index, ref) if not overlap >= self.copy_threshold else None
+            ours = grams_by_n.setdefault(n, ngrams(raw, n))
+            shared = ours & self.index.grams(index, n)
+            overlap = len(shared) / min(len(ours), len(self.index.grams(index, n)))
+            run = None
+            if overlap < self.copy_threshold:
+                run = self._copied_run(raw, index, plain=False) or self._copied_run(plain, index, plain=True)
             if overlap >= self.copy_threshold or run is not None:
                 example = " ".join(max(shared)) if run is None else run
                 found.append(
@@ -323,6 +350,7 @@ class LeakageChecker:
                         evidence=f"{overlap:.0%} of {n}-grams shared, e.g. '{example}'",
                         overlap=round(overlap, 3),
                         tied="copy",
+                        tie_evidence=f"'{example}'",
                     )
                 )
         return found
@@ -359,7 +387,7 @@ def _exact_value(normalized: str) -> Fraction | None:
 
 def _candidates(text: str) -> tuple[list[str], list[str]]:
     """(plain numbers, math spans) found in a text; a span that is a plain number also counts as a number."""
-    spans = [next(g for g in m.groups() if g is not None) for m in _INLINE_MATH.finditer(text)]
+    spans = [next(g for g in m.groups() if g is not None) for m in INLINE_MATH.finditer(text)]
     spans += [m.group() for m in _LATEX_COMMAND.finditer(text)]
     numbers = [m.group().replace(",", "") for m in _NUMBER.finditer(text)]
     expressions = []
@@ -370,10 +398,6 @@ def _candidates(text: str) -> tuple[list[str], list[str]]:
         elif normalized:
             expressions.append(normalized)
     return numbers, expressions
-
-
-def _ngrams(words: Sequence[str], n: int) -> set[tuple[str, ...]]:
-    return {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
 
 
 def _short(text: str, limit: int = 80) -> str:

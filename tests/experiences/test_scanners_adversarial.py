@@ -22,8 +22,11 @@ from tfgrpo.rewards.extraction import extract_with_source
 
 
 def index_problem(text: str) -> LeakageChecker:
-    """The guard's index over one training problem of this text (built for every run, --leakage off too)."""
-    return LeakageChecker({"train": [Problem(id="p", problem=text, answer="12345")]})
+    """The guard's index over one training problem of this text (built for every run, --leakage off too), with
+    the words it names problems by (ids, quotes, names and keyed numbers, built on the first check)."""
+    checker = LeakageChecker({"train": [Problem(id="p", problem=text, answer="12345")]})
+    assert checker.index.sequences
+    return checker
 
 
 CHECKER = index_problem("Find the sum of the digits of 2^{10} written in base 7.")

@@ -111,6 +111,10 @@ def test_learn_rejects_operations_that_leak_an_answer(tmp_path):
         ("rejected", "answer", "q30_41"),
     }
     assert all(r["step"] == 1 and r["op"]["option"] == "add" for r in leaks)
+    assert {(r["tied"], r["tie_evidence"]) for r in leaks} == {
+        ("provenance", "proposed by the group of q17_25 alone"),
+        ("provenance", "proposed by the group of q30_41 alone"),
+    }
     history = tmp_path / "run" / "library.history" / "ops.jsonl"  # the op log names the reason
     assert "leakage: answer of train:q17_25" in history.read_text()
 
@@ -138,6 +142,8 @@ def test_a_lesson_from_one_group_stating_its_answer_is_tied_by_provenance():
     (finding,) = checker.check([(None, "Count the minutes: it comes to 204.")], [{"walk", "sum"}])
     assert finding.tied is None and not finding.is_leak  # proposed by several groups: a shared rule's number
     (named,) = checker.check([(None, "For Aya's kilometer walk with the coffee shop, the total is 204.")])
+    assert (named.tied, named.tie_evidence) == ("distinctive token", "the name 'aya'")
+    (named,) = checker.check([(None, "Kilometer-long walks, a coffee shop afterwards: the total is 204.")])
     assert named.tied == "names the problem"
 
 
@@ -275,3 +281,21 @@ def test_labelled_lessons_precision_and_recall():
         recall = sum(row["id"] in rejected for row in leaks) / len(leaks)
         false_rate = sum(row["id"] in rejected for row in general) / len(general)
         assert recall >= min_recall and false_rate <= 0.02, (recall, false_rate)
+
+
+def test_the_learn_command_says_what_tied_each_finding():
+    from types import SimpleNamespace as Result
+
+    from tfgrpo.cli.learn import _report
+
+    console = Console(file=io.StringIO(), width=400)
+    leak = {"step": 1, "action": "rejected", "kind": "answer", "source": "train", "problem_id": "SIM-5"}
+    leaks = [
+        {**leak, "evidence": "196 = gold answer 196", "tied": "distinctive token", "tie_evidence": "'key 5'"},
+        {**leak, "evidence": "196 = gold answer 196", "tied": None, "tie_evidence": None, "action": "flagged"},
+    ]
+    metrics = {"leakage": [{**r, "text": "For key 5 it is 196."} for r in leaks]}
+    _report(console, Result(metrics=metrics, out=Path("run"), library=Library.from_texts([])))
+    printed = console.file.getvalue()
+    assert "(196 = gold answer 196) [distinctive token: 'key 5']: For key 5" in printed
+    assert "[coincidence]" in printed

@@ -35,6 +35,8 @@ PIECES = {
     "fence": "```\n",
     "slash": "1 / ",
     "text-group": "\\text{",
+    "name": "Ab  ",  # a capitalised word after spaces: the guard looks back over them for a sentence's end
+    "keyed-number": "key 5 ",
 }
 SIZE = 3_000  # characters of the smaller input; the larger is ten times as long
 ALLOWED_GROWTH = 35  # 10x the input: linear work is ~10x, quadratic ~100x

@@ -163,9 +163,10 @@ def _report(console, result) -> None:
     if leaks:
         console.print(f"[yellow]leakage guard:[/] {len(leaks)} finding(s) (metrics.json 'leakage'):", highlight=False)
         for leak in leaks[:10]:
+            tie = ": ".join(filter(None, [leak.get("tied"), leak.get("tie_evidence")])) or "coincidence"
             console.print(
                 f"  step {leak['step']} {leak['action']}: {leak['kind']} of {leak['source']}:{leak['problem_id']} "
-                f"({leak['evidence']}): {leak['text'][:80]}",
+                f"({leak['evidence']}) [{tie}]: {leak['text'][:80]}",
                 highlight=False,
                 markup=False,
             )

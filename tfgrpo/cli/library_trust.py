@@ -76,8 +76,7 @@ def check(
         for column in ("id", "kind", "problem", "evidence", "tied by", "text"):
             table.add_column(column, overflow="fold")
         for f in findings:
-            tie = f.tied or "coincidence (not a leak)"
-            table.add_row(f.experience_id or "", f.kind, f"{f.source}:{f.problem_id}", f.evidence, tie, f.text)
+            table.add_row(f.experience_id or "", f.kind, f"{f.source}:{f.problem_id}", f.evidence, f.tie_label, f.text)
         console.print(table)
     else:
         console.print(

@@ -4,9 +4,9 @@
   the bundled benchmarks or the user's declared test sets (`tfgrpo.core.lockout`).
 - Leakage, after every step's consolidation: an operation whose text contains a gold answer of a
   training, validation or declared test problem tied to that problem (it came from that problem's group
-  alone, names the problem, or the value is too specific for chance), or copies one, is rejected or flagged
-  per the config (`tfgrpo.experiences.leakage`); an untied match (a general rule's number that equals some
-  problem's answer) is only flagged. Every finding is recorded in the step's metrics and the library
+  alone, names the problem by its id, a quote or a token only it has, or the value is too specific for
+  chance), or copies one, is rejected or flagged per the config (`tfgrpo.experiences.leakage`); an untied
+  match (a general rule's number that equals some problem's answer) is only flagged. Every finding is recorded in the step's metrics and the library
   history.
 """
 

@@ -8,7 +8,7 @@ steps[]:   step, epoch, batch, queries, rollouts, rollouts_failed, rollouts_unsc
            uncached_prompt_tokens, completion_tokens, cached_samples (our response cache), cost_usd, wall_time_s,
            retries_{rate_limit,server_error,timeout,bad_body,connection} (transient failures retried),
            stage_seconds {rollouts, summaries, group_advantage, consolidation}, library_version, library_size,
-           leaks_rejected, leaks_flagged, leakage [{action, kind, problem_id, source, evidence, tied, text, op}],
+           leaks_rejected, leaks_flagged, leakage [{action, kind, problem_id, source, evidence, tied, tie_evidence, text, op}],
            dedup_merged, dedup_dropped, dedup [{action, operation, text, neighbour_id, neighbour_text, similarity,
            lexical}] (dedup: enforce),
            stage_replies {group, consolidate: {replies, enforced, parsed, repaired, retried, lost}}
