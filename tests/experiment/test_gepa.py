@@ -165,3 +165,27 @@ def test_gepa_seeded_from_a_library_starts_from_its_system_prompt(tmp_path):
     config = GepaConfig(data="easy_train", seed_library=str(tmp_path / "library.json"))
     assert seed_prompt(config) == export_text(library, "system-prompt").strip()
     assert "Check the carry." in seed_prompt(config)
+
+
+def test_compare_methods_dry_run_prints_the_plan_and_an_estimate_per_method(tmp_path):
+    import io
+
+    from rich.console import Console
+
+    from tfgrpo.experiment.estimate import estimate_by_method, estimate_step
+
+    recipe = load_recipe("compare-methods")
+    buffer = io.StringIO()
+    result = run_experiment(recipe, tmp_path / "cm", dry_run=True, console=Console(file=buffer, width=200))
+    assert result.status == "planned" and not (tmp_path / "cm").exists()
+    printed = buffer.getvalue()
+    assert "Estimate per method" in printed and "eval/aime24/gepa" in printed
+    plan = build_plan(recipe, tmp_path / "cm")
+    by_method = estimate_by_method(plan, {step.id: estimate_step(step, recipe.estimate) for step in plan})
+    assert set(by_method) == {"base", "Training-Free GRPO", "GEPA", "sft (sft)", "grpo (grpo)"}
+    evals = 2 * 30 * 16  # two AIME sets of 30 problems at K = 16, for every method alike
+    assert by_method["base"].calls == evals
+    gepa = by_method["GEPA"].calls - evals  # its metric calls and the reflections they imply
+    assert recipe.gepa.settings["max_metric_calls"] < gepa < 1.1 * recipe.gepa.settings["max_metric_calls"]
+    for method, estimate in by_method.items():
+        assert f"{estimate.calls:,}" in printed, method

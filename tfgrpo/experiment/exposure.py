@@ -43,9 +43,15 @@ def _gepa_row(step: Step) -> tuple[str, str, str]:
 def _finetune_row(step: Step, plan: dict[str, Step]) -> tuple[str, str, str]:
     arguments = step.config
     source = next((plan[d] for d in step.deps if d.startswith("learn/")), None)
-    data = f"{source.id}'s rollouts on {_problems(source.config.data, source.config.limit)}" if source else arguments["data"]
+    data = (
+        f"{source.id}'s rollouts on {_problems(source.config.data, source.config.limit)}"
+        if source
+        else arguments["data"]
+    )
     summary = read_json(step.out / SUMMARY_FILE)
-    work = f"{summary.get('steps', '?')} optimizer steps on {summary.get('samples', '?')} samples ({arguments['method']})"
+    work = (
+        f"{summary.get('steps', '?')} optimizer steps on {summary.get('samples', '?')} samples ({arguments['method']})"
+    )
     return data, "none", work
 
 

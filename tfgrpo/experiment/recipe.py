@@ -165,7 +165,9 @@ class Recipe(TrackingSettings):
             raise ValueError("gepa.data: give the training problems (there is no `learn:` section to take them from)")
         if gepa.seed_from is not None:
             if learn is None or not (gepa.seed_from == "learn" or gepa.seed_from.startswith("learn:")):
-                raise ValueError(f"gepa.seed_from {gepa.seed_from!r}: expected 'learn' or 'learn:SEED' with a `learn:` section")
+                raise ValueError(
+                    f"gepa.seed_from {gepa.seed_from!r}: expected 'learn' or 'learn:SEED' with a `learn:` section"
+                )
             if learn.seed_from == "gepa":
                 raise ValueError("gepa.seed_from and learn.seed_from name each other: choose one direction")
         return self

@@ -27,10 +27,10 @@ from tfgrpo.core.errors import EvalError
 from tfgrpo.core.tracking import open_trackers, require_trackers
 from tfgrpo.experiment.checks import check_recipe_inputs
 from tfgrpo.experiment.estimate import StepEstimate, estimate_by_method, estimate_step
+from tfgrpo.experiment.gepa_run import require_gepa
 from tfgrpo.experiment.plan import Step, build_plan
 from tfgrpo.experiment.recipe import Recipe
 from tfgrpo.experiment.state import ExperimentState
-from tfgrpo.experiment.gepa_run import require_gepa
 from tfgrpo.experiment.steps import StepOutcome, run_eval_step, run_finetune_step, run_gepa_step, run_learn_step
 from tfgrpo.experiment.table import write_experiment_report
 from tfgrpo.experiment.timing import calibrate, step_llms, step_seconds

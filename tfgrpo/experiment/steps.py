@@ -106,7 +106,9 @@ def run_gepa_step(step: Step, budget_usd: float | None, console: Any) -> StepOut
         shutil.rmtree(step.out)
     config = _with_budget(step.config, budget_usd)
     if config.reflection_llm is not None:
-        config = config.model_copy(update={"reflection_llm": config.reflection_llm.model_copy(update={"budget_usd": budget_usd})})
+        config = config.model_copy(
+            update={"reflection_llm": config.reflection_llm.model_copy(update={"budget_usd": budget_usd})}
+        )
     console.print(
         f"GEPA on {config.data}: at most {config.max_metric_calls} metric calls, minibatch "
         f"{config.reflection_minibatch_size}, validation: {config.val_data or 'the training problems'}",
