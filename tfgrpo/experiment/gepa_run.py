@@ -72,8 +72,9 @@ def seed_prompt(config: GepaConfig) -> str:
 
 
 def _load(config: GepaConfig, spec: str, limit: int | None) -> list[Problem]:
-    keys = {"problem_key": config.problem_key, "answer_key": config.answer_key, "id_key": config.id_key}
-    return load_dataset_rows(spec, limit=limit, **keys)
+    return load_dataset_rows(
+        spec, problem_key=config.problem_key, answer_key=config.answer_key, id_key=config.id_key, limit=limit
+    )
 
 
 def load_splits(config: GepaConfig) -> tuple[list[Problem], list[Problem] | None]:
@@ -81,9 +82,11 @@ def load_splits(config: GepaConfig) -> tuple[list[Problem], list[Problem] | None
     train = _load(config, config.data, config.limit)
     val = _load(config, config.val_data, None) if config.val_data else None
     if not config.allow_test_overlap:
-        keys = {"problem_key": config.problem_key, "answer_key": config.answer_key, "id_key": config.id_key}
         data = {f"gepa data {config.data}": train, **({f"gepa val_data {config.val_data}": val} if val else {})}
-        check_no_test_overlap(data, load_test_sets(config.test_data, **keys))
+        test_sets = load_test_sets(
+            config.test_data, problem_key=config.problem_key, answer_key=config.answer_key, id_key=config.id_key
+        )
+        check_no_test_overlap(data, test_sets)
     return train, val
 
 
