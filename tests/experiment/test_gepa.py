@@ -189,3 +189,22 @@ def test_compare_methods_dry_run_prints_the_plan_and_an_estimate_per_method(tmp_
     assert recipe.gepa.settings["max_metric_calls"] < gepa < 1.1 * recipe.gepa.settings["max_metric_calls"]
     for method, estimate in by_method.items():
         assert f"{estimate.calls:,}" in printed, method
+
+
+async def test_a_stopped_bridge_makes_no_further_call_from_gepas_thread():
+    import asyncio
+
+    from tfgrpo.experiment.gepa_adapter import LoopBridge, RunStopped
+
+    calls = []
+
+    async def call() -> int:
+        calls.append(1)
+        return 7
+
+    bridge = LoopBridge(asyncio.get_running_loop())
+    assert await asyncio.to_thread(bridge.run, call()) == 7 and not bridge.stopped()
+    bridge.stop()  # what a Ctrl-C in the caller does: GEPA's stop condition is now true
+    with pytest.raises(RunStopped):
+        await asyncio.to_thread(bridge.run, call())
+    assert bridge.stopped() and calls == [1]

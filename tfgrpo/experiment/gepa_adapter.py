@@ -11,6 +11,7 @@ eval's reward; its feedback for the reflection is the reward's reason, and the g
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -26,18 +27,35 @@ T = TypeVar("T")
 TASK_TAG, REFLECTION_TAG = "gepa_task", "gepa_reflection"
 
 
+class RunStopped(RuntimeError):
+    """The caller stopped (Ctrl-C, a cancelled task): GEPA's thread makes no further call."""
+
+
 @dataclass
 class LoopBridge:
-    """Run a coroutine on `loop` from another thread and wait for its result (or its exception)."""
+    """Run a coroutine on `loop` from another thread and wait for its result (or its exception).
+
+    `stop()` (from the loop's side) makes every later call raise `RunStopped`, and `stopped` is GEPA's stop
+    condition, so the worker thread ends at its next call instead of running on after a Ctrl-C."""
 
     loop: asyncio.AbstractEventLoop
+    _stop: threading.Event = field(default_factory=threading.Event)
 
     def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        if self._stop.is_set():
+            coroutine.close()
+            raise RunStopped("stopped by the caller")
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def stopped(self, _state: Any = None) -> bool:
+        return self._stop.is_set()
 
 
 @dataclass
-class Usage:
+class CallCounts:
     """How often GEPA called: its metric calls (one scored sample each) and its reflections. Tokens and
     dollars are the client's ledger's (`LLMClient.accounting`), which counts only calls actually sent."""
 
@@ -52,7 +70,7 @@ class ClientLM:
     bridge: LoopBridge
     client: LLMClient
     sampling: SamplingParams
-    usage: Usage = field(default_factory=Usage)
+    usage: CallCounts = field(default_factory=CallCounts)
 
     def __call__(self, prompt: str | list[dict[str, Any]]) -> str:
         messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
@@ -72,7 +90,7 @@ class RewardAdapter:
     component: str
     user_template: str = "rollout_user"
     feedback_gold: bool = True
-    usage: Usage = field(default_factory=Usage)
+    usage: CallCounts = field(default_factory=CallCounts)
     #: GEPA's own reflective proposer writes the new texts (None tells it so)
     propose_new_texts: Any = None
 
@@ -124,4 +142,4 @@ class RewardAdapter:
         return {component: records for component in components_to_update}
 
 
-__all__ = ["REFLECTION_TAG", "TASK_TAG", "ClientLM", "LoopBridge", "RewardAdapter", "Usage"]
+__all__ = ["REFLECTION_TAG", "TASK_TAG", "CallCounts", "ClientLM", "LoopBridge", "RewardAdapter", "RunStopped"]

@@ -26,7 +26,7 @@ from tfgrpo.core.datasets import Problem, load_dataset_rows
 from tfgrpo.core.lockout import check_no_test_overlap, load_test_sets
 from tfgrpo.experiences import Library, export_library
 from tfgrpo.experiences.export import export_text, library_from_lines
-from tfgrpo.experiment.gepa_adapter import ClientLM, LoopBridge, RewardAdapter, Usage
+from tfgrpo.experiment.gepa_adapter import CallCounts, ClientLM, LoopBridge, RewardAdapter
 from tfgrpo.experiment.gepa_config import COMPONENT, GepaConfig
 from tfgrpo.llm.client import LLMClient
 from tfgrpo.llm.errors import BudgetExceededError
@@ -127,6 +127,9 @@ async def _run(config: GepaConfig) -> dict[str, Any]:
     except BudgetExceededError:
         status = "budget_exceeded"
         raise
+    except BaseException:  # Ctrl-C, a cancelled task: GEPA's thread stops at its next call
+        bridge.stop()
+        raise
     finally:
         metrics = _metrics(config, out, client, adapter.usage, reflection.usage, train, val, result, status)
         metrics["sessions"][-1]["wall_time_s"] = round(time.perf_counter() - started, 3)
@@ -158,6 +161,7 @@ def _optimize(
         reflection_minibatch_size=config.reflection_minibatch_size,
         use_merge=config.use_merge,
         max_metric_calls=config.max_metric_calls,
+        stop_callbacks=adapter.bridge.stopped,
         logger=FileLog(state / "run_log.txt"),
         run_dir=str(state),
         seed=config.seed,
@@ -186,8 +190,8 @@ def _metrics(
     config: GepaConfig,
     out: Path,
     client: LLMClient,
-    task: Usage,
-    reflection: Usage,
+    task: CallCounts,
+    reflection: CallCounts,
     train: list[Problem],
     val: list[Problem] | None,
     result: Any,
