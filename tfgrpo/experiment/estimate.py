@@ -222,7 +222,7 @@ def method_of(step: Step) -> str | None:
 
 def estimate_by_method(plan: list[Step], estimates: dict[str, StepEstimate]) -> dict[str, StepEstimate]:
     """Each method's steps summed (fine-tunes: the calls of their evals; their training is local compute)."""
-    by_method: dict[str, StepEstimate] = {}
+    by_method: dict[str, StepEstimate] = {"base": StepEstimate()} if any(s.system == "base" for s in plan) else {}
     finetune_names = {step.system: method_of(step) for step in plan if step.kind == "finetune"}
     for step in plan:
         method = method_of(step)
