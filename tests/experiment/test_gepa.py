@@ -18,6 +18,7 @@ import yaml
 from tests.helpers.gepa_world import REFLECTION_MARK, RULE, GepaWorld
 from tests.helpers.learn_world import WorldServer, read_jsonl, write_problems
 from tfgrpo.core.config import ConfigError
+from tfgrpo.core.lockout import TestSetOverlapError
 from tfgrpo.experiment.plan import build_plan
 from tfgrpo.experiment.recipe import load_recipe
 from tfgrpo.experiment.runner import run_experiment
@@ -129,7 +130,7 @@ def test_a_budget_stop_in_gepa_resumes_without_paying_a_call_twice(tmp_path):
 def test_gepa_is_locked_out_of_the_eval_sets(tmp_path):
     recipe = load_recipe(str(write_recipe(tmp_path, "http://127.0.0.1:9/v1")))
     leaky = recipe.model_copy(update={"gepa": recipe.gepa.model_copy(update={"data": str(tmp_path / "eval.jsonl")})})
-    with pytest.raises(Exception, match="shares 4 problem"):
+    with pytest.raises(TestSetOverlapError, match="shares 4 problem"):
         run_experiment(leaky, tmp_path / "exp")
 
 
