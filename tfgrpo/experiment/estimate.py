@@ -1,7 +1,8 @@
 """What an experiment will cost, from token counts and a price, before anything is spent.
 
 Calls are counted exactly from the data and the settings (problems × epochs × G rollouts, one summary
-per rollout and one group analysis per query at most, one consolidation per step, N × K eval samples).
+per rollout and one group analysis per query at most, one consolidation per step, N × K eval samples; GEPA:
+its metric-call budget and the reflections it implies, `_gepa_calls`).
 Tokens per call: the problem's own length (≈ characters / 4) plus the recipe's `estimate:` averages for
 templates, the injected library and each kind of reply (and `tool_turns` model turns per trajectory with
 tools). `ceiling_usd` takes every reply at its max_tokens and every trajectory at max_turns: no run costs
@@ -132,16 +133,47 @@ def _eval_calls(step: Step, est: EstimateSpec) -> list[Calls]:
     ]
 
 
+def _gepa_calls(step: Step, est: EstimateSpec) -> list[Calls]:
+    """GEPA scores the seed on its validation set (V problems), then per iteration the parent and the rewrite
+    on a minibatch (2 × mb metric calls) after one reflection, and a rewrite that wins on the full validation
+    set; it stops once `max_metric_calls` (M) are used. Expected: M task calls and, a rewrite kept every other
+    iteration, (M − V) / (2·mb + V/2) reflections; ceiling: one iteration past M, and every rewrite rejected."""
+    config = step.config
+    keys = {"problem_key": config.problem_key, "answer_key": config.answer_key, "id_key": config.id_key}
+    train = load_dataset_rows(config.data, limit=config.limit, **keys)
+    val = load_dataset_rows(config.val_data, **keys) if config.val_data else train
+    budget, batch, v = config.max_metric_calls, min(config.reflection_minibatch_size, len(train)), len(val)
+    iterations = max(budget - v, 0) / (2 * batch + v / 2)
+    most_iterations = math.ceil(max(budget - v, 0) / (2 * batch)) + 1
+    cap, reflect_cap = config.sampling.max_tokens, config.reflection_sampling.max_tokens
+    answer = min(est.rollout_completion_tokens, cap)
+    problem = _mean_problem_tokens([*train, *val])
+    base, prompt = est.template_prompt_tokens, est.library_prompt_tokens
+    return [
+        Calls(budget, base + prompt + problem, answer, cap, ceiling_count=budget + v + 2 * batch),
+        Calls(
+            iterations,
+            base + prompt + batch * (problem + answer + 40),
+            min(est.reflection_completion_tokens, reflect_cap),
+            reflect_cap,
+            ceiling_count=most_iterations,
+            ceiling_prompt=base + prompt + batch * (problem + cap + 40),
+        ),
+    ]
+
+
 def _llm_of(step: Step) -> LLMConfig | None:
     return getattr(step.config, "llm", None)
 
 
 def step_calls(step: Step, est: EstimateSpec) -> list[Calls]:
-    """The LLM calls of a learn or eval step, by kind (none for fine-tuning and the report)."""
+    """The LLM calls of a learn, GEPA or eval step, by kind (none for fine-tuning and the report)."""
     if step.kind == "learn":
         return _learn_calls(step, est)
     if step.kind == "eval":
         return _eval_calls(step, est)
+    if step.kind == "gepa":
+        return _gepa_calls(step, est)
     return []
 
 
@@ -172,4 +204,39 @@ def estimate_step(step: Step, est: EstimateSpec) -> StepEstimate:
     )
 
 
-__all__ = ["Calls", "StepEstimate", "estimate_step", "step_calls"]
+def method_of(step: Step) -> str | None:
+    """The method a step belongs to, for the estimate per method: its training step and its evals together."""
+    if step.kind == "learn":
+        return "Training-Free GRPO"
+    if step.kind == "gepa":
+        return "GEPA"
+    if step.kind == "finetune":
+        return f"{step.system} ({step.config['method']})"
+    if step.kind == "eval":
+        system = step.system or ""
+        if system.startswith("library-"):
+            return "Training-Free GRPO"
+        return {"base": "base", "gepa": "GEPA"}.get(system, system)
+    return None
+
+
+def estimate_by_method(plan: list[Step], estimates: dict[str, StepEstimate]) -> dict[str, StepEstimate]:
+    """Each method's steps summed (fine-tunes: the calls of their evals; their training is local compute)."""
+    by_method: dict[str, StepEstimate] = {"base": StepEstimate()} if any(s.system == "base" for s in plan) else {}
+    finetune_names = {step.system: method_of(step) for step in plan if step.kind == "finetune"}
+    for step in plan:
+        method = method_of(step)
+        method = finetune_names.get(step.system, method) if step.kind == "eval" else method
+        if method is None:
+            continue
+        total, part = by_method.setdefault(method, StepEstimate()), estimates[step.id]
+        total.calls += part.calls
+        total.prompt_tokens += part.prompt_tokens
+        total.completion_tokens += part.completion_tokens
+        total.cost_usd += part.cost_usd
+        total.ceiling_usd += part.ceiling_usd
+        total.price_known = total.price_known and part.price_known
+    return by_method
+
+
+__all__ = ["Calls", "StepEstimate", "estimate_by_method", "estimate_step", "method_of", "step_calls"]

@@ -3,8 +3,9 @@
 Steps are the existing commands on the existing run directories under the experiment folder:
 
     learn/seed-S          tfgrpo learn   (one per seed)
+    gepa                  GEPA's prompt search (the `gepa` package) on the same training split
     finetune/NAME         tfgrpo finetune METHOD (on a learn run's rollouts or a dataset)
-    eval/SET/SYSTEM       tfgrpo eval    (base, library-seed-S, NAME for each fine-tuned adapter)
+    eval/SET/SYSTEM       tfgrpo eval    (base, library-seed-S, gepa with its system prompt, each fine-tuned adapter)
     report                the paper-style table and one compare report per eval set
 
 A step's fingerprint hashes its resolved settings (minus what cannot change a result: output folder,
@@ -23,6 +24,7 @@ from typing import Any
 
 from tfgrpo.core.config import ConfigError, build_config
 from tfgrpo.eval.config import EvalConfig
+from tfgrpo.experiment.gepa_config import GepaConfig
 from tfgrpo.experiment.recipe import FinetuneSpec, Recipe
 from tfgrpo.learn.config import LearnConfig
 from tfgrpo.llm.config import LLMConfig
@@ -42,13 +44,15 @@ _VOLATILE_LLM_KEYS = (
 _RESERVED = {
     "learn": ("data", "out", "seed", "llm", "resume"),
     "eval": ("data", "out", "samples", "library", "llm", "label"),
+    "gepa": ("data", "out", "llm", "seed_library"),
 }
+GEPA_STEP = "gepa"
 
 
 @dataclass
 class Step:
     id: str
-    kind: str  # learn | finetune | eval | report
+    kind: str  # learn | gepa | finetune | eval | report
     out: Path
     label: str
     deps: list[str] = field(default_factory=list)
@@ -111,6 +115,7 @@ def learn_steps(recipe: Recipe, out: Path) -> list[Step]:
         return []
     _check_reserved("learn", "learn.settings", recipe.learn.settings)
     steps = []
+    from_gepa = recipe.learn.seed_from == "gepa"
     for seed in recipe.learn.seeds:
         run = out / "learn" / f"seed-{seed}"
         overrides = {
@@ -119,20 +124,65 @@ def learn_steps(recipe: Recipe, out: Path) -> list[Step]:
             "out": str(run),
             "seed": seed,
             "llm": _llm_dict(recipe.model),
+            **({"init_library": str(out / GEPA_STEP / "library.json")} if from_gepa else {}),
         }
         config = build_config(LearnConfig, None, overrides)
+        settings = _stable_settings(config, ("out", "resume"))
+        if from_gepa:
+            settings["init_library"] = GEPA_STEP  # an output of the gepa step, hashed through its fingerprint
         steps.append(
             Step(
                 f"learn/seed-{seed}",
                 "learn",
                 run,
-                f"learn seed {seed}",
+                f"learn seed {seed}" + (" (from GEPA's prompt)" if from_gepa else ""),
+                deps=[GEPA_STEP] if from_gepa else [],
                 config=config,
                 seed=seed,
-                settings=_stable_settings(config, ("out", "resume")),
+                settings=settings,
             )
         )
     return steps
+
+
+def _gepa_source(recipe: Recipe) -> dict[str, Any]:
+    """GEPA's training split: its own `data`, or the learn runs' (data, limit, val_data), the same problems."""
+    spec, learn = recipe.gepa, recipe.learn
+    assert spec is not None
+    if spec.data is not None or learn is None:
+        return {"data": spec.data}
+    shared = {key: learn.settings[key] for key in ("limit", "val_data") if learn.settings.get(key) is not None}
+    return {"data": learn.data, **shared}
+
+
+def gepa_steps(recipe: Recipe, out: Path) -> list[Step]:
+    """The GEPA run: on the training split, locked out of every eval set, optionally seeded from a library."""
+    spec = recipe.gepa
+    if spec is None:
+        return []
+    _check_reserved("gepa", "gepa.settings", spec.settings)
+    deps, seed_library = [], None
+    if spec.seed_from is not None:
+        assert recipe.learn is not None
+        seed = recipe.learn.seeds[0] if spec.seed_from == "learn" else int(spec.seed_from.split(":", 1)[1])
+        if seed not in recipe.learn.seeds:
+            raise ConfigError(f"recipe gepa.seed_from: seed {seed} is not among learn.seeds {recipe.learn.seeds}")
+        deps, seed_library = [f"learn/seed-{seed}"], str(out / "learn" / f"seed-{seed}" / "library.json")
+    run = out / GEPA_STEP
+    test_sets = [*spec.settings.get("test_data", []), *(e.data for e in recipe.evals.values())]
+    overrides = {
+        **spec.settings,
+        **_gepa_source(recipe),
+        "out": str(run),
+        "llm": _llm_dict(recipe.model),
+        "test_data": list(dict.fromkeys(test_sets)),
+        "seed_library": seed_library,
+    }
+    config = build_config(GepaConfig, None, overrides)
+    settings = _stable_settings(config, ("out",))
+    settings["seed_library"] = spec.seed_from  # the learn run's library: hashed through its fingerprint
+    label = "GEPA prompt search" + (f" (from the {spec.seed_from} library)" if spec.seed_from else "")
+    return [Step(GEPA_STEP, "gepa", run, label, deps=deps, config=config, settings=settings, system=GEPA_STEP)]
 
 
 def _finetune_data(spec: FinetuneSpec, recipe: Recipe, out: Path, name: str) -> tuple[str, list[str]]:
@@ -192,6 +242,9 @@ def _eval_systems(recipe: Recipe, out: Path) -> list[tuple[str, str, dict[str, A
                 [f"learn/seed-{seed}"],
             )
         )
+    if recipe.gepa is not None:
+        prompt = str(out / GEPA_STEP / "system_prompt.txt")
+        systems.append((GEPA_STEP, "GEPA", {"system_prompt": prompt, "llm": frozen}, [GEPA_STEP]))
     for name, spec in recipe.finetunes.items():
         llm = {
             "backend": "transformers",
@@ -221,6 +274,9 @@ def eval_steps(recipe: Recipe, out: Path) -> list[Step]:
                 "label": label,
             }
             config = build_config(EvalConfig, None, merged)
+            settings = _stable_settings(config, ("out",))
+            if system == GEPA_STEP:
+                settings["system_prompt"] = GEPA_STEP  # GEPA's output, hashed through its fingerprint
             steps.append(
                 Step(
                     f"eval/{set_name}/{system}",
@@ -229,7 +285,7 @@ def eval_steps(recipe: Recipe, out: Path) -> list[Step]:
                     f"{label} on {set_name} (K={spec.samples})",
                     deps=deps,
                     config=config,
-                    settings=_stable_settings(config, ("out",)),
+                    settings=settings,
                     eval_set=set_name,
                     system=system,
                 )
@@ -240,7 +296,10 @@ def eval_steps(recipe: Recipe, out: Path) -> list[Step]:
 def build_plan(recipe: Recipe, out: str | Path) -> list[Step]:
     """Every step in run order with its fingerprint; bad settings fail here, before anything runs."""
     out = Path(out)
-    steps = [*learn_steps(recipe, out), *finetune_steps(recipe, out), *eval_steps(recipe, out)]
+    training = [*learn_steps(recipe, out), *gepa_steps(recipe, out)]
+    if recipe.learn is not None and recipe.learn.seed_from == GEPA_STEP:
+        training = [*training[-1:], *training[:-1]]  # the learn runs start from GEPA's prompt: GEPA first
+    steps = [*training, *finetune_steps(recipe, out), *eval_steps(recipe, out)]
     report = Step(
         "report",
         "report",
@@ -261,4 +320,4 @@ def build_plan(recipe: Recipe, out: str | Path) -> list[Step]:
     return steps
 
 
-__all__ = ["Step", "build_plan", "stable_dict"]
+__all__ = ["GEPA_STEP", "Step", "build_plan", "stable_dict"]

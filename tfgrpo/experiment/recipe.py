@@ -10,15 +10,22 @@ from __future__ import annotations
 
 from importlib.resources import files
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from tfgrpo.core.config import ConfigError, format_validation_error, load_yaml_text, load_yaml_value, read_yaml
 from tfgrpo.core.tracking import TrackingSettings
 from tfgrpo.llm.config import LLMConfig
 
-BUNDLED_RECIPES = ("paper-math", "quickstart", "quickstart-baselines", "baselines-local")
+BUNDLED_RECIPES = (
+    "paper-math",
+    "quickstart",
+    "quickstart-baselines",
+    "baselines-local",
+    "compare-methods",
+    "compare-methods-quickstart",
+)
 
 
 class LearnSpec(BaseModel):
@@ -31,6 +38,28 @@ class LearnSpec(BaseModel):
     settings: dict[str, Any] = Field(
         default_factory=dict,
         description="Any `tfgrpo learn` config field (group_size, epochs, rollout_sampling, ...).",
+    )
+    seed_from: Literal["gepa"] | None = Field(
+        None, description="'gepa' = start every learn run from GEPA's prompt as a library (gepa/library.json)."
+    )
+
+
+class GepaSpec(BaseModel):
+    """GEPA (the `gepa` package): a system prompt evolved on the training problems, then evaluated like the rest."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    data: str | None = Field(
+        None, description="Training problems; None = learn.data with learn's limit and val_data (the same split)."
+    )
+    seed_from: str | None = Field(
+        None,
+        description="'learn' (the first seed) or 'learn:SEED': start from that learn run's library, as its system "
+        "prompt; None = gepa.settings.seed_prompt or the bundled seed prompt.",
+    )
+    settings: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Any GEPA config field (max_metric_calls, reflection_minibatch_size, sampling, reflection_llm, ...).",
     )
 
 
@@ -79,6 +108,7 @@ class EstimateSpec(BaseModel):
     consolidate_completion_tokens: int = Field(600, ge=1, description="Stage 3 consolidation reply.")
     template_prompt_tokens: int = Field(400, ge=0, description="Prompt tokens of a template without its inputs.")
     library_prompt_tokens: int = Field(600, ge=0, description="Prompt tokens of an injected library.")
+    reflection_completion_tokens: int = Field(600, ge=1, description="GEPA's reflection reply (the new prompt).")
     tool_turns: float = Field(
         3.0, ge=1, description="Average model turns of a trajectory with tools (ceiling: max_turns)."
     )
@@ -113,6 +143,7 @@ class Recipe(TrackingSettings):
         "fine-tuned adapters' engine (e.g. {backend: transformers}) so every row is decoded the same way.",
     )
     learn: LearnSpec | None = Field(None, description="Training-Free GRPO runs; None = no library rows.")
+    gepa: GepaSpec | None = Field(None, description="A GEPA run (the `gepa` extra); None = no GEPA row.")
     baseline: bool = Field(True, description="Evaluate the base model (the table's reference row).")
     evals: dict[str, EvalSetSpec] = Field(description="Eval sets by name (the table's columns).", min_length=1)
     eval_defaults: dict[str, Any] = Field(
@@ -122,6 +153,24 @@ class Recipe(TrackingSettings):
     finetunes: dict[str, FinetuneSpec] = Field(default_factory=dict, description="Fine-tuned baselines by name.")
     report: ReportSpec = Field(default_factory=ReportSpec)
     estimate: EstimateSpec = Field(default_factory=EstimateSpec)
+
+    @model_validator(mode="after")
+    def _gepa_inputs(self) -> Recipe:
+        gepa, learn = self.gepa, self.learn
+        if learn is not None and learn.seed_from == "gepa" and gepa is None:
+            raise ValueError("learn.seed_from: gepa needs a `gepa:` section")
+        if gepa is None:
+            return self
+        if gepa.data is None and learn is None:
+            raise ValueError("gepa.data: give the training problems (there is no `learn:` section to take them from)")
+        if gepa.seed_from is not None:
+            if learn is None or not (gepa.seed_from == "learn" or gepa.seed_from.startswith("learn:")):
+                raise ValueError(
+                    f"gepa.seed_from {gepa.seed_from!r}: expected 'learn' or 'learn:SEED' with a `learn:` section"
+                )
+            if learn.seed_from == "gepa":
+                raise ValueError("gepa.seed_from and learn.seed_from name each other: choose one direction")
+        return self
 
     @field_validator("evals", "finetunes")
     @classmethod
@@ -181,4 +230,13 @@ def load_recipe(spec: str, overrides: list[str] | None = None) -> Recipe:
         raise ConfigError(format_validation_error(exc, source=f"recipe {spec}")) from None
 
 
-__all__ = ["BUNDLED_RECIPES", "EstimateSpec", "EvalSetSpec", "FinetuneSpec", "LearnSpec", "Recipe", "load_recipe"]
+__all__ = [
+    "BUNDLED_RECIPES",
+    "EstimateSpec",
+    "EvalSetSpec",
+    "FinetuneSpec",
+    "GepaSpec",
+    "LearnSpec",
+    "Recipe",
+    "load_recipe",
+]

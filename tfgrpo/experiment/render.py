@@ -18,6 +18,9 @@ th{background:#f2f2f2}p.note{color:#555;font-size:.85rem}img{max-width:100%}</st
 <table><thead><tr>{% for h in table.headers %}<th>{{ h }}</th>{% endfor %}</tr></thead><tbody>
 {% for row in table.rows %}<tr>{% for cell in row %}<td>{{ cell }}</td>{% endfor %}</tr>{% endfor %}
 </tbody></table><p class="note">{{ table.note }}</p>
+{% for more in extra %}<h2>{{ more.title }}</h2><table><thead><tr>{% for h in more.headers %}<th>{{ h }}</th>{% endfor %}</tr></thead><tbody>
+{% for row in more.rows %}<tr>{% for cell in row %}<td>{{ cell }}</td>{% endfor %}</tr>{% endfor %}
+</tbody></table><p class="note">{{ more.note }}</p>{% endfor %}
 <p>Full compare report per eval set: {% for name in sets %}<a href="{{ name }}/report.html">{{ name }}</a> {% endfor %}</p>
 {% if prompts %}<p>The learned library as the system prompt to ship: {% for name in prompts %}<a href="{{ name }}">{{ name }}</a> {% endfor %}</p>{% endif %}
 <img alt="Mean@K by system" src="data:image/png;base64,{{ image }}"></body></html>
@@ -28,17 +31,27 @@ def _md_cell(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def render_markdown(table: Table, description: str, sets: list[str], prompts: list[str] | None = None) -> str:
+def _markdown_table(table: Table) -> list[str]:
+    lines = ["| " + " | ".join(_md_cell(h) for h in table.headers) + " |"]
+    lines.append("|" + "|".join("---" for _ in table.headers) + "|")
+    lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in table.rows]
+    return [*lines, "", table.note or "", ""]
+
+
+def render_markdown(
+    table: Table,
+    description: str,
+    sets: list[str],
+    prompts: list[str] | None = None,
+    extra: list[Table] | None = None,
+) -> str:
     lines = [f"# {table.title}", ""]
     if description:
         lines += [description, ""]
-    lines.append("| " + " | ".join(_md_cell(h) for h in table.headers) + " |")
-    lines.append("|" + "|".join("---" for _ in table.headers) + "|")
-    lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in table.rows]
+    lines += _markdown_table(table)
+    for more in extra or []:
+        lines += [f"## {more.title}", "", *_markdown_table(more)]
     lines += [
-        "",
-        table.note or "",
-        "",
         "Full compare report per eval set: " + ", ".join(f"[{s}]({s}/report.md)" for s in sets),
         "",
     ]
@@ -98,20 +111,22 @@ def write_table_report(
     title: str,
     description: str,
     prompts: list[Path] | None = None,
+    extra: list[Table] | None = None,
 ) -> dict[str, Path]:
+    """`extra`: further tables after the main one (the experiment's "what each method saw")."""
     import jinja2
 
     sets = list(comparisons)
     names = [path.name for path in prompts or []]
     png = plot_systems(comparisons, out / "accuracy.png")
     markdown, html = out / "report.md", out / "report.html"
-    atomic_write_text(markdown, render_markdown(table, description, sets, names))
+    atomic_write_text(markdown, render_markdown(table, description, sets, names, extra))
     image = base64.b64encode(png.read_bytes()).decode("ascii")
     environment = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
     atomic_write_text(
         html,
         environment.from_string(_HTML).render(
-            title=title, description=description, table=table, sets=sets, image=image, prompts=names
+            title=title, description=description, table=table, sets=sets, image=image, prompts=names, extra=extra or []
         ),
     )
     return {"markdown": markdown, "html": html, "png": png}

@@ -26,18 +26,19 @@ from tfgrpo.core.config import ConfigError, dump_config
 from tfgrpo.core.errors import EvalError
 from tfgrpo.core.tracking import open_trackers, require_trackers
 from tfgrpo.experiment.checks import check_recipe_inputs
-from tfgrpo.experiment.estimate import StepEstimate, estimate_step
+from tfgrpo.experiment.estimate import StepEstimate, estimate_by_method, estimate_step
+from tfgrpo.experiment.gepa_run import require_gepa
 from tfgrpo.experiment.plan import Step, build_plan
 from tfgrpo.experiment.recipe import Recipe
 from tfgrpo.experiment.state import ExperimentState
-from tfgrpo.experiment.steps import StepOutcome, run_eval_step, run_finetune_step, run_learn_step
+from tfgrpo.experiment.steps import StepOutcome, run_eval_step, run_finetune_step, run_gepa_step, run_learn_step
 from tfgrpo.experiment.table import write_experiment_report
 from tfgrpo.experiment.timing import calibrate, step_llms, step_seconds
 from tfgrpo.finetune.errors import FinetuneError
 from tfgrpo.llm.errors import LLMError
 from tfgrpo.llm.factory import LOCAL_BACKENDS
 
-RUNNERS = {"learn": run_learn_step, "eval": run_eval_step, "finetune": run_finetune_step}
+RUNNERS = {"learn": run_learn_step, "gepa": run_gepa_step, "eval": run_eval_step, "finetune": run_finetune_step}
 #: what fails one fine-tuned baseline (its training or its eval) without stopping the experiment
 BASELINE_ERRORS = (FinetuneError, EvalError, LLMError)
 
@@ -105,6 +106,22 @@ def print_plan(
             *(("–" if status == "done" else _seconds(times.get(step.id)),) if times else ()),
         )
     console.print(table)
+    by_method = estimate_by_method(plan, estimates)
+    if len(by_method) > 1:
+        methods = RichTable(title="Estimate per method (its training and its evals)", title_justify="left")
+        for column in ("Method", "Calls", "Prompt tokens", "Completion tokens", "Est. cost", "Ceiling"):
+            methods.add_column(column)
+        for method, total in by_method.items():
+            cost = f"${total.cost_usd:.2f}" if total.price_known else "no price"
+            methods.add_row(
+                method,
+                f"{total.calls:,}",
+                f"{total.prompt_tokens:,}",
+                f"{total.completion_tokens:,}",
+                cost,
+                f"${total.ceiling_usd:.2f}",
+            )
+        console.print(methods)
 
 
 def estimate_times(recipe: Recipe, pending: list[Step], console: Console) -> dict[str, float | None]:
@@ -186,6 +203,8 @@ def run_experiment(
     )
     if dry_run:
         return result
+    if recipe.gepa is not None:
+        require_gepa()  # after the plan: a dry run shows GEPA's cost without the package installed
     out.mkdir(parents=True, exist_ok=True)
     (out / "recipe.yaml").write_text(
         dump_config(recipe), encoding="utf-8"
@@ -246,7 +265,7 @@ def _run_steps(
         # A learn run subtracts its own earlier sessions from the budget it is given; other steps do not.
         spent = state.spent_usd([s.id for s in plan], excluding=step.id if step.kind == "learn" else None)
         left = None if budget_usd is None else budget_usd - spent
-        if left is not None and left <= 0 and step.kind in ("learn", "eval"):
+        if left is not None and left <= 0 and step.kind in ("learn", "gepa", "eval"):
             result.message = f"budget of ${budget_usd:.4f} is spent; {step.id} and later steps did not run"
             console.print(f"[yellow]{result.message}[/]. Rerun with a larger --budget-usd to continue.")
             return "budget_exceeded"

@@ -17,6 +17,7 @@ from typing import Any
 
 from tfgrpo.core.config import config_dict, read_yaml
 from tfgrpo.eval.runner import evaluate_async
+from tfgrpo.experiment.gepa_run import METRICS_FILE, PROMPT_FILE, run_gepa
 from tfgrpo.experiment.plan import Step, stable_dict
 from tfgrpo.finetune.run import SUMMARY_FILE, run_finetune
 from tfgrpo.learn.loop import learn
@@ -90,6 +91,44 @@ def run_eval_step(step: Step, budget_usd: float | None, console: Any) -> StepOut
     return StepOutcome("done", client.accounting.cost_usd, time.perf_counter() - started)
 
 
+def can_resume_gepa(run_dir: Path, config: Any) -> bool:
+    """GEPA's folder was written with the same settings: its state and response cache carry on."""
+    if not (run_dir / "config.yaml").is_file():
+        return False
+    drop = ("out",)
+    return stable_dict(read_yaml(run_dir / "config.yaml"), drop) == stable_dict(config_dict(config), drop)
+
+
+def run_gepa_step(step: Step, budget_usd: float | None, console: Any) -> StepOutcome:
+    """GEPA resumes from its folder (its state, and the response cache for the iteration it was in); a folder
+    written with other settings is removed first."""
+    if step.out.exists() and not can_resume_gepa(step.out, step.config):
+        shutil.rmtree(step.out)
+    config = _with_budget(step.config, budget_usd)
+    if config.reflection_llm is not None:
+        config = config.model_copy(
+            update={"reflection_llm": config.reflection_llm.model_copy(update={"budget_usd": budget_usd})}
+        )
+    console.print(
+        f"GEPA on {config.data}: at most {config.max_metric_calls} metric calls, minibatch "
+        f"{config.reflection_minibatch_size}, validation: {config.val_data or 'the training problems'}",
+        highlight=False,
+    )
+    started = time.perf_counter()
+    try:
+        metrics = run_gepa(config)
+    except BudgetExceededError as exc:
+        spent = (read_json(step.out / METRICS_FILE).get("sessions") or [{}])[-1].get("cost_usd") or 0.0
+        return StepOutcome("budget_exceeded", float(spent), time.perf_counter() - started, str(exc))
+    totals = metrics["totals"]
+    console.print(
+        f"GEPA: {totals['metric_calls']} metric calls, {totals['reflections']} reflections, "
+        f"{totals['candidates']} candidates; prompt in {step.out / PROMPT_FILE}",
+        highlight=False,
+    )
+    return StepOutcome("done", float(metrics["sessions"][-1]["cost_usd"]), time.perf_counter() - started)
+
+
 def run_finetune_step(step: Step, budget_usd: float | None, console: Any) -> StepOutcome:
     """Fine-tuning has no resume: an unfinished or outdated folder is trained again from the start."""
     if step.out.exists():
@@ -121,9 +160,9 @@ def read_json(path: Path) -> dict[str, Any]:
 def training_numbers(step: Step) -> tuple[float | None, float | None, int | None]:
     """(cost USD, wall seconds, tokens) of a finished learn or finetune step, from its own run directory.
 
-    Tokens: a learn run's prompt + completion tokens over all its calls; a fine-tune's tokens through the
+    Tokens: a learn or GEPA run's prompt + completion tokens over all its calls; a fine-tune's tokens through the
     model in training (TRL's count: prompts included, for RL methods the generated batches)."""
-    if step.kind == "learn":
+    if step.kind in ("learn", "gepa"):
         totals = read_json(step.out / "metrics.json").get("totals") or {}
         tokens = (totals.get("prompt_tokens") or 0) + (totals.get("completion_tokens") or 0) if totals else None
         return totals.get("cost_usd"), totals.get("wall_time_s"), tokens
@@ -131,4 +170,11 @@ def training_numbers(step: Step) -> tuple[float | None, float | None, int | None
     return (0.0 if summary else None), summary.get("wall_time_s"), summary.get("tokens_processed")
 
 
-__all__ = ["StepOutcome", "run_eval_step", "run_finetune_step", "run_learn_step", "training_numbers"]
+__all__ = [
+    "StepOutcome",
+    "run_eval_step",
+    "run_finetune_step",
+    "run_gepa_step",
+    "run_learn_step",
+    "training_numbers",
+]

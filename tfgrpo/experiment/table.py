@@ -20,6 +20,8 @@ from tfgrpo.core.atomic import atomic_write_text
 from tfgrpo.eval.compare import Comparison, EvalRun, build_comparison, load_eval_run
 from tfgrpo.eval.report import Table, write_report
 from tfgrpo.experiences import Library, export_library
+from tfgrpo.experiment.exposure import exposure_table
+from tfgrpo.experiment.gepa_run import PROMPT_FILE
 from tfgrpo.experiment.plan import Step
 from tfgrpo.experiment.recipe import Recipe
 from tfgrpo.experiment.render import write_table_report
@@ -193,9 +195,10 @@ def paper_table(recipe: Recipe, rows: list[SystemRow], comparisons: dict[str, Co
     note = (
         "Mean@K in %, 95% CI: percentile bootstrap over problems. Δ: paired difference in percentage points "
         "against the first row, p: two-sided paired sign-flip permutation test. Pooled: every seed's samples of a "
-        "problem together. Training tokens: the learn run's prompt + completion tokens; a fine-tune's tokens "
-        "through the model in training (prompts included; RL: the generated batches). Training cost: API spend "
-        "(local models: $0). Wall time: training (learn or fine-tune) plus evals."
+        "problem together. Training tokens: the learn run's prompt + completion tokens; GEPA's over its metric calls, "
+        "reflections and validations; a fine-tune's tokens through the model in training (prompts included; RL: "
+        "the generated batches). Training cost: API spend (local models: $0). Wall time: training (learn, GEPA or "
+        "fine-tune) plus evals."
     )
     if any(row.failed for row in rows):
         note += (
@@ -205,13 +208,19 @@ def paper_table(recipe: Recipe, rows: list[SystemRow], comparisons: dict[str, Co
 
 
 def export_prompts(plan: list[Step], out: Path) -> list[Path]:
-    """Each learn run's library as the system prompt to ship (what `tfgrpo export --format system-prompt` writes)."""
+    """Each learn run's library as the system prompt to ship (what `tfgrpo export --format system-prompt` writes),
+    and GEPA's prompt beside them (the very file its eval was given)."""
     written = []
     for step in plan:
         library = step.out / "library.json"
         if step.kind == "learn" and library.is_file():
             path = out / f"system_prompt-seed-{step.seed}.txt"
             written.append(export_library(Library.load(library), path, "system-prompt"))
+        prompt = step.out / PROMPT_FILE
+        if step.kind == "gepa" and prompt.is_file():
+            path = out / "system_prompt-gepa.txt"
+            atomic_write_text(path, prompt.read_text(encoding="utf-8"))
+            written.append(path)
     return written
 
 
@@ -225,7 +234,13 @@ def write_experiment_report(
     table = paper_table(recipe, rows, comparisons)
     prompts = export_prompts(plan, out)
     files = write_table_report(
-        table, comparisons, out, title=table.title, description=recipe.description, prompts=prompts
+        table,
+        comparisons,
+        out,
+        title=table.title,
+        description=recipe.description,
+        prompts=prompts,
+        extra=[exposure_table(recipe, plan)],
     )
     files["json"] = out / "table.json"
     atomic_write_text(files["json"], json.dumps(table.model_dump(), indent=2, ensure_ascii=False))
