@@ -58,6 +58,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "tfgrpo.cli.experiment",
         "Run a recipe: learn runs, fine-tuned baselines, evals, then one table with CIs and paired tests.",
     ),
+    "deploy": (
+        "tfgrpo.cli.deploy",
+        "Operate serve's champion/challenger deployment: status, propose, promote, rollback, pause, resume, log.",
+    ),
 }
 
 

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tfgrpo.core.sequential import SequentialSettings
 
@@ -13,9 +13,8 @@ class DeploymentSettings(BaseModel):
 
     enabled: bool = Field(
         False,
-        description="Serve the deployment kept in the trace store's database instead of the library file alone: "
-        "the file seeds the champion on the first start only; a challenger proposed with `tfgrpo deploy propose` "
-        "is tested on live rewards and promoted or rolled back by the sequential test (docs/serving.md).",
+        description="Serve the deployment kept in the trace store (champion, challenger, decision log): the "
+        "library file seeds the champion on the first start only; the sequential test decides each challenger.",
     )
     challenger_share: float = Field(
         0.5,
@@ -52,3 +51,25 @@ class DeploymentSettings(BaseModel):
         default_factory=SequentialSettings,
         description="The sequential test that decides (alpha, min_effect, margin, min_samples, max_samples).",
     )
+
+
+class DeployCommandConfig(BaseModel):
+    """The settings `tfgrpo deploy` reads: where the deployment is, and the test it reports on."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    traces: str = Field(
+        "traces.sqlite",
+        description="The trace store holding the deployment: the SQLite file or SQLAlchemy URL serve writes to.",
+    )
+    reward_min: float = Field(0.0, description="Smallest reward /v1/feedback accepts (the test's lower bound).")
+    reward_max: float = Field(1.0, description="Largest reward /v1/feedback accepts (the test's upper bound).")
+    deployment: DeploymentSettings = Field(
+        default_factory=DeploymentSettings, description="The deployment's settings, as serve has them."
+    )
+
+    @model_validator(mode="after")
+    def _reward_bounds_in_order(self) -> DeployCommandConfig:
+        if self.reward_min >= self.reward_max:
+            raise ValueError(f"reward_min ({self.reward_min:g}) must be below reward_max ({self.reward_max:g})")
+        return self

@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 import sqlalchemy as sa
-from pydantic import BaseModel, ConfigDict, Field
 
 from tfgrpo.core.config import ConfigError
 from tfgrpo.experiences import Library
@@ -18,22 +17,6 @@ from tfgrpo.serve.decider import read_test
 from tfgrpo.serve.deploy_settings import DeploymentSettings
 from tfgrpo.serve.deployment import Deployment, DeploymentState, StaleRevision
 from tfgrpo.serve.live_library import Snapshot
-
-
-class DeployCommandConfig(BaseModel):
-    """The settings `tfgrpo deploy` reads: where the deployment is, and the test it reports on."""
-
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-
-    traces: str = Field(
-        "traces.sqlite",
-        description="The trace store holding the deployment: the SQLite file or SQLAlchemy URL serve writes to.",
-    )
-    reward_min: float = Field(0.0, description="Smallest reward /v1/feedback accepts (the test's lower bound).")
-    reward_max: float = Field(1.0, description="Largest reward /v1/feedback accepts (the test's upper bound).")
-    deployment: DeploymentSettings = Field(
-        default_factory=DeploymentSettings, description="The deployment's settings, as serve has them."
-    )
 
 
 class DeploymentRefused(ConfigError):
@@ -63,8 +46,6 @@ def leaked_test_material(library: Library, test_data: list[str]) -> list[str]:
     checker = LeakageChecker(load_test_sets(test_data))
     return [finding.describe() for finding in checker.check_library(library) if finding.is_leak]
 
-
- = False  # type: ignore[attr-defined]  # not a pytest test
 
 
 def promote_now(deployment: Deployment, *, by: str) -> DeploymentState:
