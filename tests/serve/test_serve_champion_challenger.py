@@ -39,9 +39,7 @@ def _deployment(**test: Any) -> dict[str, Any]:
 
 def _propose(p: Any, *lessons: str) -> str:
     library = Library.from_texts(lessons)
-    state = operations.propose(
-        Deployment(p.state.traces.engine), library, source="test", by="test", test_data=[]
-    )
+    state = operations.propose(Deployment(p.state.traces.engine), library, source="test", by="test", test_data=[])
     assert state.challenger is not None
     _wait(lambda: p.state.deployment.current.challenger is not None)
     return state.challenger
@@ -55,7 +53,9 @@ def _wait(condition: Callable[[], Any], timeout_s: float = 30.0) -> Any:
     return value
 
 
-def _chat(url: str, user: str, *, headers: dict[str, str] | None = None, prompt: str = "What is 2+2?") -> httpx.Response:
+def _chat(
+    url: str, user: str, *, headers: dict[str, str] | None = None, prompt: str = "What is 2+2?"
+) -> httpx.Response:
     body = {"model": "m", "messages": [{"role": "user", "content": prompt}]}
     return httpx.post(url + "/v1/chat/completions", json=body, headers={"x-tfgrpo-user": user, **(headers or {})})
 
@@ -80,7 +80,9 @@ def test_the_challenger_gets_its_share_sticky_per_user_and_is_traced_with_its_ve
             expected = challenger if row["arm"] == "C" else champion
             assert row["library_hash"] == response.headers["x-tfgrpo-library-hash"] == expected
             assert row["treated"] is (row["arm"] == "C")  # the empty champion injects nothing
-        systems = [body["messages"][0]["content"] for body in p.upstream.bodies if body["messages"][0]["role"] == "system"]
+        systems = [
+            body["messages"][0]["content"] for body in p.upstream.bodies if body["messages"][0]["role"] == "system"
+        ]
         assert len(systems) == 2 * counts["C"] and all(LESSON in system for system in systems)
 
 
@@ -221,7 +223,10 @@ def test_the_deploy_commands_operate_the_stored_deployment(tmp_path, capsys):
         assert _chat(p.url, "u").headers["x-tfgrpo-library-hash"] == challenger  # no holdout: arm B, the champion
         assert run_cli("deploy", "rollback", "--traces", traces) == 0  # no test running: the previous champion
         _wait(lambda: p.state.deployment.current.champion.content_hash == first)
-        assert run_cli("deploy", "pause", "--traces", traces) == 0 and run_cli("deploy", "resume", "--traces", traces) == 0
+        assert (
+            run_cli("deploy", "pause", "--traces", traces) == 0
+            and run_cli("deploy", "resume", "--traces", traces) == 0
+        )
         assert run_cli("deploy", "promote", "--traces", traces) == 2  # nothing under test: one line, exit 2
         capsys.readouterr()
         assert run_cli("deploy", "log", "--traces", traces, "--json") == 0

@@ -111,13 +111,24 @@ def test_the_test_promotes_a_true_lesson_and_rolls_back_a_harmful_one_on_two_wor
             traffic.until(deployment, "rollback", most=100)  # and after the decision, serving goes on
         with engine.connect() as connection:
             traced = set(connection.execute(sa.select(EXCHANGES.c.id)).scalars())
-            arms = dict(connection.execute(sa.select(EXCHANGES.c.arm, sa.func.count()).group_by(EXCHANGES.c.arm)).all())
+            arms = dict(
+                connection.execute(sa.select(EXCHANGES.c.arm, sa.func.count()).group_by(EXCHANGES.c.arm)).all()
+            )
         decisions = deployment.decisions()
         engine.dispose()
     (tmp_path / "decisions.json").write_text(json.dumps(decisions, indent=2))
-    print(f"\nsent {traffic.sent}, answered {traffic.answered}, rated {traffic.rated}, traced {len(traced)}, arms {arms}")
+    print(
+        f"\nsent {traffic.sent}, answered {traffic.answered}, rated {traffic.rated}, traced {len(traced)}, arms {arms}"
+    )
     for entry in decisions:
-        print(json.dumps({key: entry[key] for key in ("revision", "action", "champion", "challenger", "rule", "decided_by", "evidence")}))
+        print(
+            json.dumps(
+                {
+                    key: entry[key]
+                    for key in ("revision", "action", "champion", "challenger", "rule", "decided_by", "evidence")
+                }
+            )
+        )
     assert traffic.failures == []
     assert traffic.sent == traffic.answered == traffic.rated == len(traced) and traffic.ids == traced  # none lost
     assert [entry["action"] for entry in decisions] == ["start", "propose", "promote", "propose", "rollback"]

@@ -66,7 +66,9 @@ def add_admin_routes(app: FastAPI, state: ServeState, record_key: str) -> None:
         live, by = admin(request)
         change = ACTIONS.get(action)
         if change is None:
-            raise RequestRejected(404, f"{PREFIX}/{action[:40]}: the actions are {', '.join(ACTIONS)}", "unknown_route")
+            raise RequestRejected(
+                404, f"{PREFIX}/{action[:40]}: the actions are {', '.join(ACTIONS)}", "unknown_route"
+            )
 
         def run() -> dict[str, Any]:
             try:

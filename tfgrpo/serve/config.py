@@ -9,8 +9,8 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, m
 
 from tfgrpo.core.secrets import SecretKey, mask_url, refuse_url_credentials
 from tfgrpo.experiences.render import Injection
-from tfgrpo.serve.deploy_settings import DeploymentSettings
 from tfgrpo.llm.config import BackendName, LLMConfig
+from tfgrpo.serve.deploy_settings import DeploymentSettings
 
 #: `--upstream llm:BACKEND[:MODEL]`: a backend of the client layer instead of an HTTP server
 LLM_PREFIX = "llm:"

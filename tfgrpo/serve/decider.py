@@ -77,7 +77,6 @@ class Reading:
             },
         }
 
-
     def gauges(self) -> tuple[dict[str, float], dict[str, int]]:
         """The bounds and sample counts /metrics shows (`ServeMetrics.test_reading`)."""
         bounds = {"lower": self.bounds.lower, "upper": self.bounds.upper, "estimate": self.bounds.estimate}

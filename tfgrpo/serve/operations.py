@@ -47,7 +47,6 @@ def leaked_test_material(library: Library, test_data: list[str]) -> list[str]:
     return [finding.describe() for finding in checker.check_library(library) if finding.is_leak]
 
 
-
 def promote_now(deployment: Deployment, *, by: str) -> DeploymentState:
     state = _state(deployment)
     if state.challenger is None:

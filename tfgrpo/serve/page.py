@@ -8,7 +8,6 @@ from importlib import resources
 from typing import Any
 
 import jinja2
-
 from markupsafe import Markup
 
 from tfgrpo.experiences import Library
