@@ -2,8 +2,8 @@
 seen so far, as an SVG the status page embeds (rendered here, no script).
 
 A confidence sequence holds at every moment at once, so the band at each point is the interval the test had
-then: it is recomputed on each prefix of the observations, in the order their rewards arrived. `points`
-prefixes are drawn, so the page costs `points` bound computations, whatever the traffic.
+then, after each observation in the order their rewards arrived (`difference_path`: one pass over the
+stream); `points` of them, evenly spaced, are drawn.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from xml.sax.saxutils import escape
 
-from tfgrpo.core.sequential import DifferenceBounds, Observation, difference_bounds
+from tfgrpo.core.sequential import DifferenceBounds, Observation, difference_path
 
 WIDTH, HEIGHT, PAD = 640, 240, 40
 
@@ -36,15 +36,10 @@ def bounds_over_time(
     points: int = 40,
 ) -> list[tuple[int, DifferenceBounds]]:
     """(observations seen, the bounds then) at `points` evenly spaced moments of the test."""
-    merged = sorted([(o.created_at, 0, o) for o in champion] + [(o.created_at, 1, o) for o in challenger])
-    total = len(merged)
-    history = []
-    for cut in sorted({max(1, round(total * step / points)) for step in range(1, points + 1)} if total else ()):
-        seen = merged[:cut]
-        ours = [o for _t, side, o in seen if side == 0]
-        theirs = [o for _t, side, o in seen if side == 1]
-        history.append((cut, difference_bounds(ours, theirs, alpha=alpha, low=low, high=high)))
-    return history
+    path = difference_path(champion, challenger, alpha=alpha, low=low, high=high)
+    total = len(path)
+    cuts = sorted({max(1, round(total * step / points)) for step in range(1, points + 1)}) if total else []
+    return [(cut, path[cut - 1]) for cut in cuts]
 
 
 def confidence_svg(history: Sequence[tuple[int, DifferenceBounds]], limits: Limits, *, span: float = 1.0) -> str:

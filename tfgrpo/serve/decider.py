@@ -25,7 +25,15 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from tfgrpo.core.sequential import Decision, DifferenceBounds, Observation, decide, decide_guard, difference_bounds
+from tfgrpo.core.sequential import (
+    Decision,
+    DifferenceBounds,
+    Observation,
+    SequentialInputError,
+    decide,
+    decide_guard,
+    difference_bounds,
+)
 from tfgrpo.core.sequential import guard_bounds as failure_bounds
 from tfgrpo.serve.arms import CHALLENGER, LIBRARY
 from tfgrpo.serve.deploy_settings import DeploymentSettings
@@ -193,3 +201,5 @@ class Decider:
                 await asyncio.to_thread(self.step)
             except sa.exc.SQLAlchemyError as exc:  # the database away for a moment: the next round tries again
                 log_event("decider_failed", logging.WARNING, error=f"{type(exc).__name__}"[:200])
+            except SequentialInputError as exc:  # a stored reward outside reward_min..reward_max: said, not fatal
+                log_event("decider_failed", logging.WARNING, error=str(exc).splitlines()[0][:300])
