@@ -65,6 +65,8 @@ def test_the_challenger_gets_its_share_sticky_per_user_and_is_traced_with_its_ve
     with proxy(tmp_path, library=empty, holdout=0.2, deployment=_deployment()) as p:
         champion = p.state.deployment.current.champion.content_hash
         challenger = _propose(p, LESSON)
+        health = httpx.get(p.url + "/health").json()["deployment"]
+        assert (health["champion"], health["challenger"], health["revision"]) == (champion, challenger, 2)
         answers = [(f"user-{i}", _chat(p.url, f"user-{i}")) for i in range(60) for _ in range(2)]
         arms: dict[str, set[str]] = {}
         for user, response in answers:

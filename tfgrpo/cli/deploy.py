@@ -20,6 +20,7 @@ from typing import Annotated, Any
 import typer
 
 from tfgrpo.cli import options as opt
+from tfgrpo.cli.lazy import COMMANDS
 from tfgrpo.core.config import build_config
 from tfgrpo.serve.deploy_settings import DeployCommandConfig
 
@@ -30,11 +31,7 @@ JsonOpt = Annotated[bool | None, typer.Option("--json", help="Print JSON instead
 
 
 def register(app: typer.Typer) -> None:
-    deploy_app = typer.Typer(
-        help="Operate the champion/challenger deployment in serve's trace store: status, propose, promote, "
-        "rollback, pause, resume, log.",
-        no_args_is_help=True,
-    )
+    deploy_app = typer.Typer(help=COMMANDS["deploy"][1], no_args_is_help=True)
     app.add_typer(deploy_app, name="deploy")
     deploy_app.command("status")(status_command)
     deploy_app.command("propose")(propose_command)
@@ -112,7 +109,9 @@ def propose_command(
         )
     finally:
         store.close()
-    print(f"revision {state.revision}: challenger {state.challenger[:12]} under test against {state.champion[:12]}")
+    print(
+        f"revision {state.revision}: challenger {(state.challenger or '')[:12]} under test against {state.champion[:12]}"
+    )
 
 
 @opt.config_options(DeployCommandConfig, FLAGS)

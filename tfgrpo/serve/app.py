@@ -271,6 +271,7 @@ def _add_service_routes(app: FastAPI, state: ServeState) -> None:
             "trace_write_errors": state.traces.write_errors,
             "workers": config.workers,
             "pid": os.getpid(),
+            "deployment": _deployment_health(state),
         }
 
     @app.get("/ready")
@@ -320,6 +321,20 @@ def _add_service_routes(app: FastAPI, state: ServeState) -> None:
             )
         page = render_page(state.live.current.library, summary, holdout=config.holdout, deployment=deployment)
         return HTMLResponse(page)
+
+
+def _deployment_health(state: ServeState) -> dict[str, Any] | None:
+    """The deployment this worker serves now (None without one): its revision and versions."""
+    if state.deployment is None:
+        return None
+    served = state.deployment.current
+    challenger = served.challenger
+    return {
+        "revision": served.revision,
+        "champion": served.champion.content_hash,
+        "challenger": None if challenger is None else challenger.content_hash,
+        "challenger_share": state.config.deployment.challenger_share,
+    }
 
 
 def _reward_for(

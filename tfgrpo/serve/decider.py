@@ -97,10 +97,9 @@ def arm_data(engine: sa.Engine, state: DeploymentState) -> ArmData:
     data = ArmData()
     if state.challenger is None or state.challenger_since is None:
         return data
-    columns = (EXCHANGES.c.arm, EXCHANGES.c.library_hash, EXCHANGES.c.prompt_key, EXCHANGES.c.reward)
-    columns += (EXCHANGES.c.feedback_at, EXCHANGES.c.status, EXCHANGES.c.error)
+    c = EXCHANGES.c
     query = (
-        sa.select(*columns)
+        sa.select(c.arm, c.library_hash, c.prompt_key, c.reward, c.feedback_at, c.status, c.error)
         .where(EXCHANGES.c.created_at >= state.challenger_since, EXCHANGES.c.arm.in_([LIBRARY, CHALLENGER]))
         .order_by(EXCHANGES.c.created_at)
     )
