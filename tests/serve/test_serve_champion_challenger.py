@@ -186,8 +186,8 @@ def test_the_page_plots_the_running_test_and_lists_the_decisions(tmp_path):
         assert '<svg xmlns="http://www.w3.org/2000/svg" id="confidence-sequence"' in page
         assert page.count("<polygon points=") == 1 and page.count("<polyline points=") == 1
         assert f"<code>{challenger[:12]}</code> under test" in page and 'id="decisions"' in page
-        bounds = p.state.deployment.deployment  # the page's numbers are the operations' status
-        status = operations.status(bounds, p.state.traces.engine, p.state.config.deployment, (0.0, 1.0))
+        deployment = p.state.deployment.deployment  # the page's numbers are the operations' status
+        status = operations.status(deployment, p.state.traces.engine, p.state.config.deployment, (0.0, 1.0))
         assert f"after {status['test']['n_champion']} + {status['test']['n_challenger']} rewards" in page
         assert status["test"]["estimate"] > 0.5  # the lesson turns every answer right
 

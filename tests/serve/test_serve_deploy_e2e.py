@@ -81,7 +81,7 @@ class Traffic:
             for _ in range(most // 50):
                 list(pool.map(lambda _i: self.one(), range(50)))
                 last = deployment.decisions(limit=1)[-1]
-                if last["action"] not in ("propose",):
+                if last["action"] != "propose":
                     assert last["action"] == action, last
                     return last
         raise AssertionError(f"no {action} after {most} requests: {deployment.decisions(limit=3)}")
