@@ -5,7 +5,8 @@
 Two tables, on streams whose truth is known, the test looked at after every observation:
 
 1. A/A (no difference): the share of streams the test ever promotes, with its 95 % Clopper-Pearson
-   interval, at several alphas, paired and two-sample, base rates 0.3 and 0.5, `--horizon` per arm.
+   interval, at several alphas, paired, two-sample and switching from one to the other (`--kinds`), base
+   rates 0.3 and 0.5, `--horizon` per arm.
 2. A challenger 10 points better (Bernoulli rewards), `max_samples` 2000 per arm: samples per arm (pairs
    when paired) until the promotion, median and 90th percentile, the power reached within 2000, and the
    sample size per arm a fixed-horizon test needs at the same alpha and that power (capped at 0.999), and
@@ -38,16 +39,18 @@ EFFECT = 0.10
 CONCENTRATION = 4.0
 
 
-def stream(rng: np.random.Generator, n: int, base: float, effect: float, *, paired: bool):
-    """n observations per arm, alternating in time; paired streams send prompt t to both arms."""
+def stream(rng: np.random.Generator, n: int, base: float, effect: float, *, paired: bool, unpaired_first: int = 0):
+    """n observations per arm, alternating in time; paired streams send prompt t to both arms (from
+    `unpaired_first` on: before it, each arm gets prompts of its own)."""
     if paired:
         q = rng.beta(CONCENTRATION * base, CONCENTRATION * (1 - base), size=n)
         champion_p, challenger_p = q, q + effect * (1 - q) / (1 - base)
     else:
         champion_p, challenger_p = np.full(n, base), np.full(n, base + effect)
     wins_a, wins_b = rng.random(n) < champion_p, rng.random(n) < challenger_p
-    champion = [Observation(f"q{t}" if paired else f"a{t}", float(wins_a[t]), 2.0 * t) for t in range(n)]
-    challenger = [Observation(f"q{t}" if paired else f"b{t}", float(wins_b[t]), 2.0 * t + 1) for t in range(n)]
+    shared = [paired and t >= unpaired_first for t in range(n)]
+    champion = [Observation(f"q{t}" if shared[t] else f"a{t}", float(wins_a[t]), 2.0 * t) for t in range(n)]
+    challenger = [Observation(f"q{t}" if shared[t] else f"b{t}", float(wins_b[t]), 2.0 * t + 1) for t in range(n)]
     return champion, challenger
 
 
@@ -71,23 +74,29 @@ def first_promotion(champion, challenger, settings: SequentialSettings):
         n *= 2
 
 
-def a_a_table(streams: int, horizon: int, alphas: list[float]) -> list[str]:
+def a_a_table(streams: int, horizon: int, alphas: list[float], kinds: list[str]) -> list[str]:
+    # "switching": the first quarter of the prompts reach one arm each, the rest both: the bounds start
+    # two-sample and turn paired once the pairs cover half of the smaller arm (at half the horizon)
+    designs = {"paired": (True, 0, 10), "two-sample": (False, 0, 0), "switching": (True, horizon // 4, 20)}
     rows = [
         f"| alpha | kind | base rate | false promotions / {streams} | rate | 95 % CI | ms a stream |",
         "|---|---|---|---|---|---|---|",
     ]
     for alpha in alphas:
         settings = SequentialSettings(alpha=alpha, max_samples=horizon)
-        for paired in (True, False):
+        for kind in kinds:
+            paired, unpaired_first, seed = designs[kind]
             for base in (0.3, 0.5):
-                rng = np.random.default_rng(int(alpha * 1000) + 10 * paired + int(base * 10))
+                rng = np.random.default_rng(int(alpha * 1000) + seed + int(base * 10))
                 started, promoted = time.perf_counter(), 0
                 for _ in range(streams):
-                    path = difference_path(*stream(rng, horizon, base, 0.0, paired=paired), alpha=alpha)
+                    champion, challenger = stream(
+                        rng, horizon, base, 0.0, paired=paired, unpaired_first=unpaired_first
+                    )
+                    path = difference_path(champion, challenger, alpha=alpha)
                     promoted += first_decision(path, settings)[0] == "promote"
                 elapsed = (time.perf_counter() - started) / streams
                 ci = stats.binomtest(promoted, streams).proportion_ci(0.95, method="exact")
-                kind = "paired" if paired else "two-sample"
                 rows.append(
                     f"| {alpha:.2f} | {kind} | {base:.1f} | {promoted} | {promoted / streams:.3f} "
                     f"| [{ci.low:.3f}, {ci.high:.3f}] | {1000 * elapsed:.1f} |"
@@ -157,16 +166,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--streams", type=int, default=400, help="A/A streams per cell")
     parser.add_argument("--horizon", type=int, default=200, help="A/A observations per arm")
-    parser.add_argument("--power-streams", type=int, default=100, help="+10-point streams per cell")
+    parser.add_argument(
+        "--power-streams", type=int, default=100, help="+10-point streams per cell (0: no power table)"
+    )
     parser.add_argument("--alphas", default="0.01,0.05,0.10")
+    parser.add_argument("--kinds", default="paired,two-sample,switching", help="A/A stream designs")
     parser.add_argument("--alpha", type=float, default=0.05, help="alpha of the power table")
     args = parser.parse_args()
     print(f"python {platform.python_version()}, {platform.processor() or platform.machine()}")
     alphas = [float(a) for a in args.alphas.split(",")]
     print(f"\nA/A, {args.horizon} per arm, a decision after every observation from min_samples 20:\n")
-    print("\n".join(a_a_table(args.streams, args.horizon, alphas)))
-    print(f"\n+{EFFECT:.2f} challenger, alpha {args.alpha}, {args.power_streams} streams a row:\n")
-    print("\n".join(power_table(args.power_streams, args.alpha)))
+    print("\n".join(a_a_table(args.streams, args.horizon, alphas, args.kinds.split(","))))
+    if args.power_streams > 0:
+        print(f"\n+{EFFECT:.2f} challenger, alpha {args.alpha}, {args.power_streams} streams a row:\n")
+        print("\n".join(power_table(args.power_streams, args.alpha)))
 
 
 if __name__ == "__main__":

@@ -8,11 +8,14 @@ the engine injected while learning:
     system-prompt  a ready chat system message (templates/system_prompt.jinja) with the rendered lines
     json           the library file itself (ids, steps, provenance, counters)
     yaml           the same data as YAML
+    skill          an Agent Skill folder, NAME/SKILL.md, for agent hosts that load skills (`skill.py`)
+    agents-md      a delimited section of an AGENTS.md file, written in place (`agents_md.py`)
 
 Import reads any of these back. Text formats: lines shaped `[id]. text` keep their ids; when there are
 none, every non-empty line (bullets and "1." numbering stripped, markdown headings skipped) becomes
 a new experience with a fresh id. JSON/YAML: a library object, a list of strings, or a list of
-`{"id", "text"}` objects.
+`{"id", "text"}` objects. A folder, or a file named SKILL.md, is read as a skill; a file named AGENTS.md as
+its tfgrpo section.
 """
 
 from __future__ import annotations
@@ -24,12 +27,16 @@ from typing import Any, Literal
 from tfgrpo.core.atomic import atomic_write_text
 from tfgrpo.core.config import ConfigError, load_yaml_text, yaml_error_line
 from tfgrpo.core.textfile import loads_json, read_text
+from tfgrpo.experiences.agents_md import read_agents_md, update_agents_md
 from tfgrpo.experiences.errors import ImportFormatError, LibraryFileError
 from tfgrpo.experiences.model import Library, Provenance, experience_or_error
 from tfgrpo.experiences.render import render, render_system_prompt
+from tfgrpo.experiences.skill import SKILL_FILE, read_skill, write_skill
 
-ExportFormat = Literal["md", "txt", "json", "yaml", "system-prompt"]
-FORMATS: tuple[str, ...] = ("md", "txt", "json", "yaml", "system-prompt")
+ExportFormat = Literal["md", "txt", "json", "yaml", "system-prompt", "skill", "agents-md"]
+FORMATS: tuple[str, ...] = ("md", "txt", "json", "yaml", "system-prompt", "skill", "agents-md")
+#: the formats written to a place of their own (a folder, a section of a file) rather than as one text
+PLACED_FORMATS = ("skill", "agents-md")
 _SUFFIXES = {".md": "md", ".markdown": "md", ".txt": "txt", ".json": "json", ".yaml": "yaml", ".yml": "yaml"}
 _RENDERED_LINE = re.compile(r"^\s*(?:[-*+]\s+)?\[([^\]\s]+)\]\.?\s+(.+?)\s*$")
 _BULLET = re.compile(r"^\s*(?:[-*+•]|\d+[.)])\s+")
@@ -48,6 +55,8 @@ def export_text(
     library: Library, fmt: str, *, template: str | Path | None = None, system_template: str | Path | None = None
 ) -> str:
     """The library in format `fmt` (see the module docstring); `template` overrides the line renderer."""
+    if fmt in PLACED_FORMATS:
+        raise ImportFormatError(f"{fmt} is written as a folder or into a file, not as one text: use export_library")
     if fmt == "json":
         return library.to_json()
     if fmt == "yaml":
@@ -69,16 +78,29 @@ def export_text(
 
 
 def export_library(library: Library, path: str | Path, fmt: str | None = None, **kwargs: Any) -> Path:
+    """Write `library` to `path` in `fmt`; the path written (for skill: the skill folder made inside `path`)."""
     path = Path(path)
-    atomic_write_text(path, export_text(library, fmt or format_from_suffix(path), **kwargs))
+    fmt = fmt or _placed_format(path) or format_from_suffix(path)
+    if fmt == "skill":
+        return write_skill(library, path)
+    if fmt == "agents-md":
+        return update_agents_md(path, library)
+    atomic_write_text(path, export_text(library, fmt, **kwargs))
     return path
 
 
 def import_library(path: str | Path, fmt: str | None = None) -> Library:
     """Read experiences from an exported file or a plain list of lines (format from the suffix by default)."""
     path = Path(path)
+    fmt = fmt or _placed_format(path)
+    if fmt == "skill":
+        lines, fields = read_skill(path)
+        library = library_from_lines(lines, source=str(path))
+        return library.model_copy(update=fields)
     if not path.is_file():
         raise ImportFormatError(f"file not found: {path}")
+    if fmt == "agents-md":
+        return library_from_lines(read_agents_md(path), source=str(path))
     if fmt is None:
         fmt = _SUFFIXES.get(path.suffix.lower(), "txt")
     text = read_text(path, error=ImportFormatError)
@@ -97,6 +119,13 @@ def import_library(path: str | Path, fmt: str | None = None) -> Library:
     if fmt in ("md", "txt", "system-prompt"):
         return library_from_lines(text.splitlines(), source=str(path))
     raise ImportFormatError(f"unknown import format {fmt!r}: use one of {', '.join(FORMATS)}")
+
+
+def _placed_format(path: Path) -> str | None:
+    """skill for a folder or a SKILL.md, agents-md for an AGENTS.md; None for the suffix to decide."""
+    if path.is_dir() or path.name == SKILL_FILE:
+        return "skill"
+    return "agents-md" if path.name.lower() == "agents.md" else None
 
 
 def library_from_data(data: Any, *, source: str = "data") -> Library:
@@ -147,6 +176,7 @@ def library_from_lines(lines: list[str], *, source: str = "text") -> Library:
 
 __all__ = [
     "FORMATS",
+    "PLACED_FORMATS",
     "ExportFormat",
     "export_library",
     "export_text",

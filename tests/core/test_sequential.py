@@ -146,3 +146,30 @@ def test_a_reward_outside_its_range_is_refused():
         high=5.0,
     )
     assert rescaled.kind == "paired" and -4.0 <= rescaled.lower <= rescaled.upper <= 4.0
+
+
+def test_the_kind_follows_the_pairs_and_the_path_matches_every_prefix():
+    """Unpaired traffic first, then prompts that reach both arms: the kind switches to paired once the pairs
+    cover half of the smaller arm, and after every observation the path equals a fresh `difference_bounds`."""
+    rng = np.random.default_rng(13)
+    champion, challenger = [], []
+    for t in range(60):
+        paired = t >= 20
+        champion.append(Observation(f"q{t}" if paired else f"a{t}", float(rng.random() < 0.5), 2.0 * t))
+        challenger.append(Observation(f"q{t}" if paired else f"b{t}", float(rng.random() < 0.6), 2.0 * t + 1))
+    path = difference_path(champion, challenger, alpha=0.05)
+    kinds = [bounds.kind for bounds in path]
+    switch = kinds.index("paired")
+    assert set(kinds[:switch]) == {"two-sample"} and set(kinds[switch:]) == {"paired"}
+    assert path[switch].n_pairs == 20 == path[switch].n_champion / 2  # 20 pairs = half of the 40 per arm
+    for k in (5, 39, switch - 1, switch, 100, 119):
+        cut = (k + 2) // 2, (k + 1) // 2  # observations per arm after k + 1 events, champion first
+        fresh = difference_bounds(champion[: cut[0]], challenger[: cut[1]], alpha=0.05)
+        assert (fresh.kind, fresh.n_pairs, fresh.n_champion, fresh.n_challenger) == (
+            path[k].kind,
+            path[k].n_pairs,
+            path[k].n_champion,
+            path[k].n_challenger,
+        )
+        assert fresh.lower == pytest.approx(path[k].lower, abs=1e-9)
+        assert fresh.upper == pytest.approx(path[k].upper, abs=1e-9)

@@ -143,6 +143,24 @@ def test_backend_errors_map_to_http_statuses_retried_per_the_client_layer(tmp_pa
         assert state.upstream.snapshot()["retries"] == 4
 
 
+def test_a_reply_past_max_reply_bytes_is_a_502_and_its_trace_holds_no_more_than_the_cap(tmp_path):
+    huge = "x" * 5000
+    backend = ScriptedBackend(lambda request, index: huge if request.messages[-1].content == "long" else "short")
+    with llm_proxy(tmp_path, backend, max_reply_bytes=4096) as (url, state):
+        client = _openai(url)
+        with pytest.raises(openai.InternalServerError) as caught:
+            client.chat.completions.create(model="m", messages=[{"role": "user", "content": "long"}])
+        assert caught.value.status_code == 502 and "max_reply_bytes (4096)" in caught.value.message
+        with pytest.raises(openai.InternalServerError):  # whole replies: refused before the stream starts
+            client.chat.completions.create(model="m", messages=[{"role": "user", "content": "long"}], stream=True)
+        assert client.chat.completions.create(model="m", messages=QUESTION).choices[0].message.content == "short"
+        state.traces.flush()
+        rows = state.traces.exchanges()
+        failed = [row for row in rows if row["status"] == 502]
+        assert len(failed) == 2 and all(row["error"] == "upstream_reply_too_large" for row in failed)
+        assert all(huge not in str(row.get("reply")) for row in failed)
+
+
 def test_config_spec_parsing_and_refusals(tmp_path):
     library = write_library(tmp_path / "library.json")
     config = ServeConfig(library=library, upstream="llm:litellm:ollama/llama3:8b", llm={"concurrency": 4})

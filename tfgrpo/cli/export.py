@@ -9,20 +9,29 @@ import typer
 
 from tfgrpo.cli.lazy import listed
 
-FORMAT_HELP = "md | txt | json | yaml | system-prompt (default: from the --out suffix)."
+FORMAT_HELP = (
+    "md | txt | json | yaml | system-prompt | skill (an Agent Skill folder made inside --out) | agents-md (a "
+    "section of the --out AGENTS.md, replaced in place) (default: from --out: a folder is skill, AGENTS.md is "
+    "agents-md, else its suffix)."
+)
 CREDIT_FILTERS = {
     "all": ("helps", "hurts", "unclear", "untested"),
     "not-hurting": ("helps", "unclear", "untested"),
     "helps": ("helps",),
 }
-IMPORT_FORMAT_HELP = "md | txt | json | yaml | system-prompt; txt also reads a plain list of lines (default: from the source file's suffix)."
+IMPORT_FORMAT_HELP = (
+    "md | txt | json | yaml | system-prompt | skill | agents-md; txt also reads a plain list of lines (default: a "
+    "folder or SKILL.md is skill, AGENTS.md is agents-md, else the source file's suffix)."
+)
 
 
 def register(app: typer.Typer) -> None:
     @listed(app, "export")
     def export(
         library_path: Annotated[Path, typer.Argument(help="Library JSON file.", show_default=False)],
-        out: Annotated[Path, typer.Option("--out", "-o", help="File to write.")],
+        out: Annotated[
+            Path, typer.Option("--out", "-o", help="File to write (skill: the folder to make the skill folder in).")
+        ],
         fmt: Annotated[str | None, typer.Option("--format", "-f", help=FORMAT_HELP)] = None,
         template: Annotated[
             Path | None,
@@ -45,13 +54,16 @@ def register(app: typer.Typer) -> None:
             ),
         ] = "all",
     ) -> None:
-        from tfgrpo.core.atomic import file_target
+        from tfgrpo.core.atomic import file_target, folder_target
         from tfgrpo.experiences import Library, export_library
         from tfgrpo.experiences.errors import ExperienceError
 
         if credit not in CREDIT_FILTERS:
             raise typer.BadParameter(f"--credit must be one of {', '.join(CREDIT_FILTERS)}, not {credit!r}")
-        file_target(out, ExperienceError)
+        if fmt == "skill" or (fmt is None and out.is_dir()):
+            folder_target(out, ExperienceError)
+        else:
+            file_target(out, ExperienceError)
         library = Library.load(library_path)
         kept = [e for e in library if e.credit.verdict() in CREDIT_FILTERS[credit]]
         left = len(library) - len(kept)
@@ -67,7 +79,8 @@ def register(app: typer.Typer) -> None:
         source: Annotated[
             Path,
             typer.Argument(
-                help="An exported file, or a plain text file with one lesson per line.", show_default=False
+                help="An exported file or skill folder, an AGENTS.md, or a plain text file with one lesson per line.",
+                show_default=False,
             ),
         ],
         out: Annotated[Path, typer.Option("--out", "-o", help="Library JSON file to write.")],

@@ -40,11 +40,13 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "export": (
         "tfgrpo.cli.export",
-        "Write LIB as md, txt, json, yaml or a ready system prompt (exactly the text injected while learning).",
+        "Write LIB as md, txt, json, yaml, a ready system prompt (exactly the text injected while learning), an "
+        "Agent Skill folder or an AGENTS.md section.",
     ),
     "import": (
         "tfgrpo.cli.export",
-        "Read experiences from md / txt / json / yaml / system-prompt files or a plain list of lines into a library.",
+        "Read experiences from md / txt / json / yaml / system-prompt files, a skill folder, an AGENTS.md section or "
+        "a plain list of lines into a library.",
     ),
     "finetune": (
         "tfgrpo.cli.finetune",
@@ -53,6 +55,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "serve": (
         "tfgrpo.cli.serve",
         "Serve a library as an OpenAI-compatible endpoint: injection, A/B holdout, traces, feedback, hot reload.",
+    ),
+    "mcp": (
+        "tfgrpo.cli.mcp",
+        "Serve a library to MCP clients (Claude Code, Codex, Cursor) over stdio or HTTP: retrieval, listing, outcomes.",
     ),
     "experiment": (
         "tfgrpo.cli.experiment",

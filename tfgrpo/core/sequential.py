@@ -26,7 +26,7 @@ why. What is ours is the adaptation:
 
 The guard test is the same two-sample sequence on failure indicators (an upstream error or timeout = 1).
 Each kind alone is valid at alpha; a stream whose kind changes along the way is covered by the union of two
-valid sequences (at most 2 alpha in the worst case; the tests measure the pure cases).
+valid sequences: at most 2 alpha in the worst case (benchmarks/sequential_power.py measures it below alpha).
 """
 
 from __future__ import annotations
@@ -115,6 +115,8 @@ class DifferenceBounds:
 
 @dataclass(frozen=True)
 class Decision:
+    """What the test does now, and the one rule that made it (a line for the decision log)."""
+
     action: str  # "promote" | "rollback" | "stop" | "continue"
     rule: str  # one line: "lower bound +0.031 > min_effect 0.000"
 

@@ -98,7 +98,8 @@ class ServeConfig(BaseModel):
         16 * 1024 * 1024,
         ge=1024,
         description="Largest whole (JSON) reply read from the upstream, in bytes (room for logprobs: about 2 KB a "
-        "token with top_logprobs 20); larger: 502 upstream_reply_too_large (not retried), never read whole.",
+        "token with top_logprobs 20); larger: 502 upstream_reply_too_large (not retried), never read whole. With an llm: upstream, the "
+        "reply's messages are measured once the backend returns them.",
     )
     max_stream_bytes: int = Field(
         64 * 1024 * 1024,

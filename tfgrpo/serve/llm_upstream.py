@@ -6,7 +6,9 @@ so the client layer's retries, concurrency bound, accounting and error types app
 eval. What a `ChatRequest` cannot express is refused with a 400 naming the field, never dropped.
 The backends return whole completions, so a streamed request gets the reply as ONE content chunk,
 then the finish chunk (and the usage chunk if `stream_options.include_usage`), then `[DONE]`
-(`replies.sse_from_completion`).
+(`replies.sse_from_completion`). A reply past `max_reply_bytes` (its texts, UTF-8) is a 502
+`upstream_reply_too_large`, as from an HTTP upstream, so what serve answers and traces is bounded whatever
+the backend's own limits are.
 """
 
 from __future__ import annotations
@@ -43,9 +45,10 @@ MESSAGE_ROLES = {"system", "user", "assistant", "tool"}
 class LLMUpstream:
     """The proxy's upstream when it is the client layer: same role as `Upstream`, whole replies only."""
 
-    def __init__(self, client: LLMClient, spec: str):
+    def __init__(self, client: LLMClient, spec: str, *, max_reply_bytes: int):
         self.client = client
         self.urls = [spec]  # what traces and /health name as the upstream
+        self.max_reply_bytes = max_reply_bytes
 
     @property
     def model_name(self) -> str:
@@ -79,9 +82,16 @@ class LLMUpstream:
         except BadRequest as exc:
             raise UpstreamFailure(400, error_bytes(400, str(exc), exc.code), code=exc.code) from None
         try:
-            return await self.client.generate(request)
+            completions = await self.client.generate(request)
         except LLMError as exc:
             raise failure_of(exc) from None
+        size = sum(len(json.dumps(_message(completion), ensure_ascii=False).encode()) for completion in completions)
+        if size > self.max_reply_bytes:
+            message = f"the upstream's reply ({size} bytes) is larger than max_reply_bytes ({self.max_reply_bytes})"
+            raise UpstreamFailure(
+                502, error_bytes(502, message, "upstream_reply_too_large"), code="upstream_reply_too_large"
+            )
+        return completions
 
     def completion(self, exchange: Exchange, completions: list[Completion]) -> dict[str, Any]:
         """The completions as one chat.completion object."""

@@ -95,7 +95,11 @@ def _upstream(config: ServeConfig, llm_client: LLMClient | None, observer: Obser
         None if config.forward_client_auth_header else secret_value(config.api_key) or os.environ.get(API_KEY_ENV)
     )
     if config.llm_spec is not None:
-        return LLMUpstream(llm_client or build_client(config.llm_config(api_key)), config.llm_spec)
+        return LLMUpstream(
+            llm_client or build_client(config.llm_config(api_key)),
+            config.llm_spec,
+            max_reply_bytes=config.max_reply_bytes,
+        )
     return Upstream(
         config.upstream,
         api_key=api_key,
