@@ -68,6 +68,7 @@ FINETUNE_NO_DATA = "finetunes: {x: {method: sft, data: ./none.jsonl}}"
 MODEL_NO_PATH = "model: {backend: transformers, model: ./no-model}"  # a dry run must not ask the hub for it
 UPSTREAM = "http://127.0.0.1:9/v1"  # never reached: every serve row is refused before it binds or connects
 SERVE = ("serve", "--library", "{tmp}/lib.json", "--upstream", UPSTREAM, "--traces", "{tmp}/t.sqlite")
+LEARNER = ("learner", "--traces", "{tmp}/t.sqlite", "--out", "{out}")
 
 
 @dataclass(frozen=True)
@@ -794,6 +795,37 @@ ROWS = [
                 ("serve", "--config", "{tmp}/s.yaml"),
                 "unknown key 'holdot'",
                 {"s.yaml": f"library: lib.json\nupstream: {UPSTREAM}\nholdot: 0.1\n"},
+            ),
+        ]
+    ),
+    # -- tfgrpo learner: refused before it opens the trace store's tables or its run directory ----------------
+    *(
+        Row(name, args, says, files)
+        for name, args, says, files in [
+            (
+                "learner-learn-owned-key",
+                (*LEARNER, "--config", "{tmp}/l.yaml"),
+                "learn.data: set by the learner",
+                {"l.yaml": "learn: {data: easy}\n"},
+            ),
+            (
+                "learner-learn-unknown-key",
+                (*LEARNER, "--config", "{tmp}/l.yaml"),
+                "unknown key 'group_sise'",
+                {"l.yaml": "learn: {group_sise: 3}\n"},
+            ),
+            ("learner-reward-unknown", (*LEARNER, "--reward", "nosuch"), "unknown reward 'nosuch'", {}),
+            (
+                "learner-propose-every-0",
+                (*LEARNER, "--propose-every", "0"),
+                "propose_every: Input should be greater than or equal to 1",
+                {},
+            ),
+            (
+                "learner-traces-unreachable",
+                ("learner", "--traces", "postgresql+psycopg://u:pw@127.0.0.1:9/db", "--out", "{out}"),
+                "cannot open it",
+                {},
             ),
         ]
     ),

@@ -20,7 +20,7 @@ from pydantic import BaseModel, SecretStr
 from typer.testing import CliRunner
 
 import tfgrpo.finetune.run
-from tfgrpo.cli import chat, deploy, evaluate, learn, library_trust, options, score, serve
+from tfgrpo.cli import chat, deploy, evaluate, learn, learner, library_trust, options, score, serve
 from tfgrpo.cli import mcp as mcp_cli
 from tfgrpo.cli.app import app
 from tfgrpo.core.config import build_config
@@ -129,7 +129,8 @@ def test_every_command_that_takes_a_model_config_derives_its_options():
     deploy_commands = {f"deploy {name}" for name in ("status", "propose", "log", *deploy.CHANGES)}
     assert (
         set(DERIVED)
-        == {"chat", "learn", "eval", "score", "finetune", "serve", "library ablate", "mcp"} | deploy_commands
+        == {"chat", "learn", "eval", "score", "finetune", "serve", "library ablate", "mcp", "learner"}
+        | deploy_commands
     )
     assert len(CASES) >= 90
 
@@ -240,6 +241,7 @@ RUNS: dict[str, tuple[list[str], dict[str, Any], Any]] = {
         {"transport": "http", "client_keys": "k.txt", "default_k": 1},
         mcp_cli,
     ),  # any host, any max_k
+    "learner": ([], {}, learner),
     **{f"deploy {name}": ([], {}, deploy) for name in ("status", "log", *deploy.CHANGES)},
     "deploy propose": (["lib.json"], {}, deploy),
 }
