@@ -340,3 +340,17 @@ def test_the_budget_caps_all_rounds_and_a_learner_given_more_resumes_the_round(t
     assert more.status == "stopped" and [r.status for r in more.state.rounds] == ["proposed"]
     assert more.state.cost_usd > capped.state.cost_usd
     assert deployment.state().challenger == more.state.rounds[0].challenger
+
+
+@pytest.mark.timeout(240)
+def test_a_round_whose_library_carries_test_set_material_is_refused_not_proposed(tmp_path):
+    traces = tmp_path / "traces.sqlite"
+    copied = load_dataset_rows("aime24", require_answer=False)[0].problem  # a lesson that copies an aime24 problem
+    deployment, store = seed_deployment(traces, Library.from_texts([CHAMPION_LESSON, copied]))
+    for a, b in PAIRS:
+        rewarded(store, a, b)
+    with WorldServer(World()) as model:
+        result = run_learner(learner_config(traces, tmp_path / "learner", model.base_url))
+    assert [r.status for r in result.state.rounds] == ["refused"]
+    assert "test-set material" in (result.state.rounds[0].message or "")
+    assert [d["action"] for d in deployment.decisions()] == ["start"]  # nothing reached the deployment

@@ -38,6 +38,7 @@ from tfgrpo.live.rundir import LearnerRunDir, LearnerState, Round, RoundStatus
 from tfgrpo.llm.errors import LLMError
 from tfgrpo.serve.deployment import Deployment, DeploymentState, StaleRevision
 from tfgrpo.serve.live_library import Snapshot
+from tfgrpo.serve.operations import leaked_test_material
 from tfgrpo.serve.traces import TraceStore
 
 
@@ -224,6 +225,9 @@ class Learner:
         if current is not None and current.champion != entry.champion:
             return self._stale(state, entry, current)
         library = Library.load(self.run.round_dir(entry.number) / "learn" / "library.json")
+        leaks = leaked_test_material(library, self.config.test_data)
+        if leaks:  # the same lockout as `tfgrpo deploy propose`: such a library never reaches traffic
+            return self._end(state, entry, "refused", f"not proposed: it carries test-set material ({leaks[0]})")
         source = f"learner {self.name} round {entry.number}"
         try:
             deployment.propose(library, entry.challenger, source=source, by=f"learner {self.name}")

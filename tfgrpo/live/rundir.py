@@ -31,7 +31,7 @@ from tfgrpo.core.atomic import append_lines, atomic_write_text, folder_target
 from tfgrpo.core.config import ConfigError, dump_config
 from tfgrpo.live.config import LearnerConfig
 
-RoundStatus = Literal["learning", "learned", "proposed", "unchanged", "stale"]
+RoundStatus = Literal["learning", "learned", "proposed", "unchanged", "stale", "refused"]
 
 
 class Round(BaseModel):
