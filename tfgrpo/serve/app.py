@@ -78,7 +78,8 @@ def create_app(
     app.state.serve = state
     _add_error_handlers(app, state)
     _add_openai_routes(app, state)
-    _add_service_routes(app, state)
+    _add_health_routes(app, state)
+    _add_feedback_and_page_routes(app, state)
     add_admin_routes(app, state, RECORD)
     return ServeApp(app, cors_origins=config.cors_origins)
 
@@ -246,7 +247,7 @@ def _add_openai_routes(app: FastAPI, state: ServeState) -> None:
         return Response(content, status_code=status, media_type="application/json")
 
 
-def _add_service_routes(app: FastAPI, state: ServeState) -> None:
+def _add_health_routes(app: FastAPI, state: ServeState) -> None:
     config = state.config
 
     @app.get("/health")
@@ -284,6 +285,10 @@ def _add_service_routes(app: FastAPI, state: ServeState) -> None:
     async def metrics() -> Response:
         exposition = await asyncio.to_thread(state.observer.metrics.exposition)  # reads files with several workers
         return Response(exposition, media_type=CONTENT_TYPE)
+
+
+def _add_feedback_and_page_routes(app: FastAPI, state: ServeState) -> None:
+    config = state.config
 
     @app.post("/v1/feedback")
     async def feedback(request: Request) -> Response:
