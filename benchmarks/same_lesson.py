@@ -2,14 +2,16 @@
 
     OMP_NUM_THREADS=1 python benchmarks/same_lesson.py [--misses]
 
-Three sets of pairs (tests/data, provenance in each set's .md):
+Five sets of pairs (tests/data, provenance in each set's .md):
 - lesson_pairs.jsonl (80): the set the threshold was chosen on (the lowest cosine folding no different pair);
 - lesson_contrasts.jsonl (135): near-misses made by written perturbation rules from public lesson libraries
   and hand-checked paraphrases, used while the word checks were written (a development set);
 - lesson_contrasts_heldout.jsonl (132): built the same way from other seeds after that, by someone who had
   not seen the rule; its first measurement is in the docs, and its misses then shaped the word checks too;
-- lesson_contrasts_final.jsonl (132): built the same way from other seeds again, after both: the set the
-  result is reported on.
+- lesson_contrasts_final.jsonl (132): built the same way from other seeds again, after both; its misses
+  shaped the checks too;
+- lesson_contrasts_fresh.jsonl (132): built the same way, blind to the rule, from sources none of the
+  others used, after all of them: the set the result is reported on.
 
 A pair is folded when `tfgrpo.experiences.dedup.is_near_duplicate` says so with the offline MiniLM's cosine; the
 table gives, per rule of the perturbation, how many pairs were folded (0 is the target for different
