@@ -37,9 +37,7 @@ Pure: no LLM call. Used by `tfgrpo learn` after every step, `tfgrpo library chec
 
 from __future__ import annotations
 
-import itertools
 import math
-import re
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -48,33 +46,22 @@ from typing import Literal, Protocol
 
 from pydantic import BaseModel, Field
 
-from tfgrpo.core.answers import as_fraction, normalize_answer
+from tfgrpo.core.answers import normalize_answer
 from tfgrpo.experiences.model import Library
-from tfgrpo.experiences.naming import INLINE_MATH, RUN, Naming, ProblemIndex, ngrams, plain_words, words
+from tfgrpo.experiences.naming import RUN, Naming, ProblemIndex, ngrams, plain_words, terms, words
+from tfgrpo.experiences.values import candidates, exact_value
 from tfgrpo.rewards.math import equivalent_many, gold_answer
 from tfgrpo.rewards.verifier import Verifier
 
 LeakKind = Literal["answer", "copy"]
 LeakageMode = Literal["reject", "flag", "off"]
 
-_NUMBER = re.compile(r"(?<![\w.])[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:\s*/\s*\d+)?(?![\w])")
-_LATEX_COMMAND = re.compile(r"\\(?:[dt]?frac|sqrt|binom|boxed)\s*(?:\[[^\]]*\])?(?:\s*\{(?:[^{}]|\{[^{}]*\})*\})+")
-_WORD = re.compile(r"\w+")
 _MIN_COPY_WORDS = RUN
 SPECIFIC_DENOMINATOR = 12
 SMALL_GOLD_FACTOR = 1.5
 #: Rarity is counted as if the references sat among this many other problems that do not use the word: with
 #: five reference problems a word unique to one is still strong evidence, not log(5) = 1.6 nats.
 BACKGROUND_PROBLEMS = 100
-_LATEX_NAME = re.compile(r"\\[A-Za-z]+")
-# `4c^2`, `n^{4}`: a formula's terms name a problem too. A base starts where a word does (`(?<!\w)`) and is
-# read whole (`\w++`): the same matches as `(\w+)\^`, which from every letter of a long word read on to its
-# end and back (40,000 letters: 11 s); this reads each letter a bounded number of times.
-_POWER = re.compile(r"(?<!\w)(\w++)\^\{?(\w++)\}?")
-_STOPWORDS = frozenset(
-    "that with what find which there their then than from each have this such these those when where only into "
-    "also some many more most other same both them they what whose will would could should must does make".split()
-)
 
 
 class ReferenceProblem(Protocol):
@@ -178,11 +165,11 @@ class LeakageChecker:
         for source, problems in self.sets.items():
             for problem in problems:
                 self._refs.append(self._reference(source, problem))
-        terms = [set(_terms(ref.statement)) for ref in self._refs]
-        usage = Counter(word for words in terms for word in words)
+        statement_terms = [set(terms(ref.statement)) for ref in self._refs]
+        usage = Counter(word for words in statement_terms for word in words)
         most = max(1, int(self.distinctive_share * len(self._refs)))
         for index, ref in enumerate(self._refs):
-            rare = frozenset(word for word in terms[index] if usage[word] <= most)
+            rare = frozenset(word for word in statement_terms[index] if usage[word] <= most)
             total = len(self._refs) + BACKGROUND_PROBLEMS
             rarity = tuple((word, math.log(total / usage[word])) for word in sorted(rare))
             self._refs[index] = ref = replace(ref, distinctive=rare, rarity=rarity)
@@ -193,7 +180,7 @@ class LeakageChecker:
     def _reference(self, source: str, problem: ReferenceProblem) -> _Ref:
         gold_text = gold_answer(problem.answer)
         gold = normalize_answer(gold_text) if gold_text else None
-        value = _exact_value(gold) if gold else None
+        value = exact_value(gold) if gold else None
         small = value is not None and value.denominator == 1 and abs(value) < self.min_integer
         if value is None and gold is not None and len(gold) < 2:
             gold = None  # a choice letter
@@ -230,7 +217,7 @@ class LeakageChecker:
         for index, group in enumerate(findings):
             origin = set(sources[index]) if sources is not None else set()
             text = items[index][1]
-            words_of_text = set(_terms(text))
+            words_of_text = set(terms(text))
             namings = self.index.namings(text) if any(f.kind == "answer" for f in group) else {}
             for finding in group:
                 if finding.kind == "answer":
@@ -250,9 +237,9 @@ class LeakageChecker:
         expression_refs = [r for r in self._refs if r.gold is not None and r.value is None]
         for index, (experience_id, text) in enumerate(items):
             seen: set[tuple[str, str]] = set()
-            numbers, spans = _candidates(text)
+            numbers, spans = candidates(text)
             for number in numbers:
-                value = _exact_value(normalize_answer(number))
+                value = exact_value(normalize_answer(number))
                 for ref in self._by_value.get(value, []) if value is not None else []:
                     if (ref.source, ref.id) not in seen:
                         seen.add((ref.source, ref.id))
@@ -356,21 +343,6 @@ class LeakageChecker:
         return found
 
 
-def _terms(text: str) -> Iterable[str]:
-    """The tokens that can name a problem: words of 4+ letters, names like `log_x` or `omega_1`, numbers of 2+
-    digits (`17`, `2015`), powers (`4c^2`); LaTeX commands (`\\left`, `\\frac`) are markup, not words."""
-    plain = _LATEX_NAME.sub(" ", text).lower()
-    words = (
-        t
-        for t in _WORD.findall(plain)
-        if (len(t) >= 4 and t.isalpha() and t not in _STOPWORDS)
-        or (len(t) >= 2 and t.isdigit())
-        or (len(t) >= 3 and "_" in t)
-    )
-    powers = (m.group(1) + "^" + m.group(2) for m in _POWER.finditer(plain.replace(" ", "")))
-    return itertools.chain(words, powers)
-
-
 def _specific(ref: _Ref) -> bool:
     """A gold too specific to turn up in a general rule by chance: an expression (`\\frac{3\\sqrt2}{7}`) or a
     fraction with a denominator over 12. No integer is: 40320 (8!), 1440 (minutes in a day) and 2021 (a year)
@@ -378,26 +350,6 @@ def _specific(ref: _Ref) -> bool:
     if ref.value is None:
         return ref.gold is not None and len(ref.gold) >= 3
     return ref.value.denominator > SPECIFIC_DENOMINATOR
-
-
-def _exact_value(normalized: str) -> Fraction | None:
-    parsed = as_fraction(normalized.replace(" ", ""))
-    return parsed[0] if parsed is not None else None
-
-
-def _candidates(text: str) -> tuple[list[str], list[str]]:
-    """(plain numbers, math spans) found in a text; a span that is a plain number also counts as a number."""
-    spans = [next(g for g in m.groups() if g is not None) for m in INLINE_MATH.finditer(text)]
-    spans += [m.group() for m in _LATEX_COMMAND.finditer(text)]
-    numbers = [m.group().replace(",", "") for m in _NUMBER.finditer(text)]
-    expressions = []
-    for span in spans:
-        normalized = normalize_answer(span)
-        if _exact_value(normalized) is not None:
-            numbers.append(normalized)
-        elif normalized:
-            expressions.append(normalized)
-    return numbers, expressions
 
 
 def _short(text: str, limit: int = 80) -> str:

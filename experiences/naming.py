@@ -23,6 +23,7 @@ text, whatever it holds (tests/experiences/test_scanners_adversarial.py).
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -39,6 +40,14 @@ _DIGIT = re.compile(r"\d")
 _SENTENCE_END = ".!?:"
 #: Shortest run of words the copy checks look for: the index of runs is keyed by it.
 RUN = 3
+# `4c^2`, `n^{4}`: a formula's terms name a problem too. A base starts where a word does (`(?<!\w)`) and is
+# read whole (`\w++`): the same matches as `(\w+)\^`, which from every letter of a long word read on to its
+# end and back (40,000 letters: 11 s); this reads each letter a bounded number of times.
+_POWER = re.compile(r"(?<!\w)(\w++)\^\{?(\w++)\}?")
+_STOPWORDS = frozenset(
+    "that with what find which there their then than from each have this such these those when where only into "
+    "also some many more most other same both them they what whose will would could should must does make".split()
+)
 
 
 def words(text: str) -> tuple[str, ...]:
@@ -49,6 +58,21 @@ def words(text: str) -> tuple[str, ...]:
 def plain_words(text: str) -> tuple[str, ...]:
     """Lower-cased words with the math removed: what is left of a statement quoted without its formulas."""
     return words(_LATEX_NAME.sub(" ", INLINE_MATH.sub(" ", text)))
+
+
+def terms(text: str) -> Iterable[str]:
+    """The tokens whose rarity can name a problem: words of 4+ letters, names like `log_x` or `omega_1`, numbers
+    of 2+ digits (`17`, `2015`), powers (`4c^2`); LaTeX commands (`\\left`, `\\frac`) are markup, not words."""
+    plain = _LATEX_NAME.sub(" ", text).lower()
+    found = (
+        t
+        for t in _WORD.findall(plain)
+        if (len(t) >= 4 and t.isalpha() and t not in _STOPWORDS)
+        or (len(t) >= 2 and t.isdigit())
+        or (len(t) >= 3 and "_" in t)
+    )
+    powers = (m.group(1) + "^" + m.group(2) for m in _POWER.finditer(plain.replace(" ", "")))
+    return itertools.chain(found, powers)
 
 
 def ngrams(sequence: Sequence[str], n: int) -> set[tuple[str, ...]]:
@@ -230,4 +254,4 @@ def _usable_id(problem_id: str) -> bool:
     )
 
 
-__all__ = ["INLINE_MATH", "RUN", "Naming", "ProblemIndex", "ngrams", "plain_words", "words"]
+__all__ = ["INLINE_MATH", "RUN", "Naming", "ProblemIndex", "ngrams", "plain_words", "terms", "words"]
