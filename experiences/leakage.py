@@ -219,11 +219,14 @@ class LeakageChecker:
             text = items[index][1]
             words_of_text = set(terms(text))
             namings = self.index.namings(text) if any(f.kind == "answer" for f in group) else {}
+            text_words = words(text)
             for finding in group:
                 if finding.kind == "answer":
                     position = self._by_key[finding.source, finding.problem_id]
                     ref = self._refs[position]
                     tie = self._tie(ref, origin, words_of_text, namings.get(position))
+                    if tie is None and ref.small:
+                        tie = self._counted(position, namings.get(position), text_words)
                     finding.tied, finding.tie_evidence = tie if tie else (None, None)
                     if ref.small and finding.tied is None:
                         continue  # "check 2 cases": a small number in a lesson is evidence of nothing
@@ -285,6 +288,18 @@ class LeakageChecker:
             return "names the problem", f"rare words {', '.join(word for word, _ in shared)} ({score:.1f})"
         if _specific(ref):
             return "specific value", f"gold {ref.gold}"
+        return None
+
+    def _counted(self, position: int, naming: Naming | None, text: tuple[str, ...]) -> tuple[str, str] | None:
+        """A small gold tied by a name only the problem has, when the text counts with it what the problem counts
+        ("Tom ends up with 7 apples" for "Tom has 3 apples and buys 4 more"): a name alone ties no small gold."""
+        gold = self._refs[position].gold
+        if naming is None or not naming.name:
+            return None
+        counted = self.index.counted[position]
+        for word, after in zip(text, text[1:], strict=False):
+            if word == gold and after in counted:
+                return naming.kind, f"{naming.words}, and '{gold} {after}'"
         return None
 
     def _answer(self, experience_id: str | None, text: str, ref: _Ref, found: str) -> LeakFinding:

@@ -85,6 +85,7 @@ class Naming:
 
     kind: str  # "id", "quote" or "distinctive token"
     words: str
+    name: bool = False  # a distinctive token that is a name ("Tom"): a small gold beside its counted noun is tied
 
 
 @dataclass
@@ -111,6 +112,8 @@ class ProblemIndex:
     _ids: dict[str, list[tuple[tuple[str, ...], int]]] = field(init=False, repr=False)  # first word -> (id, index)
     _marks: dict[tuple[str, ...], list[int]] = field(init=False, repr=False)  # distinctive numbered pair -> problems
     _names: dict[str, list[int]] = field(init=False, repr=False)  # distinctive name -> problems
+    _numbers: dict[str, list[tuple[int, str]]] = field(init=False, repr=False)  # distinctive number -> (problem, why)
+    counted: list[frozenset[str]] = field(init=False, repr=False)  # per problem: the words its numbers count
     _grams: dict[tuple[int, int], set[tuple[str, ...]]] = field(init=False, repr=False)
     _rare: list[frozenset[str]] = field(init=False, repr=False)  # per problem: its distinctive tokens
     _openings: list[set[tuple[str, ...]]] = field(init=False, repr=False)  # per problem: its first quote_words
@@ -118,7 +121,7 @@ class ProblemIndex:
     def __post_init__(self) -> None:
         self.sequences = [(words(s), plain_words(s)) for s in self.statements]
         self.most = max(1, int(self.share * len(self.sequences)))
-        self._grams, self._runs, self._ids, self._marks, self._names = {}, {}, {}, {}, {}
+        self._grams, self._runs, self._ids, self._marks, self._names, self._numbers = {}, {}, {}, {}, {}, {}
         excluded = [set(e) for e in self.excluded] or [set() for _ in self.sequences]
         vocabularies = [set(raw) | set(plain) for raw, plain in self.sequences]
         pairs = [
@@ -129,6 +132,11 @@ class ProblemIndex:
         pair_usage = Counter(pair for problem_pairs in pairs for pair in problem_pairs)
         lower = {word for statement in self.statements for word in _WORD.findall(statement) if word.islower()}
         self._rare, self._openings = [], []
+        self.counted = [
+            frozenset(b for a, b in ngrams(raw, 2) if a.isdigit() and b.isalpha() and len(b) >= 3)
+            for raw, _ in self.sequences
+        ]
+        self._index_numbers(usage, excluded)
         for index, (raw, plain) in enumerate(self.sequences):
             for gram in ngrams(raw, RUN) | ngrams(plain, RUN):
                 self._runs.setdefault(gram, []).append(index)
@@ -138,11 +146,37 @@ class ProblemIndex:
                 self._names.setdefault(name, []).append(index)
             for pair in marks:
                 self._marks.setdefault(pair, []).append(index)
-            self._rare.append(frozenset(names | {token for pair in marks for token in pair if _is_number(token)}))
+            numbers = {token for token, found in self._numbers.items() if any(i == index for i, _ in found)}
+            marked = {token for pair in marks for token in pair if _is_number(token)}
+            self._rare.append(frozenset(names | marked | numbers))
             self._openings.append({raw[: self.quote_words], plain[: self.quote_words]})
             id_words = words(self.ids[index])
             if _usable_id(self.ids[index]):
                 self._ids.setdefault(id_words[0], []).append((id_words, index))
+
+    def _index_numbers(self, usage: Counter[str], excluded: list[set[str]]) -> None:
+        """Numbers that tell a problem from the others: one that few problems use and that is not round, three
+        digits or more without its trailing zeros ("2010", "1575"; not "100"), and the key of a template's family
+        (problems equal but for one number: "Compute f(15)" among f(15), f(16), ...), a key no sibling has. A
+        family that varies two numbers ("What is 4 times 4?") is arithmetic drill, and its numbers are every
+        lesson's."""
+        for index, (raw, _) in enumerate(self.sequences):
+            for token in set(raw) - excluded[index]:
+                if token.isdigit() and len(token.lstrip("0").rstrip("0")) >= 3 and usage[token] <= self.most:
+                    self._numbers.setdefault(token, []).append((index, f"the number '{token}'"))
+        families: dict[str, list[int]] = {}
+        for index, (raw, _) in enumerate(self.sequences):
+            families.setdefault(" ".join("#" if w.isdigit() else w for w in raw), []).append(index)
+        for members in families.values():
+            slots = list(zip(*([w for w in self.sequences[i][0] if w.isdigit()] for i in members), strict=True))
+            varying = [slot for slot in slots if len(set(slot)) > 1]
+            if len(members) < 2 or len(varying) != 1:
+                continue
+            keys = Counter(varying[0])
+            for index, key in zip(members, varying[0], strict=True):
+                if keys[key] == 1 and key not in excluded[index]:
+                    why = f"'{key}', the key only it has of the {len(members)} problems of its template"
+                    self._numbers.setdefault(key, []).append((index, why))
 
     def candidates(self, *sequences: tuple[str, ...]) -> list[int]:
         """The problems that share a run of `RUN` words with any of `sequences`: no other can be copied or quoted
@@ -197,12 +231,15 @@ class ProblemIndex:
                 yield index, Naming("quote", " ".join(rare[0]))
 
     def _token_namings(self, raw: tuple[str, ...], plain: tuple[str, ...]) -> Iterable[tuple[int, Naming]]:
-        for name in sorted(set(raw), reverse=True):
-            for index in self._names.get(name, ()):
-                yield index, Naming("distinctive token", f"the name '{name}'")
+        for token in sorted(set(raw) | set(plain), reverse=True):
+            for index, why in self._numbers.get(token, ()):
+                yield index, Naming("distinctive token", why)
         for pair in sorted(ngrams(raw, 2) | ngrams(plain, 2), reverse=True):
             for index in self._marks.get(pair, ()):
                 yield index, Naming("distinctive token", f"'{' '.join(pair)}'")
+        for name in sorted(set(raw), reverse=True):
+            for index in self._names.get(name, ()):
+                yield index, Naming("distinctive token", f"the name '{name}'", name=True)
 
 
 #: Words too plain to make a number a problem's own ("the 9", "are 36", "with 12").
