@@ -152,6 +152,7 @@ class LeakageChecker:
     _by_value: dict[Fraction, list[_Ref]] = field(init=False, repr=False)
     _by_key: dict[tuple[str, str], int] = field(init=False, repr=False)  # (source, problem id) -> reference index
     _index: ProblemIndex | None = field(init=False, repr=False)  # the problems' words, built on first use
+    _statement_values: dict[int, set[Fraction]] = field(init=False, repr=False)  # the numbers of a statement
 
     def __post_init__(self) -> None:
         if not 0 < self.copy_threshold <= 1:
@@ -161,7 +162,7 @@ class LeakageChecker:
         if min(self.copy_min_words, self.quote_words) < _MIN_COPY_WORDS:
             raise ValueError(f"copy_min_words and quote_words must be at least {_MIN_COPY_WORDS}")
         self._refs, self._by_value, self._by_key = [], {}, {}
-        self._index = None
+        self._index, self._statement_values = None, {}
         for source, problems in self.sets.items():
             for problem in problems:
                 self._refs.append(self._reference(source, problem))
@@ -219,14 +220,16 @@ class LeakageChecker:
             text = items[index][1]
             words_of_text = set(terms(text))
             namings = self.index.namings(text) if any(f.kind == "answer" for f in group) else {}
-            text_words = words(text)
             for finding in group:
                 if finding.kind == "answer":
                     position = self._by_key[finding.source, finding.problem_id]
                     ref = self._refs[position]
-                    tie = self._tie(ref, origin, words_of_text, namings.get(position))
+                    tie = self._tie(position, origin, words_of_text, namings.get(position))
+                    tie = tie or self._rare_words(position, words_of_text, text)
                     if tie is None and ref.small:
-                        tie = self._counted(position, namings.get(position), text_words)
+                        tie = self._counted(position, namings.get(position), words(text))
+                    if tie is None and _specific(ref):
+                        tie = "specific value", f"gold {ref.gold}"
                     finding.tied, finding.tie_evidence = tie if tie else (None, None)
                     if ref.small and finding.tied is None:
                         continue  # "check 2 cases": a small number in a lesson is evidence of nothing
@@ -275,20 +278,38 @@ class LeakageChecker:
     def _ref(self, finding: LeakFinding) -> _Ref:
         return self._refs[self._by_key[finding.source, finding.problem_id]]
 
-    def _tie(self, ref: _Ref, origin: set[str], words: set[str], naming: Naming | None) -> tuple[str, str] | None:
-        """(kind, the words that carry it) of the strongest evidence that ties a gold in a text to its problem."""
+    def _tie(self, position: int, origin: set[str], words: set[str], naming: Naming | None) -> tuple[str, str] | None:
+        """(kind, the words that carry it) of the strongest evidence that ties a gold in a text to its problem:
+        its provenance, or a naming (an id, a quote; a distinctive token for a gold of min_integer or more)."""
+        ref = self._refs[position]
         if origin == {ref.id}:
             return "provenance", f"proposed by the group of {ref.id} alone"
         if naming is not None and (naming.kind != "distinctive token" or not ref.small):
             return naming.kind, naming.words
-        # Naming: the rarer the shared words, the stronger; a small gold (a 4 in "4 squares") needs more.
+        return None
+
+    def _rare_words(self, position: int, words: set[str], text: str) -> tuple[str, str] | None:
+        """ "names the problem": the text shares enough of its rare terms (the rarer, the stronger; a small gold,
+        a 4 in "4 squares", needs more). Words alone ("angle", "degrees", "players") are how lessons talk about
+        a topic: they tie only a gold of min_integer or more, and only in a text that brings at most one number
+        of its own ("9 players play 36 games" is a rule's example, not the tournament's answer). A symbol, a
+        number or a name of the problem (`17_b`, `4y^2`, "Maureen") is the problem's own."""
+        ref = self._refs[position]
         shared = [(word, weight) for word, weight in ref.rarity if word in words and word != ref.gold]
         score = sum(weight for _, weight in shared)
-        if score >= self.min_naming_score * (SMALL_GOLD_FACTOR if ref.small else 1):
-            return "names the problem", f"rare words {', '.join(word for word, _ in shared)} ({score:.1f})"
-        if _specific(ref):
-            return "specific value", f"gold {ref.gold}"
-        return None
+        if score < self.min_naming_score * (SMALL_GOLD_FACTOR if ref.small else 1):
+            return None
+        own = any(not word.isalpha() or word in self.index.names[position] for word, _ in shared)
+        if not own and (ref.small or len(self._foreign_numbers(position, text)) > 1):
+            return None
+        return "names the problem", f"rare words {', '.join(word for word, _ in shared)} ({score:.1f})"
+
+    def _foreign_numbers(self, position: int, text: str) -> set[Fraction]:
+        """The numbers of a text, other than the gold, that the problem does not have."""
+        ref = self._refs[position]
+        if position not in self._statement_values:
+            self._statement_values[position] = _values(ref.statement)
+        return _values(text) - self._statement_values[position] - {ref.value}
 
     def _counted(self, position: int, naming: Naming | None, text: tuple[str, ...]) -> tuple[str, str] | None:
         """A small gold tied by a name only the problem has, when the text counts with it what the problem counts
@@ -356,6 +377,10 @@ class LeakageChecker:
                     )
                 )
         return found
+
+
+def _values(text: str) -> set[Fraction]:
+    return {value for number in candidates(text)[0] if (value := exact_value(normalize_answer(number))) is not None}
 
 
 def _specific(ref: _Ref) -> bool:

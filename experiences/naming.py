@@ -44,6 +44,7 @@ RUN = 3
 # read whole (`\w++`): the same matches as `(\w+)\^`, which from every letter of a long word read on to its
 # end and back (40,000 letters: 11 s); this reads each letter a bounded number of times.
 _POWER = re.compile(r"(?<!\w)(\w++)\^\{?(\w++)\}?")
+_BRACED_SUBSCRIPT = re.compile(r"_\{(\w++)\}")  # `17_{b}` is written `17_b` in plain text
 _STOPWORDS = frozenset(
     "that with what find which there their then than from each have this such these those when where only into "
     "also some many more most other same both them they what whose will would could should must does make".split()
@@ -63,7 +64,7 @@ def plain_words(text: str) -> tuple[str, ...]:
 def terms(text: str) -> Iterable[str]:
     """The tokens whose rarity can name a problem: words of 4+ letters, names like `log_x` or `omega_1`, numbers
     of 2+ digits (`17`, `2015`), powers (`4c^2`); LaTeX commands (`\\left`, `\\frac`) are markup, not words."""
-    plain = _LATEX_NAME.sub(" ", text).lower()
+    plain = _BRACED_SUBSCRIPT.sub(r"_\1", _LATEX_NAME.sub(" ", text)).lower()
     found = (
         t
         for t in _WORD.findall(plain)
@@ -114,6 +115,7 @@ class ProblemIndex:
     _names: dict[str, list[int]] = field(init=False, repr=False)  # distinctive name -> problems
     _numbers: dict[str, list[tuple[int, str]]] = field(init=False, repr=False)  # distinctive number -> (problem, why)
     counted: list[frozenset[str]] = field(init=False, repr=False)  # per problem: the words its numbers count
+    names: list[frozenset[str]] = field(init=False, repr=False)  # per problem: its distinctive names
     _grams: dict[tuple[int, int], set[tuple[str, ...]]] = field(init=False, repr=False)
     _rare: list[frozenset[str]] = field(init=False, repr=False)  # per problem: its distinctive tokens
     _openings: list[set[tuple[str, ...]]] = field(init=False, repr=False)  # per problem: its first quote_words
@@ -131,7 +133,7 @@ class ProblemIndex:
         usage = Counter(token for vocabulary in vocabularies for token in vocabulary)
         pair_usage = Counter(pair for problem_pairs in pairs for pair in problem_pairs)
         lower = {word for statement in self.statements for word in _WORD.findall(statement) if word.islower()}
-        self._rare, self._openings = [], []
+        self._rare, self._openings, self.names = [], [], []
         self.counted = [
             frozenset(b for a, b in ngrams(raw, 2) if a.isdigit() and b.isalpha() and len(b) >= 3)
             for raw, _ in self.sequences
@@ -142,6 +144,7 @@ class ProblemIndex:
                 self._runs.setdefault(gram, []).append(index)
             names = {t for t in _names(self.statements[index], lower) if usage[t] <= self.most} - excluded[index]
             marks = {pair for pair in pairs[index] if pair_usage[pair] <= self.most}
+            self.names.append(frozenset(names))
             for name in names:
                 self._names.setdefault(name, []).append(index)
             for pair in marks:
