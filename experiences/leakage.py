@@ -225,7 +225,7 @@ class LeakageChecker:
                     position = self._by_key[finding.source, finding.problem_id]
                     ref = self._refs[position]
                     tie = self._tie(position, origin, words_of_text, namings.get(position))
-                    tie = tie or self._rare_words(position, words_of_text, text)
+                    tie = tie or self._rare_words(position, words_of_text, text, namings.get(position))
                     if tie is None and ref.small:
                         tie = self._counted(position, namings.get(position), words(text))
                     if tie is None and _specific(ref):
@@ -288,19 +288,24 @@ class LeakageChecker:
             return naming.kind, naming.words
         return None
 
-    def _rare_words(self, position: int, words: set[str], text: str) -> tuple[str, str] | None:
+    def _rare_words(self, position: int, words: set[str], text: str, naming: Naming | None) -> tuple[str, str] | None:
         """ "names the problem": the text shares enough of its rare terms (the rarer, the stronger; a small gold,
         a 4 in "4 squares", needs more). Words alone ("angle", "degrees", "players") are how lessons talk about
         a topic: they tie only a gold of min_integer or more, and only in a text that brings at most one number
         of its own ("9 players play 36 games" is a rule's example, not the tournament's answer). A symbol, a
-        number or a name of the problem (`17_b`, `4y^2`, "Maureen") is the problem's own."""
+        number or a name of the problem (`17_b`, `4y^2`, "Maureen") is the problem's own, and so are words rare
+        enough to score twice `min_naming_score`."""
         ref = self._refs[position]
         shared = [(word, weight) for word, weight in ref.rarity if word in words and word != ref.gold]
         score = sum(weight for _, weight in shared)
         if score < self.min_naming_score * (SMALL_GOLD_FACTOR if ref.small else 1):
             return None
-        own = any(not word.isalpha() or word in self.index.names[position] for word, _ in shared)
-        if not own and (ref.small or len(self._foreign_numbers(position, text)) > 1):
+        own = (naming is not None and naming.name) or any(
+            not word.isalpha() or word in self.index.names[position] for word, _ in shared
+        )
+        if not own and ref.small:
+            return None
+        if not own and score < 2 * self.min_naming_score and len(self._foreign_numbers(position, text)) > 1:
             return None
         return "names the problem", f"rare words {', '.join(word for word, _ in shared)} ({score:.1f})"
 
@@ -308,7 +313,8 @@ class LeakageChecker:
         """The numbers of a text, other than the gold, that the problem does not have."""
         ref = self._refs[position]
         if position not in self._statement_values:
-            self._statement_values[position] = _values(ref.statement)
+            spelled = {Fraction(_NUMBER_WORDS[word]) for word in words(ref.statement) if word in _NUMBER_WORDS}
+            self._statement_values[position] = _values(ref.statement) | spelled
         return _values(text) - self._statement_values[position] - {ref.value}
 
     def _counted(self, position: int, naming: Naming | None, text: tuple[str, ...]) -> tuple[str, str] | None:
@@ -377,6 +383,15 @@ class LeakageChecker:
                     )
                 )
         return found
+
+
+_NUMBER_WORDS = {
+    word: value
+    for value, word in enumerate(
+        "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+        "seventeen eighteen nineteen twenty".split()
+    )
+}
 
 
 def _values(text: str) -> set[Fraction]:
