@@ -64,10 +64,10 @@ def plain_words(text: str) -> tuple[str, ...]:
 def terms(text: str) -> Iterable[str]:
     """The tokens whose rarity can name a problem: words of 4+ letters, names like `log_x` or `omega_1`, numbers
     of 2+ digits (`17`, `2015`), powers (`4c^2`); LaTeX commands (`\\left`, `\\frac`) are markup, not words."""
-    plain = _BRACED_SUBSCRIPT.sub(r"_\1", _LATEX_NAME.sub(" ", text)).lower()
+    plain = _LATEX_NAME.sub(" ", text).lower()
     found = (
         t
-        for t in _WORD.findall(plain)
+        for t in _WORD.findall(_BRACED_SUBSCRIPT.sub(r"_\1", plain))
         if (len(t) >= 4 and t.isalpha() and t not in _STOPWORDS)
         or (len(t) >= 2 and t.isdigit())
         or (len(t) >= 3 and "_" in t)
@@ -139,6 +139,10 @@ class ProblemIndex:
             for raw, _ in self.sequences
         ]
         self._index_numbers(usage, excluded)
+        own_numbers: list[set[str]] = [set() for _ in self.sequences]
+        for token, found in self._numbers.items():
+            for index, _ in found:
+                own_numbers[index].add(token)
         for index, (raw, plain) in enumerate(self.sequences):
             for gram in ngrams(raw, RUN) | ngrams(plain, RUN):
                 self._runs.setdefault(gram, []).append(index)
@@ -149,23 +153,25 @@ class ProblemIndex:
                 self._names.setdefault(name, []).append(index)
             for pair in marks:
                 self._marks.setdefault(pair, []).append(index)
-            numbers = {token for token, found in self._numbers.items() if any(i == index for i, _ in found)}
             marked = {token for pair in marks for token in pair if _is_number(token)}
-            self._rare.append(frozenset(names | marked | numbers))
+            self._rare.append(frozenset(names | marked | own_numbers[index]))
             self._openings.append({raw[: self.quote_words], plain[: self.quote_words]})
             id_words = words(self.ids[index])
             if _usable_id(self.ids[index]):
                 self._ids.setdefault(id_words[0], []).append((id_words, index))
 
     def _index_numbers(self, usage: Counter[str], excluded: list[set[str]]) -> None:
-        """Numbers that tell a problem from the others: one that few problems use and that is not round, three
-        digits or more without its trailing zeros ("2010", "1575"; not "100"), and the key of a template's family
-        (problems equal but for one number: "Compute f(15)" among f(15), f(16), ...), a key no sibling has. A
-        family that varies two numbers ("What is 4 times 4?") is arithmetic drill, and its numbers are every
-        lesson's."""
+        """Numbers that tell a problem from the others: one that is not round and that few problems use, three
+        digits or more without its zeros ("2010", "1575"; not "100"), or two that no other problem uses ("79");
+        and the key of a template's family (problems equal but for one number: "Compute f(15)" among f(15),
+        f(16), ...) that no sibling has. A family that varies two numbers ("What is 4 times 4?") is arithmetic
+        drill, and its numbers are every lesson's."""
         for index, (raw, _) in enumerate(self.sequences):
             for token in set(raw) - excluded[index]:
-                if token.isdigit() and len(token.lstrip("0").rstrip("0")) >= 3 and usage[token] <= self.most:
+                digits = len(token.strip("0"))  # "100" and "0.05" are round: every lesson's numbers
+                if token.isdigit() and (
+                    (digits >= 3 and usage[token] <= self.most) or (digits == 2 and usage[token] == 1)
+                ):
                     self._numbers.setdefault(token, []).append((index, f"the number '{token}'"))
         families: dict[str, list[int]] = {}
         for index, (raw, _) in enumerate(self.sequences):
