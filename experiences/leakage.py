@@ -4,8 +4,8 @@ A library that memorises answers or problems inflates every score measured on th
 each against a set of reference problems (anything with `id`, `problem` and `answer`):
 
 - answer: the experience contains a value equal to a problem's gold answer under the math reward's
-  equivalence. Numbers (`42`, `-7`, `0.5`, `3/4`, `\\frac{84}{2}`) are compared as exact rationals in
-  process; math spans (`$...$`, `\\(...\\)`, `\\frac{..}{..}`, `\\sqrt{..}`, `\\boxed{..}`) are compared with
+  equivalence. Numbers (`42`, `-7`, `0.5`, `3/4`, `\\frac{84}{2}`, and plain sums like `62 + 10` as what
+  they come to: `tfgrpo.experiences.values`) are compared as exact rationals in process; math spans (`$...$`, `\\(...\\)`, `\\frac{..}{..}`, `\\sqrt{..}`, `\\boxed{..}`) are compared with
   expression golds by math-verify in the reward's killable worker pool. Integers with absolute value below
   `min_integer` (default 10) are not evidence (every lesson says "check 2 cases") and are not compared;
   nor are one-character non-numeric golds (choice letters).
@@ -20,11 +20,15 @@ the words that tie it in `tie_evidence`), strongest first:
   saw), so a number in it equal to that gold is that problem's answer;
 - "id", "quote", "distinctive token": the text names the problem by what tells it from the others of the set,
   whatever the set's size (`tfgrpo.experiences.naming`): its id, a quote of its opening (or of a run that holds
-  its distinctive token), a name only it has, or a number only it has beside the same word ("key 5"). A gold
-  below `min_integer` is tied by an id or a quote, not by a token alone;
+  its distinctive token), a name only it has, a number only it has beside the same word ("key 5"), a number
+  only it has that is not round ("2010", "79"), or the key of its template's family ("Compute f(15)"). A gold
+  below `min_integer` is tied by an id or a quote, or by a name only it has when the text counts the gold
+  with the problem's noun ("Tom ends up with 7 apples"), not by a token alone;
 - "names the problem": it shares enough of the problem's distinctive words (words, names and numbers of the
   statement that at most `distinctive_share` of the reference problems use), weighted by rarity (sum of
-  log(problems / problems using it) >= `min_naming_score`; 1.5 times that for a gold below `min_integer`);
+  log(problems / problems using it) >= `min_naming_score`; 1.5 times that for a gold below `min_integer`).
+  Plain words alone ("angle", "players") tie only a gold of `min_integer` or more, in a text that brings at
+  most one number the problem does not have, unless they score twice `min_naming_score`;
 - "specific value": the value is too specific to be a coincidence: an expression, or a fraction whose
   denominator exceeds 12.
 An untied match ("a cube has 12 edges" while some problem's answer is 12) is a coincidence: reported
