@@ -61,7 +61,14 @@ def build() -> list[dict[str, object]]:
     rows: list[dict[str, object]] = []
     for form, problem, text in LEAKS:
         rows.append(
-            {"text": text, "label": "leak", "kind": form, "problem": problem, "source": "written", "_gold": golds[problem]}
+            {
+                "text": text,
+                "label": "leak",
+                "kind": form,
+                "problem": problem,
+                "source": "written",
+                "_gold": golds[problem],
+            }
         )
     for source, text in RULES:
         kind = "rule_with_number" if re.search(r"\d", text) else "rule_no_number"
@@ -75,23 +82,35 @@ def build() -> list[dict[str, object]]:
     return [{k: (f"D{i:04d}" if k == "id" else row[k]) for k in keys} for i, row in enumerate(rows, 1)]
 
 
-def _words(text: str) -> str:
-    return " ".join(text.split())
+def _tokens(text: str) -> list[str]:
+    return re.findall(r"\w+", text.lower())
 
 
 def _without_math(text: str) -> str:
-    text = text.replace("\\$", "")
-    return _words(re.sub(r"\$[^$]*\$|\\\[.*?\\\]", " ", text, flags=re.S))
+    return re.sub(r"\$[^$]*\$|\\\[.*?\\\]", " ", text.replace("\\$", ""), flags=re.S)
+
+
+def _is_run(quote: list[str], text: list[str]) -> bool:
+    return any(text[i : i + len(quote)] == quote for i in range(len(text) - len(quote) + 1))
 
 
 def check_quotes(problems: dict[str, str]) -> None:
-    """A quoted form's quote is a verbatim run of its problem, with the math kept or with all of it removed."""
+    """A quote is a run of its problem's words, with the math kept or with all of it removed.
+
+    An opening quote is one or the other by its form; a middle quote may be either.
+    """
     for form, problem, text in LEAKS:
         if form.startswith("quote"):
             match = re.search(r'"([^"]+)"', text)
             assert match, text
-            quote = _words(match.group(1))
-            assert quote in _words(problems[problem]) or quote in _without_math(problems[problem]), text
+            quote = _tokens(match.group(1))
+            verbatim = _is_run(quote, _tokens(problems[problem]))
+            stripped = _is_run(quote, _tokens(_without_math(problems[problem])))
+            assert verbatim or stripped, text
+            if form.startswith("quote_opening"):
+                assert verbatim != form.endswith("math_stripped"), text
+                source = problems[problem] if verbatim else _without_math(problems[problem])
+                assert _tokens(source)[: len(quote)] == quote, f"not an opening: {text}"
 
 
 def check(rows: list[dict[str, object]]) -> None:
