@@ -100,7 +100,7 @@ LEAKS: list[tuple[str, str, str]] = [
     (
         "quote_opening_math",
         AMC + "01",
-        'Problem "Positive real numbers $x$ and $y$ satisfy $y^3=x^2$ and $(y-x)^2=4y^2$": take y - x = 2y, so x = 3y; the answer x + y is 36.',
+        'Problem "Positive real numbers $x$ and $y$ satisfy $y^3=x^2$ and $(y-x)^2=4y^2$": take x - y = 2y, so x = 3y; the answer x + y is 36.',
     ),
     (
         "quote_opening_math",
