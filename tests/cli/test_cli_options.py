@@ -20,7 +20,7 @@ from pydantic import BaseModel, SecretStr
 from typer.testing import CliRunner
 
 import tfgrpo.finetune.run
-from tfgrpo.cli import chat, evaluate, learn, learner, library_trust, options, score, serve
+from tfgrpo.cli import chat, deploy, evaluate, learn, learner, library_trust, options, score, serve
 from tfgrpo.cli import mcp as mcp_cli
 from tfgrpo.cli.app import app
 from tfgrpo.core.config import build_config
@@ -126,7 +126,12 @@ def test_option_shows_its_fields_description_and_default(command, option):
 
 
 def test_every_command_that_takes_a_model_config_derives_its_options():
-    assert set(DERIVED) == {"chat", "learn", "eval", "score", "finetune", "serve", "library ablate", "mcp", "learner"}
+    deploy_commands = {f"deploy {name}" for name in ("status", "propose", "log", *deploy.CHANGES)}
+    assert (
+        set(DERIVED)
+        == {"chat", "learn", "eval", "score", "finetune", "serve", "library ablate", "mcp", "learner"}
+        | deploy_commands
+    )
     assert len(CASES) >= 90
 
 
@@ -188,6 +193,8 @@ def _values(model: type, option: options.Flag) -> tuple[Any, Any]:
         "cors_origins": (["https://a.example"], ["https://b.example", "http://127.0.0.1:3000"]),  # origins too
         "report_to": (["tensorboard"], ["mlflow", "wandb"]),  # tracker names are checked with the config
         "max_request_bytes": (2048, 4096),  # mcp: at least 1 KiB
+        "min_samples": (5, 10),  # at most max_samples (default 2000)
+        "max_samples": (100, 200),  # at least min_samples (default 20)
     }
     if leaf in special:
         return special[leaf]
@@ -235,6 +242,8 @@ RUNS: dict[str, tuple[list[str], dict[str, Any], Any]] = {
         mcp_cli,
     ),  # any host, any max_k
     "learner": ([], {}, learner),
+    **{f"deploy {name}": ([], {}, deploy) for name in ("status", "log", *deploy.CHANGES)},
+    "deploy propose": (["lib.json"], {}, deploy),
 }
 OVERRIDE_CASES = [
     pytest.param(name, option, id=f"{name}:{option.decls[0]}")

@@ -68,6 +68,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "tfgrpo.cli.learner",
         "Learn beside `tfgrpo serve`: Training-Free GRPO from the champion on rewarded traffic, proposing challengers.",
     ),
+    "deploy": (
+        "tfgrpo.cli.deploy",
+        "Operate serve's champion/challenger deployment: status, propose, promote, rollback, pause, resume, log.",
+    ),
 }
 
 

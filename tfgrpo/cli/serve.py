@@ -45,6 +45,13 @@ FLAGS = [
     opt.flag("forward_client_auth_header", "--forward-client-auth-header/--no-forward-client-auth-header"),
     opt.flag("access_log", "--access-log/--no-access-log"),
     opt.flag("topk_index", "--topk-index/--no-topk-index"),
+    opt.flag("deployment.enabled", "--deployment/--no-deployment"),
+    *(
+        opt.flag(f"deployment.{name}")
+        for name in ("challenger_share", "poll_interval_s", "decide_interval_s", "guard_max_increase", "test_data")
+    ),
+    opt.flag("deployment.test.alpha", "--test-alpha"),
+    *(opt.flag(f"deployment.test.{name}") for name in ("min_effect", "margin", "min_samples", "max_samples")),
 ]
 
 

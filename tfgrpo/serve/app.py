@@ -23,14 +23,16 @@ from starlette.middleware.cors import CORSMiddleware
 
 from tfgrpo.llm.client import LLMClient
 from tfgrpo.rewards.registry import get_reward
+from tfgrpo.serve.admin import add_admin_routes
 from tfgrpo.serve.chat import chat_completions
 from tfgrpo.serve.config import ServeConfig
+from tfgrpo.serve.decider import Decider, Reading
 from tfgrpo.serve.errors import RequestRejected, error_response, internal_error
 from tfgrpo.serve.feedback import score_feedback
 from tfgrpo.serve.limits import check_head, read_body, replay
 from tfgrpo.serve.metrics import CONTENT_TYPE
 from tfgrpo.serve.observe import RequestRecord, log_event
-from tfgrpo.serve.page import render_page
+from tfgrpo.serve.page import deployment_section, render_page
 from tfgrpo.serve.passthrough import SSEPassthrough
 from tfgrpo.serve.state import ServeState
 
@@ -60,12 +62,13 @@ def create_app(
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         await state.upstream.open()
         state.traces.start()
-        watcher = asyncio.create_task(state.live.watch(config.reload_interval_s))
+        watchers = _watchers(state)
         log_event("worker_started", library_version=state.live.current.version, workers=config.workers)
         try:
             yield
         finally:
-            watcher.cancel()
+            for watcher in watchers:
+                watcher.cancel()
             await state.upstream.aclose()
             await asyncio.to_thread(state.traces.close)
             state.observer.metrics.close()
@@ -76,7 +79,38 @@ def create_app(
     _add_error_handlers(app, state)
     _add_openai_routes(app, state)
     _add_service_routes(app, state)
+    add_admin_routes(app, state, RECORD)
     return ServeApp(app, cors_origins=config.cors_origins)
+
+
+def _watchers(state: ServeState) -> list[asyncio.Task[None]]:
+    """The worker's background tasks: the library file's watcher, or a deployment's poll and decider."""
+    config = state.config
+    live = state.deployment
+    if live is None:
+        return [asyncio.create_task(state.live.watch(config.reload_interval_s))]
+    metrics = state.observer.metrics
+
+    def read(reading: Reading | None) -> None:
+        if reading is not None and reading.state.challenger is not None:
+            metrics.test_reading(reading.state.challenger[:12], *reading.gauges())
+
+    def decided(action: str, by: str) -> None:
+        metrics.decisions.labels(action, by).inc()
+        live.refresh()  # this worker serves the decision at once; the others at their next poll
+
+    decider = Decider(
+        live.deployment,
+        state.traces.engine,
+        config.deployment,
+        (config.reward_min, config.reward_max),
+        on_reading=read,
+        on_decision=decided,
+    )
+    return [
+        asyncio.create_task(live.watch(config.deployment.poll_interval_s)),
+        asyncio.create_task(decider.run()),
+    ]
 
 
 class ServeApp:
@@ -237,6 +271,7 @@ def _add_service_routes(app: FastAPI, state: ServeState) -> None:
             "trace_write_errors": state.traces.write_errors,
             "workers": config.workers,
             "pid": os.getpid(),
+            "deployment": _deployment_health(state),
         }
 
     @app.get("/ready")
@@ -278,7 +313,28 @@ def _add_service_routes(app: FastAPI, state: ServeState) -> None:
     @app.get("/", response_class=HTMLResponse)
     async def page() -> HTMLResponse:
         summary = await asyncio.to_thread(state.traces.summary)
-        return HTMLResponse(render_page(state.live.current.library, summary, holdout=config.holdout))
+        deployment = None
+        if state.deployment is not None:
+            bounds = (config.reward_min, config.reward_max)
+            deployment = await asyncio.to_thread(
+                deployment_section, state.deployment, state.traces.engine, config.deployment, bounds
+            )
+        page = render_page(state.live.current.library, summary, holdout=config.holdout, deployment=deployment)
+        return HTMLResponse(page)
+
+
+def _deployment_health(state: ServeState) -> dict[str, Any] | None:
+    """The deployment this worker serves now (None without one): its revision and versions."""
+    if state.deployment is None:
+        return None
+    served = state.deployment.current
+    challenger = served.challenger
+    return {
+        "revision": served.revision,
+        "champion": served.champion.content_hash,
+        "challenger": None if challenger is None else challenger.content_hash,
+        "challenger_share": state.config.deployment.challenger_share,
+    }
 
 
 def _reward_for(

@@ -1,4 +1,10 @@
-"""The A/B split: arm "A" is served without the library (the holdout), arm "B" with it.
+"""The arms: "A" is served without the library (the holdout), "B" with it (the champion, when serve runs a
+deployment), and, while a test runs, "C" with the challenger; "pin" is a request pinned to a version by an
+admin (`x-tfgrpo-version`), which no test counts.
+
+Sticky: a user's position in the holdout is a hash of the user key; among the library arm's users, who gets
+the challenger is a second hash of the key salted with the challenger's content hash, so a user stays in C
+for the whole test, and each new test draws its own users (the same ones are not the guinea pigs every time).
 
 Sticky: the arm is a hash of the request's user key (`sticky_key`), so one user stays in one arm across
 requests and server restarts. A request with no key is assigned at random (it cannot be kept sticky).
@@ -19,6 +25,8 @@ import random
 
 CONTROL = "A"
 LIBRARY = "B"
+CHALLENGER = "C"
+PINNED = "pin"
 
 
 def sticky_key(*, identity: str | None, admin: bool, header: str | None, body_user: object) -> str | None:
@@ -31,14 +39,25 @@ def sticky_key(*, identity: str | None, admin: bool, header: str | None, body_us
     return identity
 
 
-def assign_arm(key: str | None, holdout: float, *, rng: random.Random | None = None) -> str:
-    if holdout <= 0.0:
-        return LIBRARY
-    if holdout >= 1.0:
+def assign_arm(
+    key: str | None,
+    holdout: float,
+    *,
+    challenger: str | None = None,
+    challenger_share: float = 0.0,
+    rng: random.Random | None = None,
+) -> str:
+    """A, B or C. `challenger`: the content hash of the version under test (None: no test runs)."""
+    if holdout >= 1.0 or (holdout > 0.0 and _position(key, "", rng) < holdout):
         return CONTROL
-    if key:
-        digest = hashlib.sha256(key.encode("utf-8")).digest()
-        position = int.from_bytes(digest[:8], "big") / 2**64
-    else:
-        position = (rng or random).random()
-    return CONTROL if position < holdout else LIBRARY
+    if challenger is not None and challenger_share > 0.0 and _position(key, challenger, rng) < challenger_share:
+        return CHALLENGER
+    return LIBRARY
+
+
+def _position(key: str | None, salt: str, rng: random.Random | None) -> float:
+    """Where the key falls in [0, 1): a hash (sticky), or at random for a request with no key."""
+    if not key:
+        return (rng or random).random()
+    digest = hashlib.sha256(f"{salt}:{key}".encode() if salt else key.encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64

@@ -20,6 +20,7 @@ from starlette.responses import Response
 from tfgrpo.core.secrets import mask_url
 from tfgrpo.serve.errors import RequestRejected
 from tfgrpo.serve.exchange import Exchange, parse_body, prepare
+from tfgrpo.serve.live_library import Snapshot
 from tfgrpo.serve.llm_upstream import LLMUpstream, usage_of
 from tfgrpo.serve.observe import RequestRecord
 from tfgrpo.serve.passthrough import SSEPassthrough
@@ -29,6 +30,8 @@ from tfgrpo.serve.upstream import JsonReply, Upstream, UpstreamFailure
 
 PATH = "/chat/completions"
 SSE = "text/event-stream"
+#: names a stored version (a content-hash prefix) to serve this request instead of its arm's
+PIN_HEADER = "x-tfgrpo-version"
 
 
 async def chat_completions(
@@ -45,16 +48,23 @@ async def chat_completions(
             headers={"www-authenticate": "Bearer"},
         )
     inject = headers.get("x-tfgrpo-inject")
+    admin = state.client_keys is not None and state.client_keys.is_admin(record.identity)
+    deployment = state.deployment
+    pin = headers.get(PIN_HEADER)
+    pinned = None if pin is None else await asyncio.to_thread(_pinned, state, pin, admin)
     arguments: dict[str, Any] = dict(
         body=parse_body(raw, max_json_depth=config.max_json_depth, max_choices=config.max_choices),
         live=state.live,
         holdout=config.holdout,
         arm_header=headers.get(config.arm_key_header),
         identity=record.identity,
-        admin=state.client_keys is not None and state.client_keys.is_admin(record.identity),
+        admin=admin,
         inject=inject,
         default_inject=config.inject,
         model=config.model,
+        served=None if deployment is None else deployment.current,
+        challenger_share=config.deployment.challenger_share,
+        pinned=pinned,
     )
     # topk embeds the query (tens of ms of CPU): off the event loop, so other requests keep flowing
     topk = (inject or config.inject).strip().lower().startswith("topk")
@@ -65,6 +75,17 @@ async def chat_completions(
     if exchange.stream:
         return await _stream(state, state.upstream, exchange, record, authorization)
     return await _complete(state, state.upstream, exchange, record, authorization)
+
+
+def _pinned(state: ServeState, prefix: str, admin: bool) -> Snapshot:
+    """The version an `x-tfgrpo-version` header names. An admin key may pin (with client keys on), anyone in
+    open mode, where nothing about the caller is trusted anyway; a pinned exchange is arm `pin`, which no test
+    counts, so pinning cannot steer a decision."""
+    if state.deployment is None:
+        raise RequestRejected(400, f"{PIN_HEADER}: pinning serves stored versions (deployment.enabled)", "bad_version")
+    if state.client_keys is not None and not admin:
+        raise RequestRejected(403, f"{PIN_HEADER}: only an admin key may pin a version", "pin_needs_admin")
+    return state.deployment.pinned(prefix)
 
 
 async def _complete(

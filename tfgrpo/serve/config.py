@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, m
 from tfgrpo.core.secrets import SecretKey, mask_url, refuse_url_credentials
 from tfgrpo.experiences.render import Injection
 from tfgrpo.llm.config import BackendName, LLMConfig
+from tfgrpo.serve.deploy_settings import DeploymentSettings
 
 #: `--upstream llm:BACKEND[:MODEL]`: a backend of the client layer instead of an HTTP server
 LLM_PREFIX = "llm:"
@@ -175,6 +176,10 @@ class ServeConfig(BaseModel):
         "'*' allows any. Empty (default): no CORS headers, so browsers on other origins are refused. Preflight "
         "OPTIONS requests are answered before the client-key check (a browser sends no key with them).",
     )
+    deployment: DeploymentSettings = Field(
+        default_factory=DeploymentSettings,
+        description="Champion, challenger and the sequential test that decides between them (off by default).",
+    )
     llm: LLMConfig | None = Field(
         None,
         description="More client-layer settings of an llm: upstream (base_url, concurrency, prices, dtype, ...); "
@@ -262,6 +267,15 @@ class ServeConfig(BaseModel):
             raise ValueError(
                 "store_dir: each worker builds its own top-k index, and a chromadb folder is one process's; "
                 "leave store_dir unset with workers > 1 (each worker keeps its index in memory)"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _deployment_injects_whole_versions(self) -> ServeConfig:
+        if self.deployment.enabled and self.keeps_topk_index:
+            raise ValueError(
+                "deployment.enabled serves whole versions (inject all): a top-k index is kept for one library "
+                "file, not for each champion and challenger; drop topk_index / inject topk:K"
             )
         return self
 

@@ -106,6 +106,13 @@ class Deployment:
             raise KeyError(f"no library version {content_hash[:12]} in the deployment store")
         return Library.from_data(json.loads(text), source=f"version {content_hash[:12]}")
 
+    def find_version(self, prefix: str) -> str | None:
+        """The content hash of the one stored version that starts with `prefix` (None: none, or several)."""
+        query = sa.select(VERSIONS.c.content_hash).where(VERSIONS.c.content_hash.startswith(prefix, autoescape=True))
+        with self.engine.connect() as connection:
+            found = connection.execute(query.limit(2)).scalars().all()
+        return found[0] if len(found) == 1 else None
+
     def decisions(self, *, limit: int = 100) -> list[dict[str, Any]]:
         """The latest decisions, oldest first."""
         query = sa.select(DECISIONS).order_by(DECISIONS.c.id.desc()).limit(limit)

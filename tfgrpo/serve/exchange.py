@@ -21,10 +21,11 @@ from typing import Any
 
 from tfgrpo.experiences import Injection
 from tfgrpo.experiences.errors import ExperienceError
-from tfgrpo.serve.arms import LIBRARY, assign_arm, sticky_key
+from tfgrpo.serve.arms import CHALLENGER, CONTROL, PINNED, assign_arm, sticky_key
 from tfgrpo.serve.errors import RequestRejected
 from tfgrpo.serve.limits import load_json
-from tfgrpo.serve.live_library import LiveLibrary
+from tfgrpo.serve.live_deployment import Served
+from tfgrpo.serve.live_library import LiveLibrary, Snapshot
 from tfgrpo.serve.replies import content_text
 from tfgrpo.serve.sampling import check_sampling
 from tfgrpo.serve.trace_caps import Truncated, capped_messages, capped_replies
@@ -135,22 +136,26 @@ def prepare(
     inject: str | None,
     default_inject: str,
     model: str | None,
+    served: Served | None = None,
+    challenger_share: float = 0.0,
+    pinned: Snapshot | None = None,
 ) -> Exchange:
     """Arm, injection and the upstream body for one validated request (`inject`: the per-request header;
-    `identity`: the client key's, which owns the exchange; `admin`: that key may name users for the arm)."""
+    `identity`: the client key's, which owns the exchange; `admin`: that key may name users for the arm;
+    `served`: the deployment in use (champion, challenger), None when the library file alone serves;
+    `pinned`: the version an admin pinned the request to)."""
     try:
         injection = _injection(inject or default_inject)
     except ExperienceError as exc:
         raise BadRequest(f"x-tfgrpo-inject: {exc}") from None
     key = sticky_key(identity=identity, admin=admin, header=arm_header, body_user=body.get("user"))
-    arm = assign_arm(key, holdout)
-    snapshot = live.current  # this request's version, whatever reloads happen meanwhile
+    arm, snapshot = _arm_and_version(key, holdout, live, served, challenger_share, pinned)
     client_messages = body["messages"]
     injected: list[str] = []
     upstream_body = dict(body)
     if model:
         upstream_body["model"] = model
-    if arm == LIBRARY and injection.mode != "none":
+    if arm != CONTROL and injection.mode != "none":
         system, chosen = live.system_message(snapshot, injection, last_user_text(client_messages))
         if system:
             upstream_body["messages"] = [{"role": "system", "content": system}, *client_messages]
@@ -167,6 +172,29 @@ def prepare(
         stream=bool(body.get("stream")),
         owner=identity,
     )
+
+
+def _arm_and_version(
+    key: str | None,
+    holdout: float,
+    live: LiveLibrary,
+    served: Served | None,
+    challenger_share: float,
+    pinned: Snapshot | None,
+) -> tuple[str, Snapshot]:
+    """The arm and the version it serves, read once: this request's, whatever swaps happen meanwhile."""
+    if pinned is not None:
+        return PINNED, pinned
+    if served is None:
+        return assign_arm(key, holdout), live.current
+    challenger = served.challenger
+    arm = assign_arm(
+        key,
+        holdout,
+        challenger=None if challenger is None else challenger.content_hash,
+        challenger_share=challenger_share,
+    )
+    return arm, challenger if arm == CHALLENGER and challenger is not None else served.champion
 
 
 @lru_cache(maxsize=64)

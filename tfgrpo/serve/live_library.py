@@ -124,6 +124,12 @@ class LiveLibrary:
             self.on_reload(snapshot)
         return True
 
+    def serve(self, snapshot: Snapshot) -> None:
+        """Serve `snapshot` from now on (a deployment's champion: the file no longer decides)."""
+        self.current = snapshot
+        if self.on_reload is not None:
+            self.on_reload(snapshot)
+
     async def watch(self, interval_s: float) -> None:
         while True:
             await asyncio.sleep(interval_s)

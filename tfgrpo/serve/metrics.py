@@ -82,6 +82,27 @@ class ServeMetrics:
             multiprocess_mode="liveall",
             registry=registry,
         )
+        self.test_bound = Gauge(
+            "tfgrpo_serve_test_bound",
+            "Each test's latest bounds, by challenger: on challenger minus champion reward (side: lower, upper, "
+            "estimate) and on its increase in upstream failures (side: guard_lower, guard_upper).",
+            ["side", "challenger"],
+            multiprocess_mode="livemostrecent",
+            registry=registry,
+        )
+        self.test_samples = Gauge(
+            "tfgrpo_serve_test_samples",
+            "Rewarded exchanges each test counted at its latest reading, per arm (B: champion, C: challenger).",
+            ["arm", "challenger"],
+            multiprocess_mode="livemostrecent",
+            registry=registry,
+        )
+        self.decisions = Counter(
+            "tfgrpo_serve_decisions",
+            "Deployment decisions this server made, by action (promote, rollback, stop) and decider.",
+            ["action", "decided_by"],
+            registry=registry,
+        )
         build = Gauge(
             "tfgrpo_build_info", "The tfgrpo version serving.", ["version"], multiprocess_mode="max", registry=registry
         )
@@ -105,6 +126,13 @@ class ServeMetrics:
             self.library.labels(*self._served).set(0)
         self.library.labels(*served).set(1)
         self._served = served
+
+    def test_reading(self, challenger: str, bounds: dict[str, float], samples: dict[str, int]) -> None:
+        """The latest bounds and sample counts of the test of `challenger` (its content hash, shortened)."""
+        for side, value in bounds.items():
+            self.test_bound.labels(side, challenger).set(value)
+        for arm, count in samples.items():
+            self.test_samples.labels(arm, challenger).set(count)
 
     def exposition(self) -> bytes:
         if self.registry is not None:

@@ -13,6 +13,8 @@ from tfgrpo.llm.client import LLMClient
 from tfgrpo.llm.factory import build_client
 from tfgrpo.serve.auth import ClientKeys
 from tfgrpo.serve.config import ServeConfig
+from tfgrpo.serve.deployment import Deployment
+from tfgrpo.serve.live_deployment import LiveDeployment
 from tfgrpo.serve.live_library import LiveLibrary
 from tfgrpo.serve.llm_upstream import LLMUpstream
 from tfgrpo.serve.metrics import ServeMetrics
@@ -33,6 +35,8 @@ class ServeState:
     observer: Observer
     readiness: Readiness
     client_keys: ClientKeys | None = None
+    #: the champion and challenger served, when `deployment.enabled` (None: the library file alone serves)
+    deployment: LiveDeployment | None = None
     #: what error messages must not show: the upstreams' host:port (internal addresses)
     hidden: list[str] = field(default_factory=list)
 
@@ -65,6 +69,9 @@ class ServeState:
         observer.serving(live.current.version, live.current.content_hash)
         upstream = _upstream(config, llm_client, observer)
         traces = TraceStore(config.traces, on_drop=observer.trace_dropped)
+        deployment = None
+        if config.deployment.enabled:  # the file seeds the champion on the store's first start only
+            deployment = LiveDeployment(Deployment(traces.engine), live, source=f"file {config.library}")
         return cls(
             config=config,
             live=live,
@@ -73,6 +80,7 @@ class ServeState:
             observer=observer,
             readiness=Readiness(upstream, traces, timeout_s=config.ready_timeout_s),
             client_keys=client_keys,
+            deployment=deployment,
             hidden=hidden,
         )
 
