@@ -6,7 +6,9 @@ were first chosen on. Set B, `tests/data/leakage_lessons_b.jsonl` (written by te
 math_l5_train200 and three templated families as training problems and amc23 as validation. Set C,
 `tests/data/leakage_lessons_c.jsonl` (tests/data/leakage_lessons_c.py), against easy_train and a templated
 family as training problems, easy and aime25. All three are development sets for the second round of issue 47;
-docs/trust.md says which set was held out from which version.
+Set D, `tests/data/leakage_lessons_d.jsonl` (tests/data/leakage_lessons_d.py, notes in leakage_lessons_d.md), written
+blind to the rules, against math_l5_train200 and two templated families as training problems and amc23 as
+validation: the held-out set. docs/trust.md says which set was held out from which version.
 
 A lesson counts as rejected when the guard's default `reject` mode would reject it (an answer tied to its
 problem, or a copy). Three modes:
@@ -73,6 +75,16 @@ SETS = (
             "templated": TESTS / "leakage_templated_c.jsonl",
         },
         ("easy_train", "templated"),
+    ),
+    LabelledSet(
+        "D (held out: written blind to the second round's rules, measured once with them)",
+        TESTS / "leakage_lessons_d.jsonl",
+        {
+            "amc23": DATA / "amc23.jsonl",
+            "math_l5_train200": DATA / "math_l5_int_train200.jsonl",
+            "templated_d": TESTS / "leakage_templated_d.jsonl",
+        },
+        ("math_l5_train200", "templated_d"),
     ),
 )
 MODES = {"every match rejects (before)": "before", "library check": "check", "learn": "learn"}
