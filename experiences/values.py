@@ -1,7 +1,7 @@
 """What in a text can equal a gold answer: plain numbers, plain sums and products, math spans.
 
 Numbers (`42`, `-7`, `0.5`, `3/4`, `1,024`) and sums or products of them written in plain text (`62 + 10`,
-`3 * 7`) are read as exact rationals; math spans (`$...$`, `\\(...\\)`, `\\frac{..}{..}`, `\\sqrt{..}`,
+`3 * 7`, `2^5 - 1`, `3 \\cdot 2^7`) are read as exact rationals; math spans (`$...$`, `\\(...\\)`, `\\frac{..}{..}`, `\\sqrt{..}`,
 `\\boxed{..}`) are read as numbers when they are one and as expressions for math-verify otherwise. A sum
 is a term of a formula, not a sum, when a letter, a power or a bracket touches it (`x^3 + 6`, `2x - 4y`), and
 a range when its sign has no space around it (`pages 10-20`).
@@ -19,8 +19,12 @@ from tfgrpo.experiences.naming import INLINE_MATH
 
 _NUMBER = re.compile(r"(?<![\w.])[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:\s*/\s*\d+)?(?![\w])")
 # Possessive repeats: a chain of n terms that fails at its end is not re-read from each of its terms.
-_ARITHMETIC = re.compile(r"(?<![\w.^/()])\d++(?:[ \t]++[-+*×][ \t]++\d++)++(?![\w^/(]|\.\d)")
-_TERM = re.compile(r"([-+]?)\s*(\d+(?:\s*[*×]\s*\d+)*)")
+_ARITHMETIC = re.compile(
+    r"(?<![\w.^/()])\d++(?:\^\d++)?(?:[ \t]++(?:[-+*×·]|\\cdot)[ \t]++\d++(?:\^\d++)?)*+(?![\w^/(]|\.\d)"
+)
+_TOKEN = re.compile(r"\d+\^\d+|\d+|\\cdot|[-+*×·]")
+#: A power with a larger exponent is not an answer worked out (and 2^10^6 is not computed).
+MAX_EXPONENT = 64
 _LATEX_COMMAND = re.compile(r"\\(?:[dt]?frac|sqrt|binom|boxed)\s*(?:\[[^\]]*\])?(?:\s*\{(?:[^{}]|\{[^{}]*\})*\})+")
 #: Sums hold at most this many terms: a longer chain is a list or a formula, not an answer worked out.
 MAX_TERMS = 4
@@ -49,17 +53,25 @@ def candidates(text: str) -> tuple[list[str], list[str]]:
 
 
 def _evaluate(chain: str) -> int | None:
-    """The value of `62 + 10`, `3 * 7 - 1` (products first); None for a chain too long to be a worked answer."""
-    terms = _TERM.findall(chain)
-    if not 2 <= len(terms) + sum(product.count("*") + product.count("×") for _, product in terms) <= MAX_TERMS:
+    """The value of `62 + 10`, `3 * 7 - 1`, `2^5 - 1`, `3 \\cdot 2^7` (powers, then products, then sums); None for
+    a lone number, a chain too long to be a worked answer, or a power too large."""
+    tokens = _TOKEN.findall(chain)
+    factors = tokens[::2]
+    if len(factors) > MAX_TERMS or (len(factors) == 1 and "^" not in factors[0]):
         return None
-    total = 0
-    for sign, product in terms:
-        value = 1
-        for factor in re.split(r"[*×]", product):
-            value *= int(factor)
-        total += -value if sign == "-" else value
-    return total
+    values = []
+    for factor in factors:
+        base, _, exponent = factor.partition("^")
+        if exponent and int(exponent) > MAX_EXPONENT:
+            return None
+        values.append(int(base) ** int(exponent) if exponent else int(base))
+    total, product, sign = 0, values[0], 1
+    for operator, value in zip(tokens[1::2], values[1:], strict=True):
+        if operator in "+-":
+            total, product, sign = total + sign * product, value, 1 if operator == "+" else -1
+        else:
+            product *= value
+    return total + sign * product
 
 
 __all__ = ["MAX_TERMS", "candidates", "exact_value"]
