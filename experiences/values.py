@@ -1,6 +1,6 @@
 """What in a text can equal a gold answer: plain numbers, plain sums and products, math spans.
 
-Numbers (`42`, `-7`, `0.5`, `3/4`, `1,024`) and sums or products of them written in plain text (`62 + 10`,
+Numbers (`42`, `-7`, `0.5`, `3/4`, `1,024`, and "forty-five" read by text2num) and sums or products of them written in plain text (`62 + 10`,
 `3 * 7`, `2^5 - 1`, `3 \\cdot 2^7`) are read as exact rationals; math spans (`$...$`, `\\(...\\)`, `\\frac{..}{..}`, `\\sqrt{..}`,
 `\\boxed{..}`) are read as numbers when they are one and as expressions for math-verify otherwise. A sum
 is a term of a formula, not a sum, when a letter, a power or a bracket touches it (`x^3 + 6`, `2x - 4y`), and
@@ -23,6 +23,11 @@ _ARITHMETIC = re.compile(
     r"(?<![\w.^/()])\d++(?:\^\d++)?(?:[ \t]++(?:[-+*×·]|\\cdot)[ \t]++\d++(?:\^\d++)?)*+(?![\w^/(]|\.\d)"
 )
 _TOKEN = re.compile(r"\d+\^\d+|\d+|\\cdot|[-+*×·]")
+_NUMBER_WORD = re.compile(
+    r"(?i)\b(?:zero|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|thirteen|fourteen|fifteen|"
+    r"sixteen|seventeen|eighteen|nineteen|twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety|hundred|thousand)\b"
+)
+_MINUS = re.compile(r"\bminus\s+(?=\d)")
 #: A power with a larger exponent is not an answer worked out (and 2^10^6 is not computed).
 MAX_EXPONENT = 64
 _LATEX_COMMAND = re.compile(r"\\(?:[dt]?frac|sqrt|binom|boxed)\s*(?:\[[^\]]*\])?(?:\s*\{(?:[^{}]|\{[^{}]*\})*\})+")
@@ -41,6 +46,8 @@ def candidates(text: str) -> tuple[list[str], list[str]]:
     spans = [next(g for g in m.groups() if g is not None) for m in INLINE_MATH.finditer(text)]
     spans += [m.group() for m in _LATEX_COMMAND.finditer(text)]
     numbers = [m.group().replace(",", "") for m in _NUMBER.finditer(text)]
+    if _NUMBER_WORD.search(text):
+        numbers += [m.group().replace(",", "") for m in _NUMBER.finditer(spelled_as_digits(text))]
     numbers += [str(value) for m in _ARITHMETIC.finditer(text) if (value := _evaluate(m.group())) is not None]
     expressions = []
     for span in spans:
@@ -50,6 +57,14 @@ def candidates(text: str) -> tuple[list[str], list[str]]:
         elif normalized:
             expressions.append(normalized)
     return numbers, expressions
+
+
+def spelled_as_digits(text: str) -> str:
+    """The text with its numbers written in words as digits ("minus five hundred eighty-eight" is -588), by
+    text2num's English parser; lone small numbers ("one case", "two cards") stay words, as the parser keeps them."""
+    from text_to_num import alpha2digit  # a compiled parser: imported where the guard reads a spelled number
+
+    return _MINUS.sub("-", alpha2digit(text, "en"))
 
 
 def _evaluate(chain: str) -> int | None:

@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from tests.helpers.adversarial import ALLOWED_GROWTH, growth, repeated
 from tfgrpo.experiences.leakage import LeakageChecker
 from tfgrpo.experiences.values import candidates
 
@@ -145,3 +146,26 @@ class TestRareNumbersAndWords:
 )
 def test_plain_sums_and_products(text, values):
     assert candidates(text)[0] == values
+
+
+@pytest.mark.parametrize(
+    ("text", "values"),
+    [
+        ("The acute angle is forty-five degrees.", ["45"]),
+        ("The coefficient is minus five hundred eighty-eight.", ["-588"]),
+        ("Check one case, then two cards.", []),  # lone small numbers stay words
+        (
+            "The area is 2^3 and the count 2^5 - 1; the code is 3 \\cdot 2^7.",
+            ["2", "3", "2", "5", "1", "3", "2", "7", "8", "31", "384"],
+        ),
+    ],
+)
+def test_numbers_in_words_and_plain_powers(text, values):
+    assert candidates(text)[0] == values
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("piece", ["forty one hundred ", "minus ninety-nine ", "2^3 \\cdot ", "7^99999 "])
+def test_spelled_numbers_and_powers_are_read_in_linear_time(piece):
+    ratio = growth(candidates, lambda size: repeated(piece, size))
+    assert ratio <= ALLOWED_GROWTH, f"10x the text cost {ratio:.0f}x the work"
