@@ -4,8 +4,8 @@ A library that memorises answers or problems inflates every score measured on th
 each against a set of reference problems (anything with `id`, `problem` and `answer`):
 
 - answer: the experience contains a value equal to a problem's gold answer under the math reward's
-  equivalence. Numbers (`42`, `-7`, `0.5`, `3/4`, `\\frac{84}{2}`) are compared as exact rationals in
-  process; math spans (`$...$`, `\\(...\\)`, `\\frac{..}{..}`, `\\sqrt{..}`, `\\boxed{..}`) are compared with
+  equivalence. Numbers (`42`, `-7`, `0.5`, `3/4`, `\\frac{84}{2}`, and plain sums like `62 + 10` as what
+  they come to: `tfgrpo.experiences.values`) are compared as exact rationals in process; math spans (`$...$`, `\\(...\\)`, `\\frac{..}{..}`, `\\sqrt{..}`, `\\boxed{..}`) are compared with
   expression golds by math-verify in the reward's killable worker pool. Integers with absolute value below
   `min_integer` (default 10) are not evidence (every lesson says "check 2 cases") and are not compared;
   nor are one-character non-numeric golds (choice letters).
@@ -20,11 +20,15 @@ the words that tie it in `tie_evidence`), strongest first:
   saw), so a number in it equal to that gold is that problem's answer;
 - "id", "quote", "distinctive token": the text names the problem by what tells it from the others of the set,
   whatever the set's size (`tfgrpo.experiences.naming`): its id, a quote of its opening (or of a run that holds
-  its distinctive token), a name only it has, or a number only it has beside the same word ("key 5"). A gold
-  below `min_integer` is tied by an id or a quote, not by a token alone;
+  its distinctive token), a name only it has, a number only it has beside the same word ("key 5"), a number
+  only it has that is not round ("2010", "79"), or the key of its template's family ("Compute f(15)"). A gold
+  below `min_integer` is tied by an id or a quote, or by a name only it has when the text counts the gold
+  with the problem's noun ("Tom ends up with 7 apples"), not by a token alone;
 - "names the problem": it shares enough of the problem's distinctive words (words, names and numbers of the
   statement that at most `distinctive_share` of the reference problems use), weighted by rarity (sum of
-  log(problems / problems using it) >= `min_naming_score`; 1.5 times that for a gold below `min_integer`);
+  log(problems / problems using it) >= `min_naming_score`; 1.5 times that for a gold below `min_integer`).
+  Plain words alone ("angle", "players") tie only a gold of `min_integer` or more, in a text that brings at
+  most one number the problem does not have, unless they score twice `min_naming_score`;
 - "specific value": the value is too specific to be a coincidence: an expression, or a fraction whose
   denominator exceeds 12.
 An untied match ("a cube has 12 edges" while some problem's answer is 12) is a coincidence: reported
@@ -37,89 +41,35 @@ Pure: no LLM call. Used by `tfgrpo learn` after every step, `tfgrpo library chec
 
 from __future__ import annotations
 
-import itertools
 import math
-import re
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Literal, Protocol
 
-from pydantic import BaseModel, Field
-
-from tfgrpo.core.answers import as_fraction, normalize_answer
+from tfgrpo.core.answers import normalize_answer
+from tfgrpo.experiences.findings import LeakFinding, LeakKind
 from tfgrpo.experiences.model import Library
-from tfgrpo.experiences.naming import INLINE_MATH, RUN, Naming, ProblemIndex, ngrams, plain_words, words
+from tfgrpo.experiences.naming import RUN, Naming, ProblemIndex, ngrams, plain_words, terms, words
+from tfgrpo.experiences.values import candidates, exact_value
 from tfgrpo.rewards.math import equivalent_many, gold_answer
 from tfgrpo.rewards.verifier import Verifier
 
-LeakKind = Literal["answer", "copy"]
 LeakageMode = Literal["reject", "flag", "off"]
 
-_NUMBER = re.compile(r"(?<![\w.])[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:\s*/\s*\d+)?(?![\w])")
-_LATEX_COMMAND = re.compile(r"\\(?:[dt]?frac|sqrt|binom|boxed)\s*(?:\[[^\]]*\])?(?:\s*\{(?:[^{}]|\{[^{}]*\})*\})+")
-_WORD = re.compile(r"\w+")
 _MIN_COPY_WORDS = RUN
 SPECIFIC_DENOMINATOR = 12
 SMALL_GOLD_FACTOR = 1.5
 #: Rarity is counted as if the references sat among this many other problems that do not use the word: with
 #: five reference problems a word unique to one is still strong evidence, not log(5) = 1.6 nats.
 BACKGROUND_PROBLEMS = 100
-_LATEX_NAME = re.compile(r"\\[A-Za-z]+")
-# `4c^2`, `n^{4}`: a formula's terms name a problem too. A base starts where a word does (`(?<!\w)`) and is
-# read whole (`\w++`): the same matches as `(\w+)\^`, which from every letter of a long word read on to its
-# end and back (40,000 letters: 11 s); this reads each letter a bounded number of times.
-_POWER = re.compile(r"(?<!\w)(\w++)\^\{?(\w++)\}?")
-_STOPWORDS = frozenset(
-    "that with what find which there their then than from each have this such these those when where only into "
-    "also some many more most other same both them they what whose will would could should must does make".split()
-)
 
 
 class ReferenceProblem(Protocol):
     id: str
     problem: str
     answer: str | None
-
-
-class LeakFinding(BaseModel):
-    """One experience that leaks one problem."""
-
-    kind: LeakKind = Field(description="answer: contains the gold answer; copy: copies the problem text.")
-    experience_id: str | None = Field(None, description="Id of the experience (None for a proposed operation).")
-    text: str = Field(description="The experience text.")
-    problem_id: str
-    source: str = Field(description="Name of the problem set the problem comes from (train, val, aime24, ...).")
-    evidence: str = Field(description="What matched: the value and the gold answer, or the copied words.")
-    overlap: float | None = Field(None, description="copy: fraction of shared n-grams.")
-    tied: str | None = Field(
-        None,
-        description="What ties the match to the problem: provenance, id, quote, distinctive token, names the "
-        "problem, specific value, copy; None: a coincidence (a general rule's number that equals some problem's "
-        "answer).",
-    )
-    tie_evidence: str | None = Field(
-        None, description="The words that tie it: the id, the quoted words, the token and its neighbour, ..."
-    )
-
-    @property
-    def is_leak(self) -> bool:
-        """Evidence enough to reject: a copy, or an answer tied to its problem."""
-        return self.tied is not None
-
-    @property
-    def tie_label(self) -> str:
-        """`tied` with the words that carry it ("quote: 'determine the smallest prime such'")."""
-        if self.tied is None:
-            return "coincidence (not a leak)"
-        return f"{self.tied}: {self.tie_evidence}" if self.tie_evidence else self.tied
-
-    def describe(self) -> str:
-        who = f"[{self.experience_id}] " if self.experience_id else ""
-        what = "contains the answer of" if self.kind == "answer" else "copies"
-        tag = f" [{self.tie_label if self.tied else 'coincidence'}]" if self.kind == "answer" else ""
-        return f"{who}{what} {self.source}:{self.problem_id} ({self.evidence}){tag}: {_short(self.text)}"
 
 
 @dataclass(frozen=True)
@@ -165,6 +115,7 @@ class LeakageChecker:
     _by_value: dict[Fraction, list[_Ref]] = field(init=False, repr=False)
     _by_key: dict[tuple[str, str], int] = field(init=False, repr=False)  # (source, problem id) -> reference index
     _index: ProblemIndex | None = field(init=False, repr=False)  # the problems' words, built on first use
+    _statement_values: dict[int, set[Fraction]] = field(init=False, repr=False)  # the numbers of a statement
 
     def __post_init__(self) -> None:
         if not 0 < self.copy_threshold <= 1:
@@ -174,15 +125,15 @@ class LeakageChecker:
         if min(self.copy_min_words, self.quote_words) < _MIN_COPY_WORDS:
             raise ValueError(f"copy_min_words and quote_words must be at least {_MIN_COPY_WORDS}")
         self._refs, self._by_value, self._by_key = [], {}, {}
-        self._index = None
+        self._index, self._statement_values = None, {}
         for source, problems in self.sets.items():
             for problem in problems:
                 self._refs.append(self._reference(source, problem))
-        terms = [set(_terms(ref.statement)) for ref in self._refs]
-        usage = Counter(word for words in terms for word in words)
+        statement_terms = [set(terms(ref.statement)) for ref in self._refs]
+        usage = Counter(word for words in statement_terms for word in words)
         most = max(1, int(self.distinctive_share * len(self._refs)))
         for index, ref in enumerate(self._refs):
-            rare = frozenset(word for word in terms[index] if usage[word] <= most)
+            rare = frozenset(word for word in statement_terms[index] if usage[word] <= most)
             total = len(self._refs) + BACKGROUND_PROBLEMS
             rarity = tuple((word, math.log(total / usage[word])) for word in sorted(rare))
             self._refs[index] = ref = replace(ref, distinctive=rare, rarity=rarity)
@@ -193,7 +144,7 @@ class LeakageChecker:
     def _reference(self, source: str, problem: ReferenceProblem) -> _Ref:
         gold_text = gold_answer(problem.answer)
         gold = normalize_answer(gold_text) if gold_text else None
-        value = _exact_value(gold) if gold else None
+        value = exact_value(gold) if gold else None
         small = value is not None and value.denominator == 1 and abs(value) < self.min_integer
         if value is None and gold is not None and len(gold) < 2:
             gold = None  # a choice letter
@@ -230,13 +181,18 @@ class LeakageChecker:
         for index, group in enumerate(findings):
             origin = set(sources[index]) if sources is not None else set()
             text = items[index][1]
-            words_of_text = set(_terms(text))
+            words_of_text = set(terms(text))
             namings = self.index.namings(text) if any(f.kind == "answer" for f in group) else {}
             for finding in group:
                 if finding.kind == "answer":
                     position = self._by_key[finding.source, finding.problem_id]
                     ref = self._refs[position]
-                    tie = self._tie(ref, origin, words_of_text, namings.get(position))
+                    tie = self._tie(position, origin, words_of_text, namings.get(position))
+                    tie = tie or self._rare_words(position, words_of_text, text, namings.get(position))
+                    if tie is None and ref.small:
+                        tie = self._counted(position, namings.get(position), words(text))
+                    if tie is None and _specific(ref):
+                        tie = "specific value", f"gold {ref.gold}"
                     finding.tied, finding.tie_evidence = tie if tie else (None, None)
                     if ref.small and finding.tied is None:
                         continue  # "check 2 cases": a small number in a lesson is evidence of nothing
@@ -250,9 +206,9 @@ class LeakageChecker:
         expression_refs = [r for r in self._refs if r.gold is not None and r.value is None]
         for index, (experience_id, text) in enumerate(items):
             seen: set[tuple[str, str]] = set()
-            numbers, spans = _candidates(text)
+            numbers, spans = candidates(text)
             for number in numbers:
-                value = _exact_value(normalize_answer(number))
+                value = exact_value(normalize_answer(number))
                 for ref in self._by_value.get(value, []) if value is not None else []:
                     if (ref.source, ref.id) not in seen:
                         seen.add((ref.source, ref.id))
@@ -285,19 +241,55 @@ class LeakageChecker:
     def _ref(self, finding: LeakFinding) -> _Ref:
         return self._refs[self._by_key[finding.source, finding.problem_id]]
 
-    def _tie(self, ref: _Ref, origin: set[str], words: set[str], naming: Naming | None) -> tuple[str, str] | None:
-        """(kind, the words that carry it) of the strongest evidence that ties a gold in a text to its problem."""
+    def _tie(self, position: int, origin: set[str], words: set[str], naming: Naming | None) -> tuple[str, str] | None:
+        """(kind, the words that carry it) of the strongest evidence that ties a gold in a text to its problem:
+        its provenance, or a naming (an id, a quote; a distinctive token for a gold of min_integer or more)."""
+        ref = self._refs[position]
         if origin == {ref.id}:
             return "provenance", f"proposed by the group of {ref.id} alone"
         if naming is not None and (naming.kind != "distinctive token" or not ref.small):
             return naming.kind, naming.words
-        # Naming: the rarer the shared words, the stronger; a small gold (a 4 in "4 squares") needs more.
+        return None
+
+    def _rare_words(self, position: int, words: set[str], text: str, naming: Naming | None) -> tuple[str, str] | None:
+        """ "names the problem": the text shares enough of its rare terms (the rarer, the stronger; a small gold,
+        a 4 in "4 squares", needs more). Words alone ("angle", "degrees", "players") are how lessons talk about
+        a topic: they tie only a gold of min_integer or more, and only in a text that brings at most one number
+        of its own ("9 players play 36 games" is a rule's example, not the tournament's answer). A symbol, a
+        number or a name of the problem (`17_b`, `4y^2`, "Maureen") is the problem's own, and so are words rare
+        enough to score twice `min_naming_score`."""
+        ref = self._refs[position]
         shared = [(word, weight) for word, weight in ref.rarity if word in words and word != ref.gold]
         score = sum(weight for _, weight in shared)
-        if score >= self.min_naming_score * (SMALL_GOLD_FACTOR if ref.small else 1):
-            return "names the problem", f"rare words {', '.join(word for word, _ in shared)} ({score:.1f})"
-        if _specific(ref):
-            return "specific value", f"gold {ref.gold}"
+        if score < self.min_naming_score * (SMALL_GOLD_FACTOR if ref.small else 1):
+            return None
+        own = (naming is not None and naming.name) or any(
+            not word.isalpha() or word in self.index.names[position] for word, _ in shared
+        )
+        if not own and ref.small:
+            return None
+        if not own and score < 2 * self.min_naming_score and len(self._foreign_numbers(position, text)) > 1:
+            return None
+        return "names the problem", f"rare words {', '.join(word for word, _ in shared)} ({score:.1f})"
+
+    def _foreign_numbers(self, position: int, text: str) -> set[Fraction]:
+        """The numbers of a text, other than the gold, that the problem does not have."""
+        ref = self._refs[position]
+        if position not in self._statement_values:
+            spelled = {Fraction(_NUMBER_WORDS[word]) for word in words(ref.statement) if word in _NUMBER_WORDS}
+            self._statement_values[position] = _values(ref.statement) | spelled
+        return _values(text) - self._statement_values[position] - {ref.value}
+
+    def _counted(self, position: int, naming: Naming | None, text: tuple[str, ...]) -> tuple[str, str] | None:
+        """A small gold tied by a name only the problem has, when the text counts with it what the problem counts
+        ("Tom ends up with 7 apples" for "Tom has 3 apples and buys 4 more"): a name alone ties no small gold."""
+        gold = self._refs[position].gold
+        if naming is None or not naming.name:
+            return None
+        counted = self.index.counted[position]
+        for word, after in zip(text, text[1:], strict=False):
+            if word == gold and after in counted:
+                return naming.kind, f"{naming.words}, and '{gold} {after}'"
         return None
 
     def _answer(self, experience_id: str | None, text: str, ref: _Ref, found: str) -> LeakFinding:
@@ -356,19 +348,17 @@ class LeakageChecker:
         return found
 
 
-def _terms(text: str) -> Iterable[str]:
-    """The tokens that can name a problem: words of 4+ letters, names like `log_x` or `omega_1`, numbers of 2+
-    digits (`17`, `2015`), powers (`4c^2`); LaTeX commands (`\\left`, `\\frac`) are markup, not words."""
-    plain = _LATEX_NAME.sub(" ", text).lower()
-    words = (
-        t
-        for t in _WORD.findall(plain)
-        if (len(t) >= 4 and t.isalpha() and t not in _STOPWORDS)
-        or (len(t) >= 2 and t.isdigit())
-        or (len(t) >= 3 and "_" in t)
+_NUMBER_WORDS = {
+    word: value
+    for value, word in enumerate(
+        "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+        "seventeen eighteen nineteen twenty".split()
     )
-    powers = (m.group(1) + "^" + m.group(2) for m in _POWER.finditer(plain.replace(" ", "")))
-    return itertools.chain(words, powers)
+}
+
+
+def _values(text: str) -> set[Fraction]:
+    return {value for number in candidates(text)[0] if (value := exact_value(normalize_answer(number))) is not None}
 
 
 def _specific(ref: _Ref) -> bool:
@@ -378,31 +368,6 @@ def _specific(ref: _Ref) -> bool:
     if ref.value is None:
         return ref.gold is not None and len(ref.gold) >= 3
     return ref.value.denominator > SPECIFIC_DENOMINATOR
-
-
-def _exact_value(normalized: str) -> Fraction | None:
-    parsed = as_fraction(normalized.replace(" ", ""))
-    return parsed[0] if parsed is not None else None
-
-
-def _candidates(text: str) -> tuple[list[str], list[str]]:
-    """(plain numbers, math spans) found in a text; a span that is a plain number also counts as a number."""
-    spans = [next(g for g in m.groups() if g is not None) for m in INLINE_MATH.finditer(text)]
-    spans += [m.group() for m in _LATEX_COMMAND.finditer(text)]
-    numbers = [m.group().replace(",", "") for m in _NUMBER.finditer(text)]
-    expressions = []
-    for span in spans:
-        normalized = normalize_answer(span)
-        if _exact_value(normalized) is not None:
-            numbers.append(normalized)
-        elif normalized:
-            expressions.append(normalized)
-    return numbers, expressions
-
-
-def _short(text: str, limit: int = 80) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 __all__ = ["LeakFinding", "LeakKind", "LeakageChecker", "LeakageMode", "ReferenceProblem"]

@@ -23,6 +23,7 @@ text, whatever it holds (tests/experiences/test_scanners_adversarial.py).
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -39,6 +40,15 @@ _DIGIT = re.compile(r"\d")
 _SENTENCE_END = ".!?:"
 #: Shortest run of words the copy checks look for: the index of runs is keyed by it.
 RUN = 3
+# `4c^2`, `n^{4}`: a formula's terms name a problem too. A base starts where a word does (`(?<!\w)`) and is
+# read whole (`\w++`): the same matches as `(\w+)\^`, which from every letter of a long word read on to its
+# end and back (40,000 letters: 11 s); this reads each letter a bounded number of times.
+_POWER = re.compile(r"(?<!\w)(\w++)\^\{?(\w++)\}?")
+_BRACED_SUBSCRIPT = re.compile(r"_\{(\w++)\}")  # `17_{b}` is written `17_b` in plain text
+_STOPWORDS = frozenset(
+    "that with what find which there their then than from each have this such these those when where only into "
+    "also some many more most other same both them they what whose will would could should must does make".split()
+)
 
 
 def words(text: str) -> tuple[str, ...]:
@@ -51,6 +61,21 @@ def plain_words(text: str) -> tuple[str, ...]:
     return words(_LATEX_NAME.sub(" ", INLINE_MATH.sub(" ", text)))
 
 
+def terms(text: str) -> Iterable[str]:
+    """The tokens whose rarity can name a problem: words of 4+ letters, names like `log_x` or `omega_1`, numbers
+    of 2+ digits (`17`, `2015`), powers (`4c^2`); LaTeX commands (`\\left`, `\\frac`) are markup, not words."""
+    plain = _LATEX_NAME.sub(" ", text).lower()
+    found = (
+        t
+        for t in _WORD.findall(_BRACED_SUBSCRIPT.sub(r"_\1", plain))
+        if (len(t) >= 4 and t.isalpha() and t not in _STOPWORDS)
+        or (len(t) >= 2 and t.isdigit())
+        or (len(t) >= 3 and "_" in t)
+    )
+    powers = (m.group(1) + "^" + m.group(2) for m in _POWER.finditer(plain.replace(" ", "")))
+    return itertools.chain(found, powers)
+
+
 def ngrams(sequence: Sequence[str], n: int) -> set[tuple[str, ...]]:
     return {tuple(sequence[i : i + n]) for i in range(len(sequence) - n + 1)}
 
@@ -61,6 +86,7 @@ class Naming:
 
     kind: str  # "id", "quote" or "distinctive token"
     words: str
+    name: bool = False  # a distinctive token that is a name ("Tom"): a small gold beside its counted noun is tied
 
 
 @dataclass
@@ -87,6 +113,9 @@ class ProblemIndex:
     _ids: dict[str, list[tuple[tuple[str, ...], int]]] = field(init=False, repr=False)  # first word -> (id, index)
     _marks: dict[tuple[str, ...], list[int]] = field(init=False, repr=False)  # distinctive numbered pair -> problems
     _names: dict[str, list[int]] = field(init=False, repr=False)  # distinctive name -> problems
+    _numbers: dict[str, list[tuple[int, str]]] = field(init=False, repr=False)  # distinctive number -> (problem, why)
+    counted: list[frozenset[str]] = field(init=False, repr=False)  # per problem: the words its numbers count
+    names: list[frozenset[str]] = field(init=False, repr=False)  # per problem: its distinctive names
     _grams: dict[tuple[int, int], set[tuple[str, ...]]] = field(init=False, repr=False)
     _rare: list[frozenset[str]] = field(init=False, repr=False)  # per problem: its distinctive tokens
     _openings: list[set[tuple[str, ...]]] = field(init=False, repr=False)  # per problem: its first quote_words
@@ -94,7 +123,7 @@ class ProblemIndex:
     def __post_init__(self) -> None:
         self.sequences = [(words(s), plain_words(s)) for s in self.statements]
         self.most = max(1, int(self.share * len(self.sequences)))
-        self._grams, self._runs, self._ids, self._marks, self._names = {}, {}, {}, {}, {}
+        self._grams, self._runs, self._ids, self._marks, self._names, self._numbers = {}, {}, {}, {}, {}, {}
         excluded = [set(e) for e in self.excluded] or [set() for _ in self.sequences]
         vocabularies = [set(raw) | set(plain) for raw, plain in self.sequences]
         pairs = [
@@ -104,21 +133,59 @@ class ProblemIndex:
         usage = Counter(token for vocabulary in vocabularies for token in vocabulary)
         pair_usage = Counter(pair for problem_pairs in pairs for pair in problem_pairs)
         lower = {word for statement in self.statements for word in _WORD.findall(statement) if word.islower()}
-        self._rare, self._openings = [], []
+        self._rare, self._openings, self.names = [], [], []
+        self.counted = [
+            frozenset(b for a, b in ngrams(raw, 2) if a.isdigit() and b.isalpha() and len(b) >= 3)
+            for raw, _ in self.sequences
+        ]
+        self._index_numbers(usage, excluded)
+        own_numbers: list[set[str]] = [set() for _ in self.sequences]
+        for token, found in self._numbers.items():
+            for index, _ in found:
+                own_numbers[index].add(token)
         for index, (raw, plain) in enumerate(self.sequences):
             for gram in ngrams(raw, RUN) | ngrams(plain, RUN):
                 self._runs.setdefault(gram, []).append(index)
             names = {t for t in _names(self.statements[index], lower) if usage[t] <= self.most} - excluded[index]
             marks = {pair for pair in pairs[index] if pair_usage[pair] <= self.most}
+            self.names.append(frozenset(names))
             for name in names:
                 self._names.setdefault(name, []).append(index)
             for pair in marks:
                 self._marks.setdefault(pair, []).append(index)
-            self._rare.append(frozenset(names | {token for pair in marks for token in pair if _is_number(token)}))
+            marked = {token for pair in marks for token in pair if _is_number(token)}
+            self._rare.append(frozenset(names | marked | own_numbers[index]))
             self._openings.append({raw[: self.quote_words], plain[: self.quote_words]})
             id_words = words(self.ids[index])
             if _usable_id(self.ids[index]):
                 self._ids.setdefault(id_words[0], []).append((id_words, index))
+
+    def _index_numbers(self, usage: Counter[str], excluded: list[set[str]]) -> None:
+        """Numbers that tell a problem from the others: one that is not round and that few problems use, three
+        digits or more without its zeros ("2010", "1575"; not "100"), or two that no other problem uses ("79");
+        and the key of a template's family (problems equal but for one number: "Compute f(15)" among f(15),
+        f(16), ...) that no sibling has. A family that varies two numbers ("What is 4 times 4?") is arithmetic
+        drill, and its numbers are every lesson's."""
+        for index, (raw, _) in enumerate(self.sequences):
+            for token in set(raw) - excluded[index]:
+                digits = len(token.strip("0"))  # "100" and "0.05" are round: every lesson's numbers
+                if token.isdigit() and (
+                    (digits >= 3 and usage[token] <= self.most) or (digits == 2 and usage[token] == 1)
+                ):
+                    self._numbers.setdefault(token, []).append((index, f"the number '{token}'"))
+        families: dict[str, list[int]] = {}
+        for index, (raw, _) in enumerate(self.sequences):
+            families.setdefault(" ".join("#" if w.isdigit() else w for w in raw), []).append(index)
+        for members in families.values():
+            slots = list(zip(*([w for w in self.sequences[i][0] if w.isdigit()] for i in members), strict=True))
+            varying = [slot for slot in slots if len(set(slot)) > 1]
+            if len(members) < 2 or len(varying) != 1:
+                continue
+            keys = Counter(varying[0])
+            for index, key in zip(members, varying[0], strict=True):
+                if keys[key] == 1 and key not in excluded[index]:
+                    why = f"'{key}', the key only it has of the {len(members)} problems of its template"
+                    self._numbers.setdefault(key, []).append((index, why))
 
     def candidates(self, *sequences: tuple[str, ...]) -> list[int]:
         """The problems that share a run of `RUN` words with any of `sequences`: no other can be copied or quoted
@@ -173,12 +240,15 @@ class ProblemIndex:
                 yield index, Naming("quote", " ".join(rare[0]))
 
     def _token_namings(self, raw: tuple[str, ...], plain: tuple[str, ...]) -> Iterable[tuple[int, Naming]]:
-        for name in sorted(set(raw), reverse=True):
-            for index in self._names.get(name, ()):
-                yield index, Naming("distinctive token", f"the name '{name}'")
+        for token in sorted(set(raw) | set(plain), reverse=True):
+            for index, why in self._numbers.get(token, ()):
+                yield index, Naming("distinctive token", why)
         for pair in sorted(ngrams(raw, 2) | ngrams(plain, 2), reverse=True):
             for index in self._marks.get(pair, ()):
                 yield index, Naming("distinctive token", f"'{' '.join(pair)}'")
+        for name in sorted(set(raw), reverse=True):
+            for index in self._names.get(name, ()):
+                yield index, Naming("distinctive token", f"the name '{name}'", name=True)
 
 
 #: Words too plain to make a number a problem's own ("the 9", "are 36", "with 12").
@@ -230,4 +300,4 @@ def _usable_id(problem_id: str) -> bool:
     )
 
 
-__all__ = ["INLINE_MATH", "RUN", "Naming", "ProblemIndex", "ngrams", "plain_words", "words"]
+__all__ = ["INLINE_MATH", "RUN", "Naming", "ProblemIndex", "ngrams", "plain_words", "terms", "words"]

@@ -143,11 +143,12 @@ def test_library_check_says_which_evidence_tied_each_finding(tmp_path):
 
 
 # (leaks caught, general rules rejected) per set and mode, as docs/trust.md reports them; set A's general rules
-# rejected are those of the guard before issue 47 (2 of 149 in both modes): its precision may not get worse.
+# rejected may not exceed those of the guard before issue 47 (2 of 149 in both modes): its precision may not get worse.
 DOCUMENTED = {
-    "A": {"library check": (107, 2), "learn": (113, 2)},
-    "B": {"library check": (104, 5), "learn": (116, 5)},
-    "C": {"library check": (48, 0), "learn": (51, 0)},
+    "A": {"library check": (109, 0), "learn": (113, 0)},
+    "B": {"library check": (116, 1), "learn": (120, 1)},
+    "C": {"library check": (54, 0), "learn": (54, 0)},
+    "D": {"library check": (82, 1), "learn": (91, 1)},  # held out; its first measurement was 76 and 84
 }
 
 

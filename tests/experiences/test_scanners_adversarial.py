@@ -16,7 +16,8 @@ import pytest
 
 from tests.helpers.adversarial import ALLOWED_GROWTH, PIECES, growth, repeated, seeded_mixture
 from tfgrpo.core.datasets import Problem
-from tfgrpo.experiences.leakage import LeakageChecker, _terms
+from tfgrpo.experiences.leakage import LeakageChecker
+from tfgrpo.experiences.naming import terms
 from tfgrpo.experiences.parse import parse_operations
 from tfgrpo.rewards.extraction import extract_with_source
 
@@ -66,5 +67,5 @@ def test_power_terms_are_the_ones_the_old_pattern_found() -> None:
         text = "".join(rng.choice(["a", "4", "_", "^", "{", "}", " ", "x^2", "n^{4}", "é"]) for _ in range(20))
         compact = text.replace(" ", "")
         want = [m.group(1) + "^" + m.group(2) for m in quadratic.finditer(compact)]
-        assert [t for t in _terms(text) if "^" in t] == [t for t in want if t], text
+        assert [t for t in terms(text) if "^" in t] == [t for t in want if t], text
     assert {"4c^2", "n^4"} <= index_problem("Let (4c^2) + (n^{4}) = 97; find c.")._refs[0].distinctive

@@ -37,6 +37,8 @@ PIECES = {
     "text-group": "\\text{",
     "name": "Ab  ",  # a capitalised word after spaces: the guard looks back over them for a sentence's end
     "keyed-number": "key 5 ",
+    "sum": "1 + ",  # a plain sum read as the number it comes to, however long the chain
+    "subscript": "a_{",
 }
 SIZE = 3_000  # characters of the smaller input; the larger is ten times as long
 ALLOWED_GROWTH = 35  # 10x the input: linear work is ~10x, quadratic ~100x

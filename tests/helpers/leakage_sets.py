@@ -2,10 +2,13 @@
 
 Set A, `tests/data/leakage_lessons.jsonl` (263 lessons, provenance in leakage_lessons.md), against the bundled
 dapo100 (all 110 rows) as training problems and aime24 + aime25 as test sets: the set the guard's parameters
-are chosen on. Set B, `tests/data/leakage_lessons_b.jsonl` (written by tests/data/leakage_lessons_b.py), against
+were first chosen on. Set B, `tests/data/leakage_lessons_b.jsonl` (written by tests/data/leakage_lessons_b.py), against
 math_l5_train200 and three templated families as training problems and amc23 as validation. Set C,
 `tests/data/leakage_lessons_c.jsonl` (tests/data/leakage_lessons_c.py), against easy_train and a templated
-family as training problems, easy and aime25. docs/trust.md says which set was held out from which version.
+family as training problems, easy and aime25. All three are development sets for the second round of issue 47;
+Set D, `tests/data/leakage_lessons_d.jsonl` (tests/data/leakage_lessons_d.py, notes in leakage_lessons_d.md), written
+blind to the rules, against math_l5_train200 and two templated families as training problems and amc23 as
+validation: the held-out set. docs/trust.md says which set was held out from which version.
 
 A lesson counts as rejected when the guard's default `reject` mode would reject it (an answer tied to its
 problem, or a copy). Three modes:
@@ -43,7 +46,7 @@ class LabelledSet:
 
 SETS = (
     LabelledSet(
-        "A (parameters chosen on it)",
+        "A (development: the first parameters were chosen on it)",
         TESTS / "leakage_lessons.jsonl",
         {
             "dapo100": DATA / "dapo_math_17k_first110.jsonl",
@@ -53,7 +56,7 @@ SETS = (
         ("dapo100",),
     ),
     LabelledSet(
-        "B (held out from the first version; the naming rules were then revised on it)",
+        "B (development; held out from the first version of the naming rules)",
         TESTS / "leakage_lessons_b.jsonl",
         {
             "amc23": DATA / "amc23.jsonl",
@@ -63,7 +66,7 @@ SETS = (
         ("math_l5_train200", "templated"),
     ),
     LabelledSet(
-        "C (held out after the revision on B)",
+        "C (development; held out after their revision on B)",
         TESTS / "leakage_lessons_c.jsonl",
         {
             "aime25": DATA / "aime25.jsonl",
@@ -72,6 +75,16 @@ SETS = (
             "templated": TESTS / "leakage_templated_c.jsonl",
         },
         ("easy_train", "templated"),
+    ),
+    LabelledSet(
+        "D (held out: written blind to the second round's rules, measured once with them)",
+        TESTS / "leakage_lessons_d.jsonl",
+        {
+            "amc23": DATA / "amc23.jsonl",
+            "math_l5_train200": DATA / "math_l5_int_train200.jsonl",
+            "templated_d": TESTS / "leakage_templated_d.jsonl",
+        },
+        ("math_l5_train200", "templated_d"),
     ),
 )
 MODES = {"every match rejects (before)": "before", "library check": "check", "learn": "learn"}
