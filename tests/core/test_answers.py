@@ -9,7 +9,14 @@ import pytest
 from rich.console import Console
 
 from tests.helpers.learn_world import World, read_jsonl, write_problems
-from tfgrpo.core.answers import CORRECT_THRESHOLD, is_correct, majority_vote, normalize_text, vote_key
+from tfgrpo.core.answers import (
+    CORRECT_THRESHOLD,
+    is_correct,
+    majority_vote,
+    normalize_answer,
+    normalize_text,
+    vote_key,
+)
 from tfgrpo.core.metrics import majority_answer, problem_results
 from tfgrpo.learn.config import LearnConfig
 from tfgrpo.learn.loop import learn
@@ -94,3 +101,18 @@ def test_maj_at_k_and_the_ground_truth_free_pseudo_label_agree_on_a_tie(tmp_path
     maj = problem_results(samples)[0][0]  # (per-problem rows, counters)
     assert majority_answer([r["extracted"] for r in rows])[0] == "6"
     assert pseudo_labels == {"6"} and maj["maj_answer"] == "6"
+
+
+@pytest.mark.timeout(30)
+def test_words_after_a_number_that_are_not_units_fail_at_once():
+    """The unit pattern once tried every split of every word ("forty" as "fo" + "rty"): six such words took a
+    minute, so a boxed answer of thirty hung scoring. Each unit is now matched whole."""
+    words = "5 " + "forty one hundred " * 30 + "!"
+    assert normalize_answer(words) == words.strip()
+    assert [normalize_answer(a) for a in ["5 km²", "12 cm^2", "3 \\text{ meters}", "4 sq. ft", "2.5 kg"]] == [
+        "5",
+        "12",
+        "3",
+        "4",
+        "2.5",
+    ]

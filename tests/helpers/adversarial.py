@@ -39,6 +39,7 @@ PIECES = {
     "keyed-number": "key 5 ",
     "sum": "1 + ",  # a plain sum read as the number it comes to, however long the chain
     "subscript": "a_{",
+    "number-words": "forty one hundred ",  # words after a number, none a unit: each could be split into "units"
 }
 SIZE = 3_000  # characters of the smaller input; the larger is ten times as long
 ALLOWED_GROWTH = 35  # 10x the input: linear work is ~10x, quadratic ~100x

@@ -60,9 +60,11 @@ _MIXED_NUMBER = re.compile(
 _CURRENCY = re.compile(r"^(?:\\\$|\$|USD\s*|€|£)\s*|\s*(?:\\\$|USD|€|£)$")
 _PERCENT = re.compile(r"\s*\\?%$")
 # Trailing unit words after a number: `10 cm`, `5 \text{ dollars}`, `3 apples`; one-letter words are algebra.
+# Each unit is matched whole (an atomic group, possessive spaces): a run of words that is not all units fails
+# at once, where alternatives that could split a word ("forty" as "fo" + "rty") would try every split.
 _NUMBER_THEN_UNITS = re.compile(
-    r"^(?P<number>[+-]?[\d.,/]+)\s*(?:(?:\\text|\\mbox|\\mathrm)\s*\{\s*[A-Za-z][A-Za-z .^\d]*\}(?:\^\{?\d\}?)?"
-    r"|[A-Za-z]{2,}\.?(?:\^\{?\d\}?)?|[A-Za-z]{1,2}[²³]|\s)+$"
+    r"^(?P<number>[+-]?[\d.,/]+)\s*+(?>(?:\\text|\\mbox|\\mathrm)\s*\{\s*[A-Za-z][A-Za-z .^\d]*\}(?:\^\{?\d\}?)?"
+    r"|[A-Za-z]{1,2}[²³]|[A-Za-z]{2,}\.?(?:\^\{?\d\}?)?|\s)+$"
 )
 _THOUSANDS = re.compile(r"^[+-]?\d{1,3}(?:(?:,|\{,\}|\\,| )\d{3})+(?:\.\d+)?$")
 _INTEGER = re.compile(r"^[+-]?\d+$")
