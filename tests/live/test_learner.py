@@ -354,3 +354,23 @@ def test_a_round_whose_library_carries_test_set_material_is_refused_not_proposed
     assert [r.status for r in result.state.rounds] == ["refused"]
     assert "test-set material" in (result.state.rounds[0].message or "")
     assert [d["action"] for d in deployment.decisions()] == ["start"]  # nothing reached the deployment
+
+
+@pytest.mark.timeout(240)
+def test_a_library_already_rolled_back_is_not_proposed_again(tmp_path):
+    traces = tmp_path / "traces.sqlite"
+    deployment, store = seed_deployment(traces)
+    for a, b in PAIRS:
+        rewarded(store, a, b)
+    with WorldServer(World()) as model:
+        first = run_learner(learner_config(traces, tmp_path / "first", model.base_url))
+        [proposed] = first.state.rounds
+        assert proposed.status == "proposed"
+        state = deployment.state()
+        deployment.end_test(state, "rollback", rule="upper bound below -margin", by="sequential test")
+        # the same rated traffic learned again from the same champion gives the same library
+        again = run_learner(learner_config(traces, tmp_path / "second", model.base_url))
+    [refused] = again.state.rounds
+    assert refused.challenger == proposed.challenger and refused.status == "refused"
+    assert "rolled back before" in (refused.message or "")
+    assert [d["action"] for d in deployment.decisions()] == ["start", "propose", "rollback"]

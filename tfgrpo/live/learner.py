@@ -225,6 +225,8 @@ class Learner:
         if current is not None and current.champion != entry.champion:
             return self._stale(state, entry, current)
         library = Library.load(self.run.round_dir(entry.number) / "learn" / "library.json")
+        if deployment.was_rolled_back(entry.challenger):  # a test already found it no better: not again
+            return self._end(state, entry, "refused", "not proposed: this very library was rolled back before")
         leaks = leaked_test_material(library, self.config.test_data)
         if leaks:  # the same lockout as `tfgrpo deploy propose`: such a library never reaches traffic
             return self._end(state, entry, "refused", f"not proposed: it carries test-set material ({leaks[0]})")

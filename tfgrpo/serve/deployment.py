@@ -113,6 +113,14 @@ class Deployment:
             found = connection.execute(query.limit(2)).scalars().all()
         return found[0] if len(found) == 1 else None
 
+    def was_rolled_back(self, content_hash: str) -> bool:
+        """Whether a test of this version ended in a rollback (by the test, the guard or an operator)."""
+        query = sa.select(DECISIONS.c.id).where(
+            DECISIONS.c.action == "rollback", DECISIONS.c.challenger == content_hash
+        )
+        with self.engine.connect() as connection:
+            return connection.execute(query.limit(1)).first() is not None
+
     def decisions(self, *, limit: int = 100) -> list[dict[str, Any]]:
         """The latest decisions, oldest first."""
         query = sa.select(DECISIONS).order_by(DECISIONS.c.id.desc()).limit(limit)
