@@ -17,12 +17,15 @@ from tfgrpo.cli.app import app
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 # The bundled recipe, made small through --set (the baselines' settings included): one learn step on 3
-# problems, 1 SFT step, 3 GRPO steps (one group of 4 each, so one with mixed rewards trains), 4 eval problems.
+# problems, 1 SFT step (at a high rate), 3 GRPO steps (one group of 4 each, so one with mixed rewards trains), 4 eval problems.
 SMALL = [
     "learn.settings.limit=3",
     "learn.settings.rollout_sampling.max_tokens=64",
     "learn.settings.summary_max_tokens=64",
     "finetunes.sft.options.max_steps=1",
+    # one step at the recipe's 2e-4 can leave greedy replies unchanged: a rate that makes the adapter's effect
+    # visible in every run, so "the adapter is applied" is seen in the eval's replies
+    "finetunes.sft.options.learning_rate=0.01",
     "finetunes.sft.options.per_device_train_batch_size=1",
     "finetunes.grpo.options.per_device_train_batch_size=4",
     "finetunes.grpo.options.max_completion_length=48",
