@@ -1,6 +1,6 @@
 """Writes the third labelled set of the leakage guard: leakage_lessons_c.jsonl (+ leakage_templated_c.jsonl).
 
-    python tests/data/leakage_lessons_c.py
+    python -m tests.data.leakage_lessons_c
 
 Written after the guard's naming rules were revised on what set B showed (docs/trust.md), and never run through
 the guard before its numbers were recorded: the held-out set of that revision. References: aime25, the
@@ -18,8 +18,9 @@ import re
 from fractions import Fraction
 from pathlib import Path
 
+from tests.data.leakage_lessons_b import load, numbers  # set B's readers: one reading for both sets
+
 HERE = Path(__file__).resolve().parent
-DATA = HERE.parents[1] / "tfgrpo" / "core" / "data"
 MATH = re.compile(r"\$\$?[^$]+?\$\$?|\\\(.+?\\\)|\\\[.+?\\\]", re.S)
 
 
@@ -131,10 +132,6 @@ WRITTEN_LEAKS = [
 ]
 
 
-def load(name: str) -> list[dict]:
-    return [json.loads(line) for line in (DATA / name).read_text().splitlines() if line.strip()]
-
-
 def generated(rng: random.Random, aime: list[dict], family: list[dict]) -> list[dict]:
     leaks: list[dict] = []
 
@@ -166,16 +163,6 @@ def generated(rng: random.Random, aime: list[dict], family: list[dict]) -> list[
         )
         add(f"templated:{row['id']}", "templated_key", form.format(k=key, e=expression))
     return leaks
-
-
-def numbers(text: str) -> set[Fraction]:
-    found = set()
-    for match in re.finditer(r"(?<![\w.])-?\d+(?:\.\d+)?(?:\s*/\s*\d+)?", text.replace(",", "")):
-        try:
-            found.add(Fraction(match.group().replace(" ", "")))
-        except (ValueError, ZeroDivisionError):
-            continue
-    return found
 
 
 def main() -> None:
